@@ -1,0 +1,38 @@
+# Set-up and test entry points; README.md quotes `make run` and `make test`.
+# Both are idempotent: running them twice reuses the virtual environment.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint system-deps venv
+
+# Debian packages the tests use: mosquitto (mosquitto_passwd and a reference broker),
+# mosquitto-clients (interoperability tests), a Java runtime for PySpark.
+system-deps:
+	@missing=""; \
+	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
+	command -v mosquitto_passwd >/dev/null || missing="$$missing mosquitto"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,load,spark]'
+
+run: $(BIN)/python
+	$(BIN)/pip install -q -e .
+	$(BIN)/python -m actors.main $(ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+test: system-deps venv
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest

@@ -1,0 +1,172 @@
+"""Immutable, typed objects that the broker hands to hook callbacks, and the application message.
+
+`Message` is the broker's own representation of an application message: the publisher's
+session builds it once from a PUBLISH, routing, the retainer, sessions, persistence and hooks
+all carry the same object. MQTT 5 properties travel in `properties` unchanged.
+
+All classes are frozen, keyword-only dataclasses, so fields can be added later without
+breaking plugins (the way Mosquitto pads its plugin structs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+_message_ids = itertools.count(1)
+
+
+def next_message_id() -> int:
+    """A process-unique, increasing message id (the worker id is folded in by the pool)."""
+    return next(_message_ids)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    publisher: str | None = None  # client id; None for messages the broker makes itself
+    username: str | None = None
+    timestamp: float = field(default_factory=time.time)  # seconds since the epoch, UTC
+    properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 PUBLISH properties
+    message_id: int = field(default_factory=next_message_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientInfo:
+    client_id: str
+    username: str | None
+    peer: str  # "host:port" of the remote end
+    protocol_version: int  # 3, 4 or 5
+    clean_start: bool
+    keepalive: int
+
+
+class DisconnectReason(Enum):
+    """Why a connection ended; decides whether the will is published."""
+
+    CLIENT_DISCONNECT = "client_disconnect"  # DISCONNECT received: no will [MQTT-3.1.2-10]
+    SOCKET_CLOSED = "socket_closed"  # peer closed or network error
+    KEEPALIVE_TIMEOUT = "keepalive_timeout"
+    PROTOCOL_ERROR = "protocol_error"  # malformed packet or protocol violation
+    TAKEN_OVER = "taken_over"  # another connection with the same client id
+    SERVER_SHUTDOWN = "server_shutdown"
+    NOT_AUTHORIZED = "not_authorized"  # CONNECT refused
+    CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
+
+    @property
+    def publishes_will(self) -> bool:
+        return self is not DisconnectReason.CLIENT_DISCONNECT
+
+
+class DropReason(Enum):
+    NO_SUBSCRIBERS = "no_subscribers"
+    QUEUE_FULL = "queue_full"  # a session's offline queue overflowed (oldest dropped)
+    SLOW_CONSUMER = "slow_consumer"  # QoS 0 to a connection whose write buffer is over its limit
+    NOT_AUTHORIZED = "not_authorized"  # publish denied by ACL
+    BY_PLUGIN = "by_plugin"  # a message.publish callback dropped it
+    QOS0_OFFLINE = "qos0_offline"  # QoS 0 to an offline session with queue_qos0 off
+    EXPIRED = "expired"
+
+
+class AuthorizeAction(Enum):
+    PUBLISH = "publish"
+    SUBSCRIBE = "subscribe"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConnect:
+    client: ClientInfo
+    properties: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthenticateRequest:
+    client: ClientInfo
+    password: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConnected:
+    client: ClientInfo
+    session_present: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientDisconnected:
+    client: ClientInfo
+    reason: DisconnectReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthorizeRequest:
+    client: ClientInfo
+    action: AuthorizeAction
+    topic: str  # topic name for PUBLISH, topic filter for SUBSCRIBE
+    qos: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicFilterRequest:
+    """One filter of a SUBSCRIBE or UNSUBSCRIBE (qos is 0 for UNSUBSCRIBE)."""
+
+    topic_filter: str
+    qos: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientSubscribe:
+    client: ClientInfo
+    filters: tuple[TopicFilterRequest, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientUnsubscribe:
+    client: ClientInfo
+    filters: tuple[TopicFilterRequest, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEvent:
+    client_id: str
+    reason: str | None = None  # for session.terminated: "clean_start", "expired", "discarded", ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSubscribed:
+    client_id: str
+    topic_filter: str
+    qos: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUnsubscribed:
+    client_id: str
+    topic_filter: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDelivered:
+    client_id: str
+    username: str | None
+    message: Message
+    qos: int  # the QoS it was delivered with
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageAcked:
+    client_id: str
+    username: str | None
+    message: Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDropped:
+    message: Message
+    reason: DropReason
+    client_id: str | None = None  # the subscriber it was dropped for, if any

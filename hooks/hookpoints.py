@@ -1,0 +1,31 @@
+"""The broker's hook points, named after emqttd/EMQX so their users recognise them.
+
+Each member's docstring-like comment says when it fires and which event object it carries;
+`docs/plugins.md` has the full table with return conventions.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class HookPoint(Enum):
+    # Client lifecycle (run in the client's own actor).
+    CLIENT_CONNECT = "client.connect"  # ClientConnect: CONNECT received, before authentication
+    CLIENT_AUTHENTICATE = "client.authenticate"  # fold, AuthenticateRequest -> AuthDecision
+    CLIENT_CONNECTED = "client.connected"  # ClientConnected: CONNACK 0 sent
+    CLIENT_DISCONNECTED = "client.disconnected"  # ClientDisconnected: connection closed
+    CLIENT_AUTHORIZE = "client.authorize"  # fold, AuthorizeRequest -> AclDecision
+    CLIENT_SUBSCRIBE = "client.subscribe"  # ClientSubscribe: SUBSCRIBE received, before ACL
+    CLIENT_UNSUBSCRIBE = "client.unsubscribe"  # ClientUnsubscribe: UNSUBSCRIBE received
+    # Session lifecycle (run in the session actor).
+    SESSION_CREATED = "session.created"  # SessionEvent
+    SESSION_RESUMED = "session.resumed"  # SessionEvent
+    SESSION_SUBSCRIBED = "session.subscribed"  # SessionSubscribed: route added
+    SESSION_UNSUBSCRIBED = "session.unsubscribed"  # SessionUnsubscribed: route removed
+    SESSION_TERMINATED = "session.terminated"  # SessionEvent with reason
+    # Message flow.
+    MESSAGE_PUBLISH = "message.publish"  # fold, Message -> Message | DROP (publisher's session)
+    MESSAGE_DELIVERED = "message.delivered"  # MessageDelivered: written to a subscriber
+    MESSAGE_ACKED = "message.acked"  # MessageAcked: PUBACK/PUBCOMP from a subscriber
+    MESSAGE_DROPPED = "message.dropped"  # MessageDropped: no subscriber, queue full, denied...
