@@ -1,0 +1,167 @@
+"""A pykka actor runtime on gevent greenlets, with no greenlet while an actor is idle.
+
+pykka 4 ships only a threading runtime. This module implements its three extension points
+(`_create_actor_inbox`, `_create_future`, `_start_actor_loop`) on gevent:
+
+- The inbox is a deque. `put` schedules a *drain* greenlet if none is running; the drain
+  handles envelopes until the inbox is empty and then ends. An idle actor therefore holds no
+  greenlet and no stack: with two actors per MQTT connection that is what keeps idle
+  connections cheap (measured in loadtest/, see README).
+- A drain yields to the hub every `DRAIN_BATCH` envelopes, so one busy actor cannot starve
+  the others (gevent never preempts).
+- Futures are gevent `AsyncResult`s, so `ask(...).get()` blocks only the calling greenlet.
+  Actors must still never `.get()` another actor's future while handling a message: they
+  `tell`, and the other side tells back.
+
+Each envelope is handled exactly as pykka's own loop does (`Actor._handle_receive`, replies,
+`on_failure`); that reuse of pykka internals is why pyproject pins pykka's minor version, and
+tests/unit/test_runtime.py checks the contract.
+
+No monkey-patching is needed or done: the broker uses gevent's socket, queue and timer APIs
+directly, and pykka's registry lock is never contended under gevent.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import deque
+from typing import Any
+
+import gevent
+import gevent.event
+import pykka
+from pykka._envelope import Envelope
+
+logger = logging.getLogger(__name__)
+
+DRAIN_BATCH = 256
+
+
+class GeventFuture(pykka.Future[Any]):
+    """A pykka future backed by `gevent.event.AsyncResult`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._result = gevent.event.AsyncResult()
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        try:
+            return super().get(timeout=timeout)
+        except NotImplementedError:
+            pass
+        try:
+            return self._result.get(timeout=timeout)
+        except gevent.Timeout as error:
+            raise pykka.Timeout(f"{timeout} seconds") from error
+
+    def set(self, value: Any = None) -> None:
+        self._result.set(value)
+
+    def set_exception(self, exc_info: Any = None) -> None:
+        exc_value = (exc_info or sys.exc_info())[1]
+        self._result.set_exception(exc_value)
+
+
+class _DrainingInbox:
+    """The actor inbox: a deque plus "is a drain greenlet scheduled" state."""
+
+    __slots__ = ("_actor", "_draining", "_envelopes")
+
+    def __init__(self, actor: GeventActor) -> None:
+        self._actor = actor
+        self._envelopes: deque[Envelope[Any]] = deque()
+        self._draining = False
+
+    def put(self, envelope: Envelope[Any], /) -> None:
+        self._envelopes.append(envelope)
+        if not self._draining and self._actor.actor_loop_started:
+            self._draining = True
+            gevent.spawn(self._actor._drain)
+
+    def get(self) -> Envelope[Any]:
+        return self._envelopes.popleft()
+
+    def empty(self) -> bool:
+        return not self._envelopes
+
+    def schedule_drain(self) -> None:
+        if not self._draining:
+            self._draining = True
+            gevent.spawn(self._actor._drain)
+
+    def drain_finished(self) -> None:
+        self._draining = False
+
+
+class GeventActor(pykka.Actor):
+    """Base class of the broker's actors: pykka semantics, greenlets on demand."""
+
+    actor_loop_started = False
+
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        # pykka calls this from Actor.__init__ as a staticmethod would be called; an
+        # instance method is needed here because the inbox must be able to wake its actor.
+        return _DrainingInbox(self)
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return GeventFuture()
+
+    def _start_actor_loop(self) -> None:
+        self.actor_loop_started = True
+        self._needs_setup = True
+        self.actor_inbox.schedule_drain()  # type: ignore[attr-defined]
+
+    def _drain(self) -> None:
+        inbox: _DrainingInbox = self.actor_inbox  # type: ignore[assignment]
+        try:
+            if self._needs_setup:
+                self._needs_setup = False
+                self._actor_loop_setup()
+            handled = 0
+            while inbox._envelopes and not self.actor_stopped.is_set():
+                self._handle_envelope(inbox.get())
+                handled += 1
+                if handled % DRAIN_BATCH == 0:
+                    gevent.sleep(0)
+            if self.actor_stopped.is_set():
+                self._actor_loop_teardown()
+        finally:
+            inbox.drain_finished()
+        if inbox._envelopes and not self.actor_stopped.is_set():
+            inbox.schedule_drain()  # mail arrived while the last handler yielded
+
+    def _handle_envelope(self, envelope: Envelope[Any]) -> None:
+        """Handle one envelope the way pykka's `_actor_loop_running` does."""
+        try:
+            response = self._handle_receive(envelope.message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception:
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+            else:
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:
+                    self._handle_failure(*sys.exc_info())
+        except BaseException:
+            logger.debug("%r in %s: stopping it", sys.exc_info()[1], self)
+            self._stop()
+
+
+def tell_if_alive(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
+    """Tell `message` to `ref` unless it has stopped; returns whether it was delivered.
+
+    Actors that outlive each other (a session and a client it no longer serves) use this
+    instead of `tell`, which raises `ActorDeadError` for a stopped actor.
+    """
+    if ref is None:
+        return False
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        return False
+    return True
