@@ -1,0 +1,163 @@
+"""RouteTable: topic filter -> {subscriber: value}, matched by topic name on every PUBLISH.
+
+The router actor is the only writer (`add`, `remove`, `remove_subscriber`); publishers in
+other greenlets call `match` directly. Exact filters live in a dict looked up by the topic
+name itself; wildcard filters live in a `TopicTrie`, walked only when there are any.
+
+Invariants:
+- every filter present has at least one subscriber; `len(table)` counts (filter, subscriber)
+  routes and `version` grows on every change;
+- a wildcard filter is in `_wildcard` exactly when it is in the trie;
+- the match cache (topic name -> result) only holds results computed at the current
+  `version`: every change empties it, so a route added or removed is seen by the next match.
+  It is bounded (`cache_size` names, names longer than `MAX_CACHED_NAME_LENGTH` are not
+  cached) and simply emptied when full, which costs nothing per hit;
+- copy-on-write: the subscriber dicts returned by `match` are never changed afterwards. A
+  change to a filter whose dict a `match` may have handed out (one made at or before the last
+  uncached match) replaces the dict with an updated copy, so a publisher may keep iterating
+  a result across greenlet switches. Changes made between publishes edit in place; the copy
+  costs O(subscribers of that filter) only when publishes and subscriptions interleave.
+
+Callers must not mutate what `match` returns (the list and the dicts are shared with the
+cache and with other publishers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Generic, TypeVar
+
+from mqtt.topics import is_wildcard, validate_topic_filter
+from router.topic_trie import TopicTrie
+
+SubscriberT = TypeVar("SubscriberT", bound=Hashable)
+ValueT = TypeVar("ValueT")
+
+DEFAULT_CACHE_SIZE = 4096
+MAX_CACHED_NAME_LENGTH = 512
+
+Match = list[tuple[str, Mapping[SubscriberT, ValueT]]]
+
+
+class RouteTable(Generic[SubscriberT, ValueT]):
+    """The subscriptions of the broker: which subscribers want which topic filters.
+
+    `value` is whatever the broker keeps per route (e.g. the session's route object with its
+    SubscriptionOptions); `add` on an existing (filter, subscriber) replaces it.
+    """
+
+    __slots__ = (
+        "_cache",
+        "_cache_size",
+        "_exact",
+        "_made_at",
+        "_routes",
+        "_shared_at",
+        "_trie",
+        "_wildcard",
+        "version",
+    )
+
+    def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, got {cache_size}")
+        self._exact: dict[str, dict[SubscriberT, ValueT]] = {}
+        self._wildcard: dict[str, dict[SubscriberT, ValueT]] = {}
+        self._trie = TopicTrie()
+        self._made_at: dict[str, int] = {}  # filter -> version its current dict was made at
+        self._shared_at = -1  # version of the last uncached match
+        self._cache: dict[str, Match[SubscriberT, ValueT]] = {}
+        self._cache_size = cache_size
+        self._routes = 0
+        self.version = 0
+
+    def __len__(self) -> int:
+        return self._routes
+
+    @property
+    def filter_count(self) -> int:
+        return len(self._exact) + len(self._wildcard)
+
+    def add(self, topic_filter: str, subscriber: SubscriberT, value: ValueT) -> bool:
+        """Route `topic_filter` to `subscriber`; True if the subscriber was new on that filter.
+
+        Raises TopicError if the filter is not valid [MQTT-4.7.1-2] [MQTT-4.7.1-3].
+        """
+        validate_topic_filter(topic_filter)
+        self._changed()
+        subscribers = self._writable(topic_filter)
+        is_new = subscriber not in subscribers
+        subscribers[subscriber] = value
+        self._routes += is_new
+        return is_new
+
+    def remove(self, topic_filter: str, subscriber: SubscriberT) -> bool:
+        """Drop one route; False if `subscriber` was not on `topic_filter`."""
+        table = self._wildcard if is_wildcard(topic_filter) else self._exact
+        subscribers = table.get(topic_filter)
+        if subscribers is None or subscriber not in subscribers:
+            return False
+        self._changed()
+        if len(subscribers) == 1:
+            del table[topic_filter]
+            del self._made_at[topic_filter]
+            if table is self._wildcard:
+                self._trie.remove(topic_filter)
+        else:
+            del self._writable(topic_filter)[subscriber]
+        self._routes -= 1
+        return True
+
+    def remove_subscriber(self, subscriber: SubscriberT, topic_filters: Iterable[str]) -> int:
+        """Drop `subscriber` from each of `topic_filters`; the number of routes dropped."""
+        return sum(self.remove(topic_filter, subscriber) for topic_filter in topic_filters)
+
+    def subscribers(self, topic_filter: str) -> Mapping[SubscriberT, ValueT]:
+        """A read-only view of the subscribers of `topic_filter` (empty if it has none).
+
+        O(1); read it now: after the next change it may show either the old or the new state.
+        """
+        table = self._wildcard if is_wildcard(topic_filter) else self._exact
+        return MappingProxyType(table.get(topic_filter, {}))
+
+    def match(self, topic_name: str) -> Match[SubscriberT, ValueT]:
+        """(filter, {subscriber: value}) for every filter matching the valid `topic_name`.
+
+        The hot path of every PUBLISH. The result is shared: do not mutate it.
+        """
+        cached = self._cache.get(topic_name)
+        if cached is not None:
+            return cached
+        exact = self._exact.get(topic_name)
+        matched: Match[SubscriberT, ValueT] = [] if exact is None else [(topic_name, exact)]
+        if self._wildcard:
+            wildcard = self._wildcard
+            matched.extend([(found, wildcard[found]) for found in self._trie.match(topic_name)])
+        self._shared_at = self.version
+        if len(topic_name) <= MAX_CACHED_NAME_LENGTH:
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            self._cache[topic_name] = matched
+        return matched
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._cache:
+            self._cache.clear()
+
+    def _writable(self, topic_filter: str) -> dict[SubscriberT, ValueT]:
+        """The dict of `topic_filter` that may be edited in place now (created if missing)."""
+        wildcard = is_wildcard(topic_filter)
+        table = self._wildcard if wildcard else self._exact
+        subscribers = table.get(topic_filter)
+        if subscribers is None:
+            subscribers = table[topic_filter] = {}
+            if wildcard:
+                self._trie.add(topic_filter)
+        elif self._made_at[topic_filter] <= self._shared_at:
+            subscribers = table[topic_filter] = dict(subscribers)
+        else:
+            return subscribers
+        self._made_at[topic_filter] = self.version
+        return subscribers

@@ -1,0 +1,132 @@
+"""The router's structures against the reference matcher `mqtt.topics.matches` (Hypothesis).
+
+Filters and names are drawn from a small alphabet of levels, including empty levels and a
+`$`-prefixed level (the `$` rule [MQTT-4.7.2-1] only bites at the first level), so that
+matches are frequent and every wildcard shape occurs.
+"""
+
+from collections.abc import Mapping
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqtt.topics import matches
+from router.retained_index import RetainedIndex
+from router.route_table import RouteTable
+from router.topic_trie import TopicTrie
+
+NAME_LEVELS = st.sampled_from(["a", "b", "", "$s"])
+names = st.lists(NAME_LEVELS, min_size=1, max_size=4).map("/".join).filter(bool)
+filters = st.builds(
+    lambda levels, multi: "/".join([*levels, "#"] if multi else levels),
+    st.lists(st.sampled_from(["a", "b", "", "$s", "+"]), min_size=0, max_size=4),
+    st.booleans(),
+).filter(bool)
+subscribers = st.sampled_from(["s1", "s2", "s3"])
+
+PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
+
+
+@PROPERTY_SETTINGS
+@given(
+    stored=st.sets(filters, max_size=12),
+    probes=st.lists(names, min_size=1, max_size=8),
+    removed=st.data(),
+)
+def test_trie_match_equals_oracle_before_and_after_removals(
+    stored: set[str], probes: list[str], removed: st.DataObject
+) -> None:
+    trie = TopicTrie()
+    for topic_filter in stored:
+        trie.add(topic_filter)
+    for name in probes:
+        matched = trie.match(name)
+        assert len(matched) == len(set(matched))
+        assert set(matched) == {f for f in stored if matches(f, name)}
+    to_remove = removed.draw(st.sets(st.sampled_from(sorted(stored)))) if stored else set()
+    for topic_filter in to_remove:
+        trie.remove(topic_filter)
+    remaining = stored - to_remove
+    assert len(trie) == len(remaining)
+    assert all(topic_filter in trie for topic_filter in remaining)
+    assert not any(topic_filter in trie for topic_filter in to_remove)
+    for name in probes:
+        assert set(trie.match(name)) == {f for f in remaining if matches(f, name)}
+
+
+route_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), filters, subscribers, st.integers(0, 3)),
+        st.tuples(st.just("remove"), filters, subscribers),
+        st.tuples(st.just("match"), names),
+    ),
+    max_size=40,
+)
+
+
+def snapshot(matched: list[tuple[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    return {topic_filter: dict(routes) for topic_filter, routes in matched}
+
+
+@PROPERTY_SETTINGS
+@given(ops=route_ops, cache_size=st.integers(1, 4))
+def test_route_table_match_equals_oracle_with_cache_and_interleaved_changes(
+    ops: list[tuple], cache_size: int
+) -> None:
+    table: RouteTable[str, int] = RouteTable(cache_size=cache_size)
+    model: dict[str, dict[str, int]] = {}
+    handed_out: list[tuple[list[tuple[str, Mapping[str, int]]], dict[str, dict[str, int]]]] = []
+    for op in ops:
+        if op[0] == "add":
+            _, topic_filter, subscriber, value = op
+            is_new = subscriber not in model.get(topic_filter, {})
+            assert table.add(topic_filter, subscriber, value) is is_new
+            model.setdefault(topic_filter, {})[subscriber] = value
+        elif op[0] == "remove":
+            _, topic_filter, subscriber = op
+            was_there = subscriber in model.get(topic_filter, {})
+            assert table.remove(topic_filter, subscriber) is was_there
+            if was_there:
+                del model[topic_filter][subscriber]
+                if not model[topic_filter]:
+                    del model[topic_filter]
+        else:
+            name = op[1]
+            matched = table.match(name)
+            expected = {f: dict(routes) for f, routes in model.items() if matches(f, name)}
+            assert len(matched) == len(expected)
+            assert snapshot(matched) == expected
+            handed_out.append((matched, expected))
+        assert len(table) == sum(len(routes) for routes in model.values())
+        assert table.filter_count == len(model)
+    for matched, expected in handed_out:
+        assert snapshot(matched) == expected  # results are never changed afterwards
+
+
+retained_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), names, st.integers(0, 3)),
+        st.tuples(st.just("delete"), names),
+    ),
+    max_size=30,
+)
+
+
+@PROPERTY_SETTINGS
+@given(ops=retained_ops, probes=st.lists(filters, min_size=1, max_size=8))
+def test_retained_index_match_equals_oracle(ops: list[tuple], probes: list[str]) -> None:
+    index: RetainedIndex[int] = RetainedIndex()
+    model: dict[str, int] = {}
+    for op in ops:
+        if op[0] == "set":
+            index.set(op[1], op[2])
+            model[op[1]] = op[2]
+        else:
+            assert index.delete(op[1]) is (op[1] in model)
+            model.pop(op[1], None)
+    assert len(index) == len(model)
+    assert sorted(index.items()) == sorted(model.items())
+    for topic_filter in probes:
+        matched = index.match(topic_filter)
+        assert len(matched) == len(set(matched))
+        assert set(matched) == {(n, v) for n, v in model.items() if matches(topic_filter, n)}
