@@ -1,0 +1,166 @@
+"""`StoreWriter`: group commit of op batches on gevent, with callbacks after each commit.
+
+Theory of operation. `submit(ops, on_commit)` only appends to a deque and wakes the writer
+greenlet, so it never blocks. The writer runs when the gevent loop next schedules it (so
+every submission made in the same loop iteration joins the batch), waits until the oldest
+pending submission is `max_delay` old (or `max_batch_ops` ops are pending; with the default
+0 it does not wait), takes whole submissions up to `max_batch_ops` ops, and applies them as
+ONE transaction in gevent's thread pool: sqlite3
+releases the GIL while it writes and syncs, so the gevent loop (which the broker does not
+monkey-patch) keeps serving clients meanwhile. Submissions that arrive during a commit form
+the next batch. After the commit the callbacks of the batch run in the writer greenlet, in
+submission order; this is where the broker sends PUBACK/PUBREC for messages it has made
+durable (write-ahead).
+
+A failed commit is logged (naming the store and the failure) and retried with exponential
+backoff, the batch unchanged, until it succeeds; no callback of the batch runs before that.
+Callbacks must not block (tell an actor, write to a socket buffer); one that raises is
+logged and skipped. The store belongs to the writer once it is started: nobody else may call
+it, and `close()` closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import gevent
+import gevent.event
+
+from store.base import Op, Store, StoreError
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[[], None]
+
+FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
+MAX_RETRY_DELAY = 5.0
+
+
+class StoreWriter:
+    """Applies submitted op batches to `store` with group commit (see module docstring)."""
+
+    def __init__(self, store: Store, *, max_batch_ops: int = 5000, max_delay: float = 0.0) -> None:
+        self._store = store
+        self._max_batch_ops = max_batch_ops
+        self._max_delay = max_delay
+        self._pending: deque[tuple[Sequence[Op], Callback | None]] = deque()
+        self._pending_ops = 0
+        self._oldest_pending_at = 0.0
+        self._has_work = gevent.event.Event()
+        self._commit_now = gevent.event.Event()
+        self._closing = False
+        self.transactions = 0  # commits made, for statistics and tests
+        self.committed_ops = 0
+        self._greenlet = gevent.spawn(self._run)
+
+    def submit(self, ops: Sequence[Op], on_commit: Callback | None = None) -> None:
+        """Queue `ops` for the next commit; `on_commit` runs in the gevent loop after it."""
+        if self._closing:
+            raise StoreError(f"{self._store!r}: the writer is closed; nothing more can be stored")
+        if not self._pending:
+            self._oldest_pending_at = time.monotonic()
+        self._pending.append((ops, on_commit))
+        self._pending_ops += len(ops)
+        if self._pending_ops >= self._max_batch_ops:
+            self._commit_now.set()
+        self._has_work.set()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block this greenlet until everything submitted so far is committed.
+
+        Raises StoreError if that takes longer than `timeout` seconds. Never call it from a
+        commit callback (the writer would wait for itself).
+        """
+        done = gevent.event.Event()
+        self.submit((), done.set)
+        self._commit_now.set()  # no max_delay wait: the caller is waiting
+        if not done.wait(timeout):
+            raise StoreError(
+                f"{self._store!r}: {self._pending_ops} submitted operations were not committed "
+                f"within {timeout} s (see the errors logged before)"
+            )
+
+    def close(self, timeout: float | None = None) -> None:
+        """Commit everything submitted, stop the writer and close the store."""
+        if self._closing:
+            return
+        self.flush(timeout)
+        self._closing = True
+        self._has_work.set()
+        self._greenlet.join()
+        self._store.close()
+
+    def _run(self) -> None:
+        while True:
+            self._has_work.wait()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._has_work.clear()
+                continue
+            remaining = self._max_delay - (time.monotonic() - self._oldest_pending_at)
+            if remaining > 0:
+                self._commit_now.wait(remaining)
+            batch = self._take_batch()
+            ops = [op for submitted_ops, _ in batch for op in submitted_ops]
+            if ops:
+                self._commit(ops)
+            for _, on_commit in batch:
+                if on_commit is not None:
+                    self._run_callback(on_commit)
+
+    def _take_batch(self) -> list[tuple[Sequence[Op], Callback | None]]:
+        """Pop whole submissions, at least one, up to max_batch_ops operations."""
+        batch = [self._pending.popleft()]
+        taken_ops = len(batch[0][0])
+        while self._pending and taken_ops + len(self._pending[0][0]) <= self._max_batch_ops:
+            batch.append(self._pending.popleft())
+            taken_ops += len(batch[-1][0])
+        self._pending_ops -= taken_ops
+        if self._pending_ops < self._max_batch_ops:
+            self._commit_now.clear()
+        if self._pending:
+            self._oldest_pending_at = 0.0  # the rest has waited long enough: commit it next
+        else:
+            self._has_work.clear()
+        return batch
+
+    def _commit(self, ops: list[Op]) -> None:
+        """Apply `ops` in one transaction in the thread pool, retrying until it succeeds."""
+        delay = FIRST_RETRY_DELAY
+        attempt = 1
+        while True:
+            error = gevent.get_hub().threadpool.apply(self._apply_in_thread, (ops,))
+            if error is None:
+                self.transactions += 1
+                self.committed_ops += len(ops)
+                return
+            logger.error(
+                "store %r: commit of %d operations failed (attempt %d), retrying in %.2f s: %s",
+                self._store,
+                len(ops),
+                attempt,
+                delay,
+                error,
+            )
+            gevent.sleep(delay)
+            delay = min(delay * 2, MAX_RETRY_DELAY)
+            attempt += 1
+
+    def _apply_in_thread(self, ops: list[Op]) -> Exception | None:
+        # Runs in a pool thread; the error is returned, not raised, so that gevent does not
+        # print it as an unhandled thread-pool failure.
+        try:
+            self._store.apply(ops)
+        except Exception as error:
+            return error
+        return None
+
+    def _run_callback(self, on_commit: Callback) -> None:
+        try:
+            on_commit()
+        except Exception:
+            logger.exception("store %r: a commit callback failed; it was skipped", self._store)
