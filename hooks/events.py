@@ -37,6 +37,54 @@ class Message:
     message_id: int = field(default_factory=next_message_id)
 
 
+def _slot_setters() -> tuple[Any, ...]:
+    names = ("topic", "payload", "qos", "retain", "publisher", "username", "timestamp")
+    return tuple(Message.__dict__[name].__set__ for name in (*names, "properties", "message_id"))
+
+
+(
+    _set_topic,
+    _set_payload,
+    _set_qos,
+    _set_retain,
+    _set_publisher,
+    _set_username,
+    _set_timestamp,
+    _set_properties,
+    _set_message_id,
+) = _slot_setters()
+_new_object = object.__new__
+_now = time.time
+
+
+def new_message(  # noqa: PLR0917 - positional on purpose: one call per PUBLISH
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    publisher: str | None,
+    username: str | None,
+    properties: dict[int, Any],
+) -> Message:
+    """The same `Message` as the constructor builds, about 2.5 times faster.
+
+    A frozen dataclass's `__init__` goes through `object.__setattr__` for every field; on the
+    broker's hot path (one message per PUBLISH) that was the largest single cost, so the
+    client actor fills the slots directly. The object is as immutable as any other.
+    """
+    message = _new_object(Message)
+    _set_topic(message, topic)
+    _set_payload(message, payload)
+    _set_qos(message, qos)
+    _set_retain(message, retain)
+    _set_publisher(message, publisher)
+    _set_username(message, username)
+    _set_timestamp(message, _now())
+    _set_properties(message, properties)
+    _set_message_id(message, next_message_id())
+    return message
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientInfo:
     client_id: str

@@ -1,7 +1,9 @@
 """The broker's hook points, named after emqttd/EMQX so their users recognise them.
 
-Each member's docstring-like comment says when it fires and which event object it carries;
-`docs/plugins.md` has the full table with return conventions.
+Each member's comment says when it fires, which event object (hooks.events) the callback
+receives and, for the decision and fold points, what it returns (hooks.decisions).
+Callbacks are registered with `HookBus.register(point, callback)`; docs/plugins.md has the
+full table, including which actor runs each point.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from enum import Enum
 class HookPoint(Enum):
     # Client lifecycle (run in the client's own actor).
     CLIENT_CONNECT = "client.connect"  # ClientConnect: CONNECT received, before authentication
-    CLIENT_AUTHENTICATE = "client.authenticate"  # fold, AuthenticateRequest -> AuthDecision
+    CLIENT_AUTHENTICATE = "client.authenticate"  # AuthenticateRequest -> Decision | AuthResult
     CLIENT_CONNECTED = "client.connected"  # ClientConnected: CONNACK 0 sent
     CLIENT_DISCONNECTED = "client.disconnected"  # ClientDisconnected: connection closed
-    CLIENT_AUTHORIZE = "client.authorize"  # fold, AuthorizeRequest -> AclDecision
+    CLIENT_AUTHORIZE = "client.authorize"  # AuthorizeRequest -> Decision
     CLIENT_SUBSCRIBE = "client.subscribe"  # ClientSubscribe: SUBSCRIBE received, before ACL
     CLIENT_UNSUBSCRIBE = "client.unsubscribe"  # ClientUnsubscribe: UNSUBSCRIBE received
     # Session lifecycle (run in the session actor).
@@ -24,8 +26,9 @@ class HookPoint(Enum):
     SESSION_SUBSCRIBED = "session.subscribed"  # SessionSubscribed: route added
     SESSION_UNSUBSCRIBED = "session.unsubscribed"  # SessionUnsubscribed: route removed
     SESSION_TERMINATED = "session.terminated"  # SessionEvent with reason
-    # Message flow.
-    MESSAGE_PUBLISH = "message.publish"  # fold, Message -> Message | DROP (publisher's session)
+    # Message flow: message.publish in the publisher's client actor, the others in the
+    # subscriber's session actor (message.dropped for "no subscribers": the publisher's).
+    MESSAGE_PUBLISH = "message.publish"  # Message -> Message | None (unchanged) | DROP
     MESSAGE_DELIVERED = "message.delivered"  # MessageDelivered: written to a subscriber
     MESSAGE_ACKED = "message.acked"  # MessageAcked: PUBACK/PUBCOMP from a subscriber
     MESSAGE_DROPPED = "message.dropped"  # MessageDropped: no subscriber, queue full, denied...

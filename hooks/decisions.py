@@ -1,0 +1,78 @@
+"""The values hook callbacks return: tri-state decisions, authentication results, Stop, DROP.
+
+- `Decision` is what client.authenticate and client.authorize callbacks answer: ALLOW or DENY
+  ends the chain (the first non-IGNORE answer wins), IGNORE passes to the next callback
+  (emqttd `allow | deny | ignore`, Mosquitto `MOSQ_ERR_PLUGIN_DEFER`).
+- `AuthResult` is the outcome of authentication as the broker sees it: allowed, or refused
+  with an `AuthFailure` that maps onto the CONNACK code of MQTT 3.1.1 and 5.0.
+- `Stop(value)` halts a chain: in a notify chain the value is ignored, in a fold it becomes
+  the result.
+- `DROP` is returned by a message.publish callback to drop the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Decision(Enum):
+    ALLOW = "allow"
+    DENY = "deny"
+    IGNORE = "ignore"
+
+
+class AuthFailure(Enum):
+    """Why a CONNECT was refused; each member knows its CONNACK code for both protocols."""
+
+    # MQTT 3.1.1 CONNACK 0x04 "bad user name or password"; MQTT 5.0 reason code 0x86.
+    BAD_CREDENTIALS = "bad_credentials"
+    # MQTT 3.1.1 CONNACK 0x05 "not authorized"; MQTT 5.0 reason code 0x87.
+    NOT_AUTHORIZED = "not_authorized"
+
+    @property
+    def connack_v3(self) -> int:
+        """The CONNACK return code for MQTT 3.1 / 3.1.1 (section 3.2.2.3)."""
+        return 0x04 if self is AuthFailure.BAD_CREDENTIALS else 0x05
+
+    @property
+    def connack_v5(self) -> int:
+        """The CONNACK reason code for MQTT 5.0 (section 3.2.2.2)."""
+        return 0x86 if self is AuthFailure.BAD_CREDENTIALS else 0x87
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResult:
+    """The result of authenticating a CONNECT: `reason` is None exactly when `allowed`."""
+
+    allowed: bool
+    reason: AuthFailure | None = None
+
+    def __post_init__(self) -> None:
+        if self.allowed != (self.reason is None):
+            raise ValueError(
+                f"AuthResult(allowed={self.allowed}, reason={self.reason}): an allowed result "
+                "has no reason and a refused one needs one"
+            )
+
+
+AUTH_ALLOWED = AuthResult(allowed=True)
+AUTH_BAD_CREDENTIALS = AuthResult(allowed=False, reason=AuthFailure.BAD_CREDENTIALS)
+AUTH_NOT_AUTHORIZED = AuthResult(allowed=False, reason=AuthFailure.NOT_AUTHORIZED)
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Returned by a callback to halt its chain; in a fold `value` is the fold's result."""
+
+    value: Any = None
+
+
+class Drop(Enum):
+    """The type of `DROP` (a one-member Enum, so type checkers can name it)."""
+
+    DROP = "drop"
+
+
+DROP = Drop.DROP

@@ -1,0 +1,106 @@
+"""`python -m plugins.auth_file add FILE USER`: add or update a user in a password file.
+
+Writes the `$7$` (PBKDF2-HMAC-SHA512) format that Mosquitto and mosquitto_passwd read, so
+either tool can manage the same file. The password comes from a prompt (asked twice), from
+`--password` (visible in the process list: tests and throwaway set-ups only) or from the
+first line of standard input with `--password-stdin` (scripts). The file is rewritten
+atomically (a temporary file renamed over it); a new file is created with mode 0600. Send
+the broker SIGHUP to make it re-read the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from plugins.auth_file import (
+    DEFAULT_ITERATIONS,
+    PasswordFileError,
+    hash_password,
+    parse_password_file,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m plugins.auth_file",
+        description="Manage a Mosquitto-format password file for the auth_file plugin.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    add = commands.add_parser("add", help="add a user, or change the password of one")
+    add.add_argument("file", type=Path, help="password file (created if missing)")
+    add.add_argument("user", help="user name (no ':')")
+    source = add.add_mutually_exclusive_group()
+    source.add_argument("--password", help="the password itself (shows in `ps`)")
+    source.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    add.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help=f"PBKDF2 iterations (default {DEFAULT_ITERATIONS}, like mosquitto_passwd)",
+    )
+    return parser
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        return str(args.password)
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass("Password: ")
+    if first != getpass.getpass("Reenter password: "):
+        raise ValueError("the passwords do not match")
+    return first
+
+
+def add_user(path: Path, user: str, password: str, iterations: int) -> None:
+    """Set `user`'s password in `path`, keeping every other line as it is."""
+    if not user or ":" in user or any(c in user for c in "\r\n"):
+        raise ValueError(f"user name {user!r} must be non-empty, without ':' or line breaks")
+    if not password:
+        raise ValueError("the password is empty")
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    parse_password_file("\n".join(lines), str(path))  # refuse to edit a broken file
+    entry = f"{user}:{hash_password(password.encode('utf-8'), iterations).encode()}"
+    for index, line in enumerate(lines):
+        if line.partition(":")[0].strip() == user:
+            lines[index] = entry
+            break
+    else:
+        lines.append(entry)
+    _write_atomically(path, "".join(f"{line}\n" for line in lines))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        add_user(args.file, args.user, _read_password(args), args.iterations)
+    except (ValueError, OSError, PasswordFileError) as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

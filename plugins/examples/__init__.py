@@ -1,0 +1,1 @@
+"""Small example plugins, meant to be read and copied (docs/plugins.md explains them)."""
