@@ -1,0 +1,108 @@
+"""PacketDecoder framing: size bound, partial input, protocol version discovery, input types."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqtt import (
+    MAX_PACKET_SIZE,
+    MalformedPacketError,
+    PacketDecoder,
+    PacketTooLargeError,
+    Publish,
+    UnsupportedProtocolVersionError,
+    encode,
+    encode_publish,
+)
+from mqtt.reason_codes import ReasonCode
+from tests.fixtures.wire_packets import h
+
+
+def test_oversized_packet_rejected_from_the_fixed_header_before_the_body() -> None:
+    """A remaining length above the maximum fails as soon as the varint is complete."""
+    decoder = PacketDecoder(max_packet_size=100, protocol_version=4)
+    assert decoder.feed(b"\x30") == []
+    with pytest.raises(PacketTooLargeError, match="101 bytes exceeds"):
+        decoder.feed(b"\x63")  # remaining length 99 + 2 header bytes = 101
+
+
+def test_packet_of_exactly_max_size_is_accepted_and_one_more_byte_is_not() -> None:
+    wire = encode(Publish("t", b"x" * 95), 4)
+    assert len(wire) == 100
+    assert PacketDecoder(max_packet_size=100, protocol_version=4).feed(wire)[0].payload == (
+        b"x" * 95
+    )
+    decoder = PacketDecoder(max_packet_size=99, protocol_version=4)
+    with pytest.raises(PacketTooLargeError) as caught:
+        decoder.feed(wire[:2])
+    assert caught.value.reason_code == ReasonCode.PACKET_TOO_LARGE
+    assert decoder.buffered == 0
+
+
+def test_large_remaining_length_rejected_without_buffering_body() -> None:
+    decoder = PacketDecoder(max_packet_size=1_048_576, protocol_version=4)
+    header = b"\x30\xff\xff\xff\x7f"  # 268,435,455
+    with pytest.raises(PacketTooLargeError):
+        decoder.feed(header)
+
+
+def test_remaining_length_over_four_bytes_is_malformed() -> None:
+    decoder = PacketDecoder(max_packet_size=MAX_PACKET_SIZE, protocol_version=4)
+    assert decoder.feed(b"\x30\x80\x80\x80") == []
+    with pytest.raises(MalformedPacketError, match="4 bytes"):
+        decoder.feed(b"\x80")
+
+
+def test_partial_body_is_held_and_completed_later() -> None:
+    wire = encode_publish("a/b", b"p" * 300, 1, False, False, 7, None, 4)
+    decoder = PacketDecoder(protocol_version=4)
+    assert decoder.feed(wire[:150]) == []
+    assert decoder.buffered == 150
+    assert decoder.feed(wire[150:] + wire[:3]) == [
+        Publish("a/b", b"p" * 300, 1, False, False, 7, {})
+    ]
+    assert decoder.buffered == 3
+
+
+def test_accepts_bytearray_and_memoryview_input() -> None:
+    wire = encode(Publish("a", b"x"), 4)
+    assert PacketDecoder(protocol_version=4).feed(bytearray(wire))[0].payload == b"x"
+    packet = PacketDecoder(protocol_version=4).feed(memoryview(wire))[0]
+    assert type(packet.payload) is bytes
+
+
+def test_protocol_version_learned_from_connect() -> None:
+    decoder = PacketDecoder()
+    assert decoder.protocol_version is None
+    decoder.feed(h("10 0f 0004 4d515454 05 02 003c 00 0002 6331"))
+    assert decoder.protocol_version == 5
+
+
+def test_protocol_version_set_even_when_the_rest_of_connect_fails() -> None:
+    """The broker must answer a bad CONNECT in the client's version (CONNACK 0x81 in 5.0)."""
+    decoder = PacketDecoder()
+    with pytest.raises(MalformedPacketError):
+        decoder.feed(h("10 0f 0004 4d515454 05 03 003c 00 0002 6331"))  # reserved flag set
+    assert decoder.protocol_version == 5
+
+
+def test_unsupported_version_error_carries_what_the_client_sent_mqtt_3_1_2_2() -> None:
+    decoder = PacketDecoder()
+    with pytest.raises(UnsupportedProtocolVersionError) as caught:
+        decoder.feed(h("10 0e 0004 4d515454 07 02 003c 0002 6331"))
+    assert (caught.value.protocol_name, caught.value.protocol_level) == ("MQTT", 7)
+    assert caught.value.reason_code == 0x84
+    assert decoder.protocol_version is None
+
+
+def test_publish_payload_is_an_independent_bytes_object() -> None:
+    wire = encode(Publish("a", b"xyz"), 4) * 2
+    first, second = PacketDecoder(protocol_version=4).feed(wire)
+    assert type(first.payload) is bytes
+    assert first == second
+
+
+@pytest.mark.parametrize(("size", "version"), [(1, None), (MAX_PACKET_SIZE + 1, None), (10, 6)])
+def test_constructor_rejects_bad_settings(size: int, version: int | None) -> None:
+    with pytest.raises(ValueError):
+        PacketDecoder(max_packet_size=size, protocol_version=version)

@@ -1,0 +1,45 @@
+"""Layering: the codec, router and hook bus are pure libraries (AST scan of their imports)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "mqtt": frozenset({"socket", "gevent", "pykka", "asyncio", "threading", "select"}),
+    "router": frozenset({"gevent", "pykka", "socket"}),
+    "hooks": frozenset({"gevent", "pykka", "socket"}),
+}
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Top-level names of every module `path` imports (absolute imports only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_scanner_sees_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import socket\nfrom gevent.pool import Pool\nif True:\n    import pykka\n")
+    assert imported_roots(sample) == {"socket", "gevent", "pykka"}
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_pure_package_imports_no_io_or_actor_runtime(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"{package}/ has no Python files"
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_roots(path) & FORBIDDEN[package])
+        for path in files
+    }
+    assert {name: bad for name, bad in offenders.items() if bad} == {}
