@@ -64,26 +64,40 @@ class GeventFuture(pykka.Future[Any]):
 
 
 class _DrainingInbox:
-    """The actor inbox: a deque plus "is a drain greenlet scheduled" state."""
+    """The actor inbox: deques plus "is a drain greenlet scheduled" state.
 
-    __slots__ = ("_actor", "_draining", "_envelopes")
+    A message whose class sets `urgent = True` is handled before the ordinary backlog
+    (urgent messages keep their order among themselves). The session actor uses it for
+    acknowledgements: a PUBACK frees an in-flight slot, and waiting behind thousands of
+    queued deliveries would throttle the subscriber to one window per backlog.
+    """
+
+    __slots__ = ("_actor", "_draining", "_envelopes", "_urgent")
 
     def __init__(self, actor: GeventActor) -> None:
         self._actor = actor
         self._envelopes: deque[Envelope[Any]] = deque()
+        self._urgent: deque[Envelope[Any]] | None = None  # created on first use
         self._draining = False
 
     def put(self, envelope: Envelope[Any], /) -> None:
-        self._envelopes.append(envelope)
+        if getattr(envelope.message, "urgent", False):
+            if self._urgent is None:
+                self._urgent = deque()
+            self._urgent.append(envelope)
+        else:
+            self._envelopes.append(envelope)
         if not self._draining and self._actor.actor_loop_started:
             self._draining = True
             gevent.spawn(self._actor._drain)
 
     def get(self) -> Envelope[Any]:
+        if self._urgent:
+            return self._urgent.popleft()
         return self._envelopes.popleft()
 
     def empty(self) -> bool:
-        return not self._envelopes
+        return not self._envelopes and not self._urgent
 
     def schedule_drain(self) -> None:
         if not self._draining:
@@ -95,9 +109,24 @@ class _DrainingInbox:
 
 
 class GeventActor(pykka.Actor):
-    """Base class of the broker's actors: pykka semantics, greenlets on demand."""
+    """Base class of the broker's actors: pykka semantics, greenlets on demand.
+
+    `start` does not add the actor to pykka's `ActorRegistry`: the registry is a list that
+    is scanned linearly on every unregister, and the broker keeps its own dicts (client id
+    to session, live connections). Subclasses may override `after_drain`, called when the
+    inbox has been emptied, to coalesce work over a burst of messages (e.g. one socket write).
+    """
 
     actor_loop_started = False
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> Any:
+        actor = cls(*args, **kwargs)
+        actor._start_actor_loop()
+        return actor.actor_ref
+
+    def after_drain(self) -> None:
+        """Called after a burst of envelopes, when the inbox is empty (override to flush)."""
 
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         # pykka calls this from Actor.__init__ as a staticmethod would be called; an
@@ -120,16 +149,18 @@ class GeventActor(pykka.Actor):
                 self._needs_setup = False
                 self._actor_loop_setup()
             handled = 0
-            while inbox._envelopes and not self.actor_stopped.is_set():
+            while not inbox.empty() and not self.actor_stopped.is_set():
                 self._handle_envelope(inbox.get())
                 handled += 1
                 if handled % DRAIN_BATCH == 0:
                     gevent.sleep(0)
+            if not self.actor_stopped.is_set():
+                self.after_drain()
             if self.actor_stopped.is_set():
                 self._actor_loop_teardown()
         finally:
             inbox.drain_finished()
-        if inbox._envelopes and not self.actor_stopped.is_set():
+        if not inbox.empty() and not self.actor_stopped.is_set():
             inbox.schedule_drain()  # mail arrived while the last handler yielded
 
     def _handle_envelope(self, envelope: Envelope[Any]) -> None:

@@ -36,6 +36,7 @@ class Delivery(NamedTuple):
     qos: int
     retain: bool
     subscription_ids: tuple[int, ...] = ()
+    wire: bytes | None = None  # the encoded MQTT 3.x QoS 0 PUBLISH, shared by all its receivers
 
 
 class Stage(Enum):

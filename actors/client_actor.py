@@ -1,0 +1,419 @@
+"""ClientActor: one per connection; the MQTT protocol of that connection (emqttd_client).
+
+Phases, and what each accepts:
+
+    AWAITING_CONNECT --CONNECT accepted--> CONNECTING --SessionAttached--> CONNECTED --> CLOSED
+           \\--anything else, refused CONNECT, timeout-------------------------------/
+
+- AWAITING_CONNECT: the first packet must be CONNECT [MQTT-3.1.0-1]; the client id, the
+  protocol and the credentials (hook `client.authenticate`) are checked here, and a refused
+  CONNECT gets its CONNACK code and a close [MQTT-3.2.2-5].
+- CONNECTING: the session registry is opening the session; packets that arrive meanwhile
+  are kept and handled, in order, once the session has written CONNACK.
+- CONNECTED: PUBLISH QoS 0/1 are routed from here (hook `client.authorize`), QoS 2 and all
+  acknowledgements go to the session actor, which owns that state; a second CONNECT is a
+  protocol violation [MQTT-3.1.0-2].
+- CLOSED: the will is published unless the client sent DISCONNECT [MQTT-3.1.2-8/10]; the
+  session is detached; the actor stops.
+
+One `PacketsReceived` (one socket read) is handled as a batch: its publishes are routed
+together, and all replies leave in one socket write (`after_drain`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from actors.connection import Connection
+from actors.context import BrokerContext
+from actors.messages import (
+    Acknowledged,
+    CloseConnection,
+    ConnectionLost,
+    Detach,
+    InboundQos2,
+    OpenSession,
+    PacketsReceived,
+    Released,
+    SessionAttached,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from actors.runtime import GeventActor, tell_if_alive
+from actors.session_state import Ack
+from hooks.events import (
+    AuthenticateRequest,
+    AuthorizeAction,
+    AuthorizeRequest,
+    ClientConnect,
+    ClientConnected,
+    ClientDisconnected,
+    ClientInfo,
+    ClientSubscribe,
+    ClientUnsubscribe,
+    DisconnectReason,
+    Message,
+    TopicFilterRequest,
+    new_message,
+)
+from hooks.hookpoints import HookPoint
+from mqtt.encoder import encode
+from mqtt.errors import UnsupportedProtocolVersionError
+from mqtt.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Subscribe,
+    Unsubscribe,
+)
+from mqtt.reason_codes import ReasonCode, connack_return_code
+
+logger = logging.getLogger(__name__)
+
+PINGRESP = b"\xd0\x00"
+_ACKS = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
+
+
+class Phase(Enum):
+    AWAITING_CONNECT = "awaiting_connect"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+class ClientActor(GeventActor):
+    def __init__(self, connection: Connection, context: BrokerContext) -> None:
+        super().__init__()
+        self._connection = connection
+        self._transport = connection.transport
+        self._context = context
+        self._hooks = context.hooks
+        self.phase = Phase.AWAITING_CONNECT
+        self._client: ClientInfo | None = None
+        self._version = 4
+        self._will: Message | None = None
+        self._session: Any = None
+        self._held: list[Any] = []  # packets received while CONNECTING
+        self._out: list[bytes] = []
+        # Work collected from one batch of packets, flushed in order by `_flush_batch`.
+        self._to_route: list[Message] = []
+        self._to_session_qos2: list[tuple[Publish, Message | None]] = []
+        self._acks: list[tuple[Ack, int]] = []
+        self._releases: list[int] = []
+        self._check_acl = False  # whether a client.authorize callback exists (per batch)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Publish: self._publish,
+            PubAck: self._ack,
+            PubRec: self._ack,
+            PubComp: self._ack,
+            PubRel: self._pubrel,
+            Subscribe: self._subscribe,
+            Unsubscribe: self._unsubscribe,
+            PingReq: self._ping,
+            Disconnect: self._disconnect,
+        }
+
+    def on_start(self) -> None:
+        self._context.live_clients.add(self.actor_ref)
+        self._transport.on_error = self._write_failed
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, PacketsReceived):
+            self._packets(message.packets)
+        elif isinstance(message, SessionAttached):
+            self._attached(message)
+        elif isinstance(message, ConnectionLost):
+            self._lost(message)
+        elif isinstance(message, CloseConnection):
+            logger.info("closing %s: %s %s", self._name(), message.reason.value, message.detail)
+            self._close(message.reason)
+
+    def after_drain(self) -> None:
+        if self._out:
+            self._transport.write(b"".join(self._out))
+            self._out.clear()
+
+    # ----- packets ----------------------------------------------------------------------
+
+    def _packets(self, packets: list[Any]) -> None:
+        self._check_acl = self._hooks.has(HookPoint.CLIENT_AUTHORIZE)
+        for index, packet in enumerate(packets):
+            if self.phase is Phase.CONNECTED:
+                handler = self._handlers.get(type(packet))
+                if handler is None:
+                    self._violation(f"{type(packet).__name__} is not a client-to-server packet")
+                    return
+                handler(packet)
+            elif self.phase is Phase.AWAITING_CONNECT:
+                if not isinstance(packet, Connect):
+                    self._violation("the first packet must be CONNECT [MQTT-3.1.0-1]")
+                    return
+                self._connect(packet)
+            elif self.phase is Phase.CONNECTING:
+                self._held.extend(packets[index:])
+                return
+            else:
+                return
+        self._flush_batch()
+
+    def _flush_batch(self) -> None:
+        if self._to_route:
+            self._context.dispatcher.publish(self._to_route)
+            self._to_route = []
+        if self._to_session_qos2:
+            self._session.tell(InboundQos2(self._to_session_qos2))
+            self._to_session_qos2 = []
+        if self._acks:
+            self._session.tell(Acknowledged(self._acks))
+            self._acks = []
+        if self._releases:
+            self._session.tell(Released(self._releases))
+            self._releases = []
+
+    def _publish(self, packet: Publish) -> None:
+        client = self._client
+        assert client is not None
+        topic = packet.topic
+        if topic.count("/") >= self._context.limits.max_topic_levels:
+            self._violation(f"topic {topic[:64]!r} has more than limits.max_topic_levels levels")
+            return
+        message = new_message(
+            topic,
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            client.client_id,
+            client.username,
+            packet.properties,
+        )
+        allowed = not self._check_acl or self._authorized(
+            AuthorizeAction.PUBLISH, topic, packet.qos
+        )
+        if packet.qos == 2:
+            self._to_session_qos2.append((packet, message if allowed else None))
+            return
+        if allowed:
+            self._to_route.append(message)
+        else:
+            logger.info("%s: publish to %r denied", self._name(), topic)
+        if packet.qos == 1:
+            # A denied QoS 1 publish is still acknowledged in 3.1.1; 5.0 says why.
+            code = 0 if allowed or self._version < 5 else ReasonCode.NOT_AUTHORIZED
+            self._out.append(encode(PubAck(packet.packet_id, code), self._version))
+
+    def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
+        self._acks.append((_ACKS[type(packet)], packet.packet_id))
+
+    def _pubrel(self, packet: PubRel) -> None:
+        self._flush_batch()  # the QoS 2 PUBLISH must reach the session before its PUBREL
+        self._releases.append(packet.packet_id)
+
+    def _subscribe(self, packet: Subscribe) -> None:
+        self._flush_batch()
+        client = self._client
+        assert client is not None
+        if self._hooks.has(HookPoint.CLIENT_SUBSCRIBE):
+            filters = tuple(
+                TopicFilterRequest(topic_filter=s.topic_filter, qos=s.qos)
+                for s in packet.subscriptions
+            )
+            self._hooks.run(
+                HookPoint.CLIENT_SUBSCRIBE, ClientSubscribe(client=client, filters=filters)
+            )
+        refused: dict[int, int] = {}
+        failure = 0x80 if self._version < 5 else ReasonCode.NOT_AUTHORIZED
+        check_acl = self._check_acl
+        for index, subscription in enumerate(packet.subscriptions):
+            topic_filter = subscription.topic_filter
+            if topic_filter.count("/") >= self._context.limits.max_topic_levels:
+                refused[index] = 0x80 if self._version < 5 else ReasonCode.TOPIC_FILTER_INVALID
+            elif check_acl and not self._authorized(
+                AuthorizeAction.SUBSCRIBE, topic_filter, subscription.qos
+            ):
+                logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
+                refused[index] = failure
+        subscription_ids = packet.properties.get(0x0B)
+        self._session.tell(
+            SubscribeRequest(
+                packet.packet_id,
+                list(packet.subscriptions),
+                refused,
+                subscription_ids[0] if subscription_ids else None,
+            )
+        )
+
+    def _unsubscribe(self, packet: Unsubscribe) -> None:
+        self._flush_batch()
+        if self._hooks.has(HookPoint.CLIENT_UNSUBSCRIBE):
+            assert self._client is not None
+            filters = tuple(TopicFilterRequest(topic_filter=f) for f in packet.topic_filters)
+            self._hooks.run(
+                HookPoint.CLIENT_UNSUBSCRIBE,
+                ClientUnsubscribe(client=self._client, filters=filters),
+            )
+        self._session.tell(UnsubscribeRequest(packet.packet_id, list(packet.topic_filters)))
+
+    def _ping(self, _packet: PingReq) -> None:
+        self._out.append(PINGRESP)
+
+    def _disconnect(self, packet: Disconnect) -> None:
+        # DISCONNECT discards the will [MQTT-3.14.4-3]; 5.0 reason 0x04 asks to publish it.
+        if packet.reason_code != 0x04:
+            self._will = None
+        self._close(DisconnectReason.CLIENT_DISCONNECT)
+
+    def _authorized(self, action: AuthorizeAction, topic: str, qos: int) -> bool:
+        assert self._client is not None
+        request = AuthorizeRequest(client=self._client, action=action, topic=topic, qos=qos)
+        return bool(self._hooks.authorize(request))
+
+    # ----- CONNECT ----------------------------------------------------------------------
+
+    def _connect(self, packet: Connect) -> None:
+        self._version = packet.protocol_version
+        limits = self._context.limits
+        client_id = packet.client_id
+        connack_properties: dict[int, Any] = {}
+        if not client_id:
+            if self._version == 3 or (self._version == 4 and not packet.clean_start):
+                # 3.1 needs 1..23 characters; 3.1.1 allows an empty id only with clean
+                # session 1 [MQTT-3.1.3-8].
+                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id")
+                return
+            client_id = f"auto-{uuid.uuid4().hex}"  # [MQTT-3.1.3-6]
+            if self._version >= 5:
+                connack_properties[0x12] = client_id  # Assigned Client Identifier
+        if len(client_id) > limits.max_client_id_length:
+            self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
+            return
+        client = ClientInfo(
+            client_id=client_id,
+            username=packet.username,
+            peer=self._transport.peer,
+            protocol_version=self._version,
+            clean_start=packet.clean_start,
+            keepalive=packet.keepalive,
+        )
+        self._client = client
+        if self._hooks.has(HookPoint.CLIENT_CONNECT):
+            self._hooks.run(
+                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
+            )
+        result = self._hooks.authenticate(
+            AuthenticateRequest(client=client, password=packet.password)
+        )
+        if not result.allowed:
+            assert result.reason is not None
+            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
+            return
+        if packet.will is not None:
+            will = packet.will
+            self._will = Message(
+                topic=will.topic,
+                payload=will.payload,
+                qos=will.qos,
+                retain=will.retain,
+                publisher=client_id,
+                username=packet.username,
+                properties=will.properties,
+            )
+        self._connection.accept(packet.keepalive)
+        self.phase = Phase.CONNECTING
+        self._context.registry.tell(
+            OpenSession(client, self.actor_ref, self._transport, connack_properties)
+        )
+
+    def _refuse(self, reason_code: int, why: str) -> None:
+        code = reason_code if self._version >= 5 else connack_return_code(reason_code)
+        logger.info("refused CONNECT from %s: %s (CONNACK 0x%02x)", self._name(), why, code)
+        self._out.append(encode(ConnAck(session_present=False, reason_code=code), self._version))
+        self._client = None
+        self._close(DisconnectReason.NOT_AUTHORIZED)
+
+    def _attached(self, attached: SessionAttached) -> None:
+        if self.phase is not Phase.CONNECTING:
+            tell_if_alive(attached.session, Detach(self.actor_ref, DisconnectReason.SOCKET_CLOSED))
+            return
+        self._session = attached.session
+        self.phase = Phase.CONNECTED
+        self._context.stats.connections += 1
+        assert self._client is not None
+        logger.debug("%s connected (session present %s)", self._name(), attached.session_present)
+        if self._hooks.has(HookPoint.CLIENT_CONNECTED):
+            self._hooks.run(
+                HookPoint.CLIENT_CONNECTED,
+                ClientConnected(client=self._client, session_present=attached.session_present),
+            )
+        held, self._held = self._held, []
+        if held:
+            self._packets(held)
+
+    # ----- closing ----------------------------------------------------------------------
+
+    def _lost(self, lost: ConnectionLost) -> None:
+        error = lost.error
+        if (
+            isinstance(error, UnsupportedProtocolVersionError)
+            and self.phase is Phase.AWAITING_CONNECT
+        ):
+            # [MQTT-3.1.2-2]: CONNACK 0x01 (0x84 in 5.0), then close.
+            self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
+            return
+        if error is not None:
+            logger.warning("closing %s: %s", self._name(), error)
+            if self.phase is Phase.CONNECTED and self._version >= 5:
+                self._out.append(encode(Disconnect(reason_code=error.reason_code), 5))
+        elif lost.reason is not DisconnectReason.SOCKET_CLOSED:
+            logger.info("closing %s: %s (%s)", self._name(), lost.reason.value, lost.detail)
+        self._close(lost.reason)
+
+    def _violation(self, why: str) -> None:
+        logger.warning("closing %s: protocol violation: %s", self._name(), why)
+        if self.phase is Phase.CONNECTED and self._version >= 5:
+            self._out.append(encode(Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR), 5))
+        self._close(DisconnectReason.PROTOCOL_ERROR)
+
+    def _write_failed(self, error: OSError) -> None:
+        tell_if_alive(
+            self.actor_ref, ConnectionLost(DisconnectReason.SOCKET_CLOSED, None, str(error))
+        )
+
+    def _close(self, reason: DisconnectReason) -> None:
+        if self.phase is Phase.CLOSED:
+            return
+        was_connected = self.phase is Phase.CONNECTED
+        if was_connected:
+            self._flush_batch()
+        self.phase = Phase.CLOSED
+        if self._will is not None and reason.publishes_will:
+            # The will goes out on any close not preceded by DISCONNECT [MQTT-3.1.2-8].
+            self._context.dispatcher.publish([self._will])
+        self._will = None
+        self.after_drain()
+        self._transport.close()
+        self._context.live_clients.discard(self.actor_ref)
+        if self._session is not None:
+            self._session.tell(Detach(self.actor_ref, reason))
+        if was_connected and self._client is not None:
+            self._context.stats.connections -= 1
+            if self._hooks.has(HookPoint.CLIENT_DISCONNECTED):
+                self._hooks.run(
+                    HookPoint.CLIENT_DISCONNECTED,
+                    ClientDisconnected(client=self._client, reason=reason),
+                )
+        self.stop()
+
+    def _name(self) -> str:
+        if self._client is not None:
+            return f"client {self._client.client_id!r} ({self._transport.peer})"
+        return f"connection {self._transport.peer}"

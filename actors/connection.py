@@ -1,0 +1,98 @@
+"""The read side of one client socket: a greenlet that reads, frames, and tells the client actor.
+
+One `recv` of up to 64 KiB may hold hundreds of packets; the decoder frames them all and the
+reader sends them to the client actor as ONE `PacketsReceived` message, so an actor hop
+costs once per read, not once per packet.
+
+The reader also enforces the two read deadlines: the CONNECT must arrive within
+`limits.connect_timeout`, and afterwards some packet must arrive within 1.5 times the
+keep-alive the client asked for [MQTT-3.1.2-24]. The client actor sets `idle_timeout` when
+it accepts the CONNECT.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gevent import socket
+
+from actors.context import BrokerContext
+from actors.messages import ConnectionLost, PacketsReceived
+from actors.runtime import tell_if_alive
+from actors.transport import Transport
+from hooks.events import DisconnectReason
+from mqtt.decoder import PacketDecoder
+from mqtt.errors import MqttError
+
+logger = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+
+
+class Connection:
+    """Per-socket reader state shared with the client actor (which sets `idle_timeout`)."""
+
+    __slots__ = ("accepted", "decoder", "idle_timeout", "peer", "sock", "transport")
+
+    def __init__(self, sock: socket.socket, peer: str, max_packet_size: int) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.transport = Transport(sock, peer)
+        self.decoder = PacketDecoder(max_packet_size=max_packet_size)
+        self.accepted = False  # the client actor accepted a CONNECT
+        self.idle_timeout: float | None = None  # 1.5 x keep-alive; None for keep-alive 0
+
+    def accept(self, keepalive: int) -> None:
+        """Called by the client actor once it accepted the CONNECT."""
+        self.idle_timeout = keepalive * 1.5 if keepalive else None
+        self.accepted = True
+
+
+def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext) -> None:
+    """StreamServer handler: runs in the greenlet gevent gives each accepted socket."""
+    from actors.client_actor import ClientActor  # noqa: PLC0415 (import cycle: client -> connection)
+
+    peer = f"{address[0]}:{address[1]}"
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    connection = Connection(sock, peer, context.limits.max_packet_size)
+    client = ClientActor.start(connection, context)
+    reason, error, detail = _read_loop(connection, client, context.limits.connect_timeout)
+    tell_if_alive(client, ConnectionLost(reason, error, detail))
+
+
+def _read_loop(
+    connection: Connection, client: object, connect_timeout: float
+) -> tuple[DisconnectReason, MqttError | None, str]:
+    sock = connection.sock
+    decoder = connection.decoder
+    last_read = time.monotonic()
+    sock.settimeout(connect_timeout)
+    while True:
+        try:
+            data = sock.recv(READ_SIZE)
+        except TimeoutError:
+            if not connection.accepted:
+                return DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time"
+            limit = connection.idle_timeout
+            if limit is None:
+                sock.settimeout(None)  # keep-alive 0: no deadline [MQTT-3.1.2-23]
+                continue
+            idle = time.monotonic() - last_read
+            if idle >= limit:
+                return DisconnectReason.KEEPALIVE_TIMEOUT, None, f"silent for {idle:.1f} s"
+            sock.settimeout(limit - idle)
+            continue
+        except OSError as error:
+            return DisconnectReason.SOCKET_CLOSED, None, str(error)
+        if not data:
+            return DisconnectReason.SOCKET_CLOSED, None, "closed by peer"
+        last_read = time.monotonic()
+        if connection.accepted and sock.timeout != connection.idle_timeout:
+            sock.settimeout(connection.idle_timeout)
+        try:
+            packets = decoder.feed(data)
+        except MqttError as error:
+            return DisconnectReason.PROTOCOL_ERROR, error, str(error)
+        if packets and not tell_if_alive(client, PacketsReceived(packets)):  # type: ignore[arg-type]
+            return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"

@@ -1,0 +1,32 @@
+"""What every actor of one broker worker shares: configuration, actor refs, tables, counters.
+
+Built once by `actors.broker.Broker` and handed to each actor it starts. The route table is
+here so publishers can read it directly; only the router actor changes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.config import BrokerConfig, LimitsConfig
+from actors.dispatch import Dispatcher
+from actors.stats import BrokerStats
+from router.route_table import RouteTable
+
+
+@dataclass(slots=True)
+class BrokerContext:
+    config: BrokerConfig
+    hooks: Any  # hooks.hook_bus.HookBus
+    route_table: RouteTable
+    stats: BrokerStats
+    router: Any = None  # ActorRef[RouterActor]
+    retainer: Any = None  # ActorRef[RetainerActor]
+    registry: Any = None  # ActorRef[SessionRegistryActor]
+    dispatcher: Dispatcher | None = None
+    live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
+
+    @property
+    def limits(self) -> LimitsConfig:
+        return self.config.limits

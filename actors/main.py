@@ -1,0 +1,81 @@
+"""`python -m actors.main`: run one MQTT broker worker until SIGINT/SIGTERM.
+
+Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
+
+Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
+the "ready" log line names the address actually bound. SIGHUP reloads plugin files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import gevent
+import gevent.event
+
+from actors.broker import Broker
+from actors.config import ConfigError, load_config
+from plugins.base import PluginConfigError
+
+logger = logging.getLogger("actors.main")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m actors.main",
+        description="An MQTT 3.1/3.1.1/5.0 broker on pykka actors and gevent.",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="TOML configuration file (docs/configuration.md)"
+    )
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="TCP port (default 1883; 0 picks a free one)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default info")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {"host": args.host, "port": args.port, "log_level": args.log_level}
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        logger.error("configuration error: %s", error)
+        return 2
+    logging.getLogger().setLevel(config.log_level.upper())
+    broker = Broker(config)
+    try:
+        broker.start()
+    except PluginConfigError as error:
+        logger.error("plugin configuration error: %s", error)
+        return 2
+    except OSError as error:
+        logger.error(
+            "cannot listen on %s:%d: %s (is another broker running? use --port)",
+            config.listener.host,
+            config.listener.port,
+            error,
+        )
+        return 1
+    stopping = gevent.event.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(signum, stopping.set)
+    gevent.signal_handler(signal.SIGHUP, broker.reload)
+    stopping.wait()
+    broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

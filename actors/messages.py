@@ -1,0 +1,176 @@
+"""Every message one broker actor tells another, as small slotted dataclasses.
+
+Hot-path messages carry batches (all the packets of one socket read, all the deliveries
+for one session from one batch of publishes), so an actor hop costs once per batch rather
+than once per packet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.session_state import Ack, Delivery, SubscriptionOptions
+from actors.transport import Transport
+from hooks.events import ClientInfo, DisconnectReason
+from mqtt.errors import MqttError
+from mqtt.packets import Packet, Subscription
+
+# ----- reader greenlet -> client actor ------------------------------------------------
+
+
+@dataclass(slots=True)
+class PacketsReceived:
+    packets: list[Packet]
+
+
+@dataclass(slots=True)
+class ConnectionLost:
+    """The reader stopped: peer closed, socket error, a timeout, or undecodable input."""
+
+    reason: DisconnectReason
+    error: MqttError | None = None  # set when the input was malformed or too large
+    detail: str = ""
+
+
+# ----- anyone -> client actor ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CloseConnection:
+    """Close the connection from the server side (takeover, shutdown, session limits)."""
+
+    reason: DisconnectReason
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class SessionAttached:
+    """The session has written CONNACK (and its resends); the client may go on."""
+
+    session: Any  # ActorRef of the SessionActor
+    session_present: bool
+
+
+# ----- client actor -> session registry -----------------------------------------------
+
+
+@dataclass(slots=True)
+class OpenSession:
+    client: ClientInfo
+    client_ref: Any
+    transport: Transport
+    connack_properties: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SessionEnded:
+    """Told by a session actor that stopped, so the registry forgets it."""
+
+    client_id: str
+    session: Any
+
+
+# ----- client actor / registry -> session actor ---------------------------------------
+
+
+@dataclass(slots=True)
+class Attach:
+    client: ClientInfo
+    client_ref: Any
+    transport: Transport
+    session_present: bool
+    connack_properties: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Detach:
+    client_ref: Any
+    reason: DisconnectReason
+
+
+@dataclass(slots=True)
+class Terminate:
+    """Discard the session (a clean-start connection replaced it, or it expired)."""
+
+    reason: str
+
+
+@dataclass(slots=True)
+class Deliver:
+    deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
+class Acknowledged:
+    """PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order."""
+
+    acks: list[tuple[Ack, int]]
+    urgent = True  # handled before queued deliveries: it frees in-flight slots
+
+
+@dataclass(slots=True)
+class InboundQos2:
+    """QoS 2 PUBLISH packets from the client (the session owns the awaiting-PUBREL set)."""
+
+    publishes: list[Any]  # mqtt.packets.Publish
+
+
+@dataclass(slots=True)
+class Released:
+    """PUBREL packet ids from the client."""
+
+    packet_ids: list[int]
+
+
+@dataclass(slots=True)
+class SubscribeRequest:
+    packet_id: int
+    subscriptions: list[Subscription]
+    refused: dict[int, int]  # index in `subscriptions` -> failure reason code (e.g. ACL)
+    subscription_id: int | None = None  # MQTT 5 Subscription Identifier property
+
+
+@dataclass(slots=True)
+class UnsubscribeRequest:
+    packet_id: int
+    topic_filters: list[str]
+
+
+# ----- session actor <-> router actor -------------------------------------------------
+
+
+@dataclass(slots=True)
+class AddRoutes:
+    client_id: str
+    routes: list[tuple[str, Any]]  # (topic filter, Route)
+    reply_to: Any
+    token: Any  # handed back in RoutesChanged
+
+
+@dataclass(slots=True)
+class RemoveRoutes:
+    client_id: str
+    topic_filters: list[str]
+    session: Any  # only routes that still point at this session are removed
+    reply_to: Any = None
+    token: Any = None
+
+
+@dataclass(slots=True)
+class RoutesChanged:
+    token: Any
+
+
+# ----- session actor / dispatcher -> retainer actor -----------------------------------
+
+
+@dataclass(slots=True)
+class StoreRetained:
+    messages: list[Any]  # hooks.events.Message with retain=True
+
+
+@dataclass(slots=True)
+class SendRetained:
+    session: Any
+    subscriptions: list[tuple[str, SubscriptionOptions]]

@@ -1,0 +1,44 @@
+"""RetainerActor: keeps the last retained message per topic and replays it to new subscribers.
+
+A retained PUBLISH replaces the stored message of its topic; one with an empty payload
+clears it [MQTT-3.3.1-10/11]. QoS 0 retained messages are kept too [MQTT-3.3.1-7]. On a new
+subscription the matching messages go to the session with RETAIN=1 and QoS capped by the
+granted QoS [MQTT-3.3.1-8].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.messages import Deliver, SendRetained, StoreRetained
+from actors.runtime import GeventActor, tell_if_alive
+from actors.session_state import Delivery
+from router.retained_index import RetainedIndex
+
+
+class RetainerActor(GeventActor):
+    def __init__(self, index: RetainedIndex | None = None) -> None:
+        super().__init__()
+        self.index = index if index is not None else RetainedIndex()
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, StoreRetained):
+            self._store(message)
+        elif isinstance(message, SendRetained):
+            self._send(message)
+
+    def _store(self, request: StoreRetained) -> None:
+        for message in request.messages:
+            if message.payload:
+                self.index.set(message.topic, message)
+            else:
+                self.index.delete(message.topic)
+
+    def _send(self, request: SendRetained) -> None:
+        deliveries = []
+        for topic_filter, options in request.subscriptions:
+            for _topic, message in self.index.match(topic_filter):
+                ids = (options.subscription_id,) if options.subscription_id else ()
+                deliveries.append(Delivery(message, min(message.qos, options.qos), True, ids))
+        if deliveries:
+            tell_if_alive(request.session, Deliver(deliveries))

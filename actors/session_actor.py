@@ -1,0 +1,368 @@
+"""SessionActor: one per client id; owns its `SessionState` and outlives a persistent client.
+
+It is the only place that changes the state of a client id: subscriptions, the outgoing
+in-flight window and queue, and the incoming QoS 2 packet ids awaiting PUBREL. The pure
+transitions live in `actors.session_state`; this actor turns their answers into bytes
+written to the attached client's `Transport` (which never blocks) and into messages for the
+router and the retainer.
+
+Lifecycle: created by the session registry; `Attach` binds a connection (writing CONNACK
+first, then resending unacknowledged messages in their original order [MQTT-4.4.0-1]);
+`Detach` unbinds it; a non-persistent session terminates on detach, a persistent one keeps
+queueing until its client comes back or it is terminated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from actors.context import BrokerContext
+from actors.dispatch import Route
+from actors.messages import (
+    Acknowledged,
+    AddRoutes,
+    Attach,
+    CloseConnection,
+    Deliver,
+    Detach,
+    InboundQos2,
+    Released,
+    RemoveRoutes,
+    RoutesChanged,
+    SendRetained,
+    SessionAttached,
+    SessionEnded,
+    SubscribeRequest,
+    Terminate,
+    UnsubscribeRequest,
+)
+from actors.runtime import GeventActor, tell_if_alive
+from actors.session_state import (
+    SEND_WITHOUT_ID,
+    Ack,
+    Delivery,
+    SessionState,
+    Stage,
+    SubscriptionOptions,
+    TooManyAwaitingRelError,
+)
+from actors.transport import Transport
+from hooks.events import (
+    ClientInfo,
+    DisconnectReason,
+    DropReason,
+    MessageAcked,
+    MessageDelivered,
+    MessageDropped,
+    SessionEvent,
+    SessionSubscribed,
+    SessionUnsubscribed,
+)
+from hooks.hookpoints import HookPoint
+from mqtt.encoder import encode, encode_publish
+from mqtt.packets import ConnAck, PubComp, PubRec, PubRel, SubAck, UnsubAck
+
+logger = logging.getLogger(__name__)
+
+_PUBLISH_PROPERTIES_FORWARDED = frozenset(
+    # MQTT 5 properties a subscriber receives unchanged [MQTT-3.3.2-17..20]
+    (0x01, 0x02, 0x03, 0x08, 0x09, 0x26)
+)
+
+
+class SessionActor(GeventActor):
+    def __init__(self, state: SessionState, context: BrokerContext) -> None:
+        super().__init__()
+        self.state = state
+        self._context = context
+        self._hooks = context.hooks
+        self._client: ClientInfo | None = None
+        self._client_ref: Any = None
+        self._transport: Transport | None = None
+        self._version = 4
+        self._out: list[bytes] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Deliver: self._deliver,
+            Acknowledged: self._acknowledged,
+            InboundQos2: self._inbound_qos2,
+            Released: self._released,
+            SubscribeRequest: self._subscribe,
+            UnsubscribeRequest: self._unsubscribe,
+            RoutesChanged: self._routes_changed,
+            Attach: self._attach,
+            Detach: self._detach,
+            Terminate: self._terminate,
+        }
+
+    def on_receive(self, message: Any) -> None:
+        self._handlers[type(message)](message)
+
+    def after_drain(self) -> None:
+        if self._out:
+            if self._transport is not None:
+                self._transport.write(b"".join(self._out))
+            self._out.clear()
+
+    # ----- connection binding ---------------------------------------------------------
+
+    def _attach(self, attach: Attach) -> None:
+        previous = self._client_ref
+        if previous is not None and previous is not attach.client_ref:
+            # Takeover: the older connection is closed as for any non-DISCONNECT close,
+            # so its will is published [MQTT-3.1.4-2].
+            tell_if_alive(previous, CloseConnection(DisconnectReason.TAKEN_OVER))
+        self._out.clear()
+        self._client = attach.client
+        self._client_ref = attach.client_ref
+        self._transport = attach.transport
+        self._version = attach.client.protocol_version
+        self.state.persistent = not attach.client.clean_start
+        connack = ConnAck(
+            session_present=attach.session_present,
+            reason_code=0,
+            properties=attach.connack_properties,
+        )
+        self._out.append(encode(connack, self._version))
+        for packet_id, entry in self.state.unacknowledged():
+            if entry.stage is Stage.AWAIT_PUBCOMP:
+                self._out.append(encode(PubRel(packet_id), self._version))
+            else:
+                self._out.append(self._encode(packet_id, entry.delivery, dup=True))
+        self._send_window()
+        self.after_drain()
+        tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
+        point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
+        if self._hooks.has(point):
+            self._hooks.run(point, SessionEvent(client_id=self.state.client_id))
+
+    def _detach(self, detach: Detach) -> None:
+        if detach.client_ref is not self._client_ref:
+            return  # an older connection that was taken over
+        self.after_drain()
+        self._client_ref = None
+        self._transport = None
+        if not self.state.persistent:
+            self._terminate(Terminate(reason="clean_session"))
+
+    def _terminate(self, terminate: Terminate) -> None:
+        if self._client_ref is not None:
+            tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+        filters = list(self.state.subscriptions)
+        if filters:
+            self._context.router.tell(
+                RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
+            )
+        self._context.registry.tell(SessionEnded(self.state.client_id, self.actor_ref))
+        if self._hooks.has(HookPoint.SESSION_TERMINATED):
+            self._hooks.run(
+                HookPoint.SESSION_TERMINATED,
+                SessionEvent(client_id=self.state.client_id, reason=terminate.reason),
+            )
+        self.stop()
+
+    # ----- outgoing messages ----------------------------------------------------------
+
+    def _deliver(self, deliver: Deliver) -> None:
+        state = self.state
+        transport = self._transport
+        connected = transport is not None
+        slow = connected and transport.backlog_bytes > self._context.limits.max_write_buffer
+        plain_qos0 = connected and not slow and self._version < 5
+        report_delivered = self._hooks.has(HookPoint.MESSAGE_DELIVERED)
+        out = self._out
+        sent = 0
+        for delivery in deliver.deliveries:
+            if plain_qos0 and delivery.wire is not None:
+                out.append(delivery.wire)  # the shared encoding; nothing to track for QoS 0
+            elif slow and delivery.qos == 0:
+                state.dropped.append((delivery, DropReason.SLOW_CONSUMER))
+                continue
+            else:
+                packet_id = state.admit(delivery, connected)
+                if packet_id < SEND_WITHOUT_ID:
+                    continue
+                out.append(self._encode(packet_id, delivery))
+            sent += 1
+            if report_delivered:
+                self._delivered_hook(delivery)
+        self._context.stats.messages_sent += sent
+        if state.dropped:
+            self._report_dropped()
+
+    def _send_window(self) -> None:
+        for packet_id, delivery in self.state.fill_window():
+            self._out.append(self._encode(packet_id, delivery))
+            self._context.stats.messages_sent += 1
+            if self._hooks.has(HookPoint.MESSAGE_DELIVERED):
+                self._delivered_hook(delivery)
+
+    def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
+        if delivery.wire is not None and self._version < 5:
+            return delivery.wire
+        message = delivery.message
+        properties = None
+        if self._version >= 5:
+            properties = {
+                key: value
+                for key, value in message.properties.items()
+                if key in _PUBLISH_PROPERTIES_FORWARDED
+            }
+            if delivery.subscription_ids:
+                properties[0x0B] = list(delivery.subscription_ids)
+        return encode_publish(
+            message.topic,
+            message.payload,
+            delivery.qos,
+            delivery.retain,
+            dup,
+            packet_id or None,
+            properties,
+            self._version,
+        )
+
+    def _acknowledged(self, acknowledged: Acknowledged) -> None:
+        completed = False
+        for ack, packet_id in acknowledged.acks:
+            stage, delivery = self.state.acknowledge(ack, packet_id)
+            if stage is Stage.AWAIT_PUBCOMP or (stage is None and ack is Ack.PUBREC):
+                # PUBREC -> PUBREL [MQTT-4.3.3-1]; a repeated PUBREC gets PUBREL again.
+                self._out.append(encode(PubRel(packet_id), self._version))
+            elif delivery is not None:
+                completed = True
+                if self._hooks.has(HookPoint.MESSAGE_ACKED):
+                    self._hooks.run(
+                        HookPoint.MESSAGE_ACKED,
+                        MessageAcked(
+                            client_id=self.state.client_id,
+                            username=self._client.username if self._client else None,
+                            message=delivery.message,
+                        ),
+                    )
+        if completed and self._transport is not None:
+            self._send_window()
+
+    # ----- incoming QoS 2 -------------------------------------------------------------
+
+    def _inbound_qos2(self, inbound: InboundQos2) -> None:
+        to_route = []
+        for packet, message in inbound.publishes:
+            try:
+                is_new = self.state.receive_qos2(packet.packet_id)
+            except TooManyAwaitingRelError as error:
+                logger.warning("closing %s: %s", self.state.client_id, error)
+                tell_if_alive(
+                    self._client_ref,
+                    CloseConnection(DisconnectReason.PROTOCOL_ERROR, detail=str(error)),
+                )
+                break
+            if is_new and message is not None:
+                to_route.append(message)
+            # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
+            self._out.append(encode(PubRec(packet.packet_id), self._version))
+        if to_route:
+            self._context.dispatcher.publish(to_route)
+
+    def _released(self, released: Released) -> None:
+        for packet_id in released.packet_ids:
+            self.state.release(packet_id)
+            self._out.append(encode(PubComp(packet_id), self._version))
+
+    # ----- subscriptions --------------------------------------------------------------
+
+    def _subscribe(self, request: SubscribeRequest) -> None:
+        codes: list[int] = []
+        routes: list[tuple[str, Route]] = []
+        retained_for: list[tuple[str, SubscriptionOptions]] = []
+        for index, subscription in enumerate(request.subscriptions):
+            refused = request.refused.get(index)
+            if refused is not None:
+                codes.append(refused)
+                continue
+            options = SubscriptionOptions(
+                qos=subscription.qos,
+                no_local=subscription.no_local,
+                retain_as_published=subscription.retain_as_published,
+                retain_handling=subscription.retain_handling,
+                subscription_id=request.subscription_id,
+            )
+            is_new = self.state.subscribe(subscription.topic_filter, options)
+            routes.append((subscription.topic_filter, Route(self.actor_ref, options)))
+            codes.append(subscription.qos)
+            # Retain Handling (MQTT 5): 0 always, 1 only for a new subscription, 2 never.
+            if options.retain_handling == 0 or (options.retain_handling == 1 and is_new):
+                retained_for.append((subscription.topic_filter, options))
+            if self._hooks.has(HookPoint.SESSION_SUBSCRIBED):
+                self._hooks.run(
+                    HookPoint.SESSION_SUBSCRIBED,
+                    SessionSubscribed(
+                        client_id=self.state.client_id,
+                        topic_filter=subscription.topic_filter,
+                        qos=subscription.qos,
+                    ),
+                )
+        suback = SubAck(request.packet_id, codes)
+        token = (suback, retained_for)
+        if routes:
+            self._context.router.tell(
+                AddRoutes(self.state.client_id, routes, reply_to=self.actor_ref, token=token)
+            )
+        else:
+            self._routes_changed(RoutesChanged(token))
+
+    def _unsubscribe(self, request: UnsubscribeRequest) -> None:
+        codes = []
+        for topic_filter in request.topic_filters:
+            existed = self.state.unsubscribe(topic_filter)
+            codes.append(0x00 if existed else 0x11)  # 0x11: no subscription existed (MQTT 5)
+            if existed and self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
+                self._hooks.run(
+                    HookPoint.SESSION_UNSUBSCRIBED,
+                    SessionUnsubscribed(client_id=self.state.client_id, topic_filter=topic_filter),
+                )
+        unsuback = UnsubAck(request.packet_id, codes if self._version >= 5 else [])
+        # UNSUBACK only once the routes are gone, so nothing new is delivered for them
+        # afterwards [MQTT-3.10.4-2].
+        self._context.router.tell(
+            RemoveRoutes(
+                self.state.client_id,
+                list(request.topic_filters),
+                session=self.actor_ref,
+                reply_to=self.actor_ref,
+                token=(unsuback, []),
+            )
+        )
+
+    def _routes_changed(self, changed: RoutesChanged) -> None:
+        ack, retained_for = changed.token
+        self._out.append(encode(ack, self._version))
+        if retained_for:
+            # Retained messages go after the SUBACK [MQTT-3.3.1-6].
+            self._context.retainer.tell(SendRetained(self.actor_ref, retained_for))
+
+    # ----- hooks ----------------------------------------------------------------------
+
+    def _delivered_hook(self, delivery: Delivery) -> None:
+        self._hooks.run(
+            HookPoint.MESSAGE_DELIVERED,
+            MessageDelivered(
+                client_id=self.state.client_id,
+                username=self._client.username if self._client else None,
+                message=delivery.message,
+                qos=delivery.qos,
+            ),
+        )
+
+    def _report_dropped(self) -> None:
+        dropped = self.state.dropped
+        self._context.stats.deliveries_dropped += len(dropped)
+        if self._hooks.has(HookPoint.MESSAGE_DROPPED):
+            for delivery, reason in dropped:
+                self._hooks.run(
+                    HookPoint.MESSAGE_DROPPED,
+                    MessageDropped(
+                        message=delivery.message, reason=reason, client_id=self.state.client_id
+                    ),
+                )
+        dropped.clear()

@@ -1,0 +1,58 @@
+"""Start `python -m actors.main` as a subprocess on a free port, for tests over real sockets."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+READY = re.compile(r"ready: accepting MQTT connections on ([\d.]+):(\d+)")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class BrokerProcess:
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 6.0) -> int:
+        """Send `sig` and wait for the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout)
+
+
+def start_broker(
+    tmp_dir: Path, config_text: str | None = None, extra_args: tuple[str, ...] = ()
+) -> BrokerProcess:
+    args = [sys.executable, "-m", "actors.main", "--port", "0", "--log-level", "info"]
+    if config_text is not None:
+        config_path = tmp_dir / "broker.toml"
+        config_path.write_text(config_text, encoding="utf-8")
+        args += ["--config", str(config_path)]
+    args += list(extra_args)
+    log_path = tmp_dir / f"broker-{time.monotonic_ns()}.log"
+    log_file = log_path.open("wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(args, cwd=ROOT, stdout=log_file, stderr=log_file, env=env)
+    log_file.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        match = READY.search(log_path.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            return BrokerProcess(process, match.group(1), int(match.group(2)), log_path)
+        if process.poll() is not None:
+            raise RuntimeError(f"broker exited with {process.returncode}:\n{log_path.read_text()}")
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"broker did not become ready in 20 s:\n{log_path.read_text()}")
