@@ -1,15 +1,19 @@
 """Broker: starts one worker's actors and listener in order, and stops them in reverse.
 
-Start: hook bus and plugins -> router -> retainer -> session registry -> listener.
+Start: hook bus and plugins -> store (restoring retained messages and persistent sessions)
+-> router -> retainer -> session registry -> listener. Nothing is accepted before the
+restore is complete.
 Stop (SIGINT/SIGTERM): stop accepting; close every connection from the server side, which
-publishes the wills of clients that had not sent DISCONNECT [MQTT-3.1.2-8]; give the
-sessions a moment to flush; close plugins.
+publishes the wills of clients that had not sent DISCONNECT [MQTT-3.1.2-8]; let the sessions
+record their state; commit what the store still holds; close plugins.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
+from typing import Any
 
 import gevent
 from gevent.server import StreamServer
@@ -17,18 +21,24 @@ from gevent.server import StreamServer
 from actors.config import BrokerConfig
 from actors.connection import serve_connection
 from actors.context import BrokerContext
-from actors.dispatch import Dispatcher
+from actors.dispatch import Dispatcher, Route
 from actors.messages import CloseConnection
+from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor
 from actors.runtime import tell_if_alive
-from actors.session_registry import SessionRegistryActor
+from actors.session_actor import SessionActor
+from actors.session_registry import SessionRegistryActor, new_session_state
 from actors.stats import BrokerStats
-from hooks.events import DisconnectReason
+from hooks.events import DisconnectReason, skip_message_ids
 from hooks.hook_bus import HookBus
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
+from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
+from store import open_store
+from store.base import DeleteSession, Snapshot
+from store.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +54,11 @@ class Broker:
             hooks=HookBus(allow_anonymous=config.auth.allow_anonymous),
             route_table=RouteTable(),
             stats=BrokerStats(),
+            persistence=Persistence(None),
         )
         self._plugins: list[LoadedPlugin] = []
         self._server: StreamServer | None = None
-        self._actors: list = []
+        self._actors: list[Any] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -55,7 +66,10 @@ class Broker:
         return self._server.address[:2]
 
     def start(self) -> tuple[str, int]:
-        """Start everything; returns the (host, port) the listener is bound to."""
+        """Start everything; returns the (host, port) the listener is bound to.
+
+        Raises PluginConfigError, store.base.StoreError or OSError (address in use).
+        """
         context = self.context
         plugin_context = PluginContext(
             config_dir=self.config.config_dir,
@@ -63,12 +77,21 @@ class Broker:
             worker_id=self.worker_id,
         )
         self._plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
+        snapshot = self._open_store()
         context.router = RouterActor.start(context.route_table)
-        context.retainer = RetainerActor.start()
+        retained = RetainedIndex()
+        for message in snapshot.retained:
+            retained.set(message.topic, message)
+        context.retainer = RetainerActor.start(retained)
         context.dispatcher = Dispatcher(
-            context.route_table, context.retainer, context.hooks, context.stats
+            context.route_table,
+            context.retainer,
+            context.hooks,
+            context.stats,
+            context.persistence,
         )
-        context.registry = SessionRegistryActor.start(context)
+        sessions = self._restore_sessions(snapshot)
+        context.registry = SessionRegistryActor.start(context, sessions)
         self._actors = [context.registry, context.retainer, context.router]
         listener = self.config.listener
         self._server = StreamServer(
@@ -81,6 +104,60 @@ class Broker:
         host, port = self.address
         logger.info("ready: accepting MQTT connections on %s:%d", host, port)
         return host, port
+
+    def _open_store(self) -> Snapshot:
+        settings = self.config.store
+        if settings.kind == "none":
+            logger.info("store: none (retained messages and sessions live in memory only)")
+            return Snapshot(retained=[], sessions={})
+        started = time.monotonic()
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = open_store(settings.kind, data_dir, synchronous=settings.synchronous)
+        snapshot = store.load()
+        seqs = [seq for s in snapshot.sessions.values() for seq, _ in s.messages]
+        message_ids = [m.message_id for m in snapshot.retained] + [
+            d.message.message_id for s in snapshot.sessions.values() for _, d in s.messages
+        ]
+        skip_message_ids(max(message_ids, default=0))
+        writer = StoreWriter(store)
+        self.context.persistence = Persistence(writer, first_seq=max(seqs, default=0) + 1)
+        logger.info(
+            "store: %s in %s: restored %d retained messages and %d sessions in %.3f s",
+            settings.kind,
+            data_dir,
+            len(snapshot.retained),
+            len(snapshot.sessions),
+            time.monotonic() - started,
+        )
+        return snapshot
+
+    def _restore_sessions(self, snapshot: Snapshot) -> dict[str, Any]:
+        """Start a detached SessionActor per stored session and put its routes back."""
+        context = self.context
+        now = time.time()
+        sessions: dict[str, Any] = {}
+        expired = []
+        for client_id, stored in snapshot.sessions.items():
+            meta = stored.meta
+            gone_since = meta.disconnected_at if meta.disconnected_at is not None else now
+            remaining = gone_since + meta.expiry_interval - now
+            if remaining <= 0:
+                expired.append(DeleteSession(client_id))
+                continue
+            state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
+            actor = SessionActor(state, context, meta.protocol_version)
+            session = actor.launch()
+            for topic_filter, options in state.subscriptions.items():
+                route = Route(session, options, persistent=True)
+                context.route_table.add(topic_filter, client_id, route)
+            if remaining != float("inf"):
+                actor.start_expiry_timer(remaining)
+            sessions[client_id] = session
+        if expired:
+            logger.info("store: removed %d expired sessions", len(expired))
+            context.persistence.submit(expired)
+        return sessions
 
     def reload(self) -> None:
         """SIGHUP: plugins re-read their files; connections stay up."""
@@ -97,11 +174,12 @@ class Broker:
         deadline = time.monotonic() + timeout
         while self.context.live_clients and time.monotonic() < deadline:
             gevent.sleep(0.02)
-        gevent.sleep(0.05)  # let sessions and the router drain what the closes sent them
+        gevent.sleep(0.05)  # let sessions and the router handle what the closes sent them
         registry = self.context.registry
         sessions = list(registry.proxy().sessions.get().values()) if registry else []
         for actor in [*sessions, *self._actors]:
             if actor.is_alive():
                 actor.stop()
+        self.context.persistence.close(timeout=max(0.5, deadline - time.monotonic()))
         close_plugins(self._plugins, self.context.hooks)
         logger.info("stopped")

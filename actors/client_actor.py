@@ -94,7 +94,6 @@ class Phase(Enum):
 class ClientActor(GeventActor):
     def __init__(self, connection: Connection, context: BrokerContext) -> None:
         super().__init__()
-        self._connection = connection
         self._transport = connection.transport
         self._context = context
         self._hooks = context.hooks
@@ -110,6 +109,7 @@ class ClientActor(GeventActor):
         self._to_session_qos2: list[tuple[Publish, Message | None]] = []
         self._acks: list[tuple[Ack, int]] = []
         self._releases: list[int] = []
+        self._pubacks: list[bytes] = []
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Publish: self._publish,
@@ -167,9 +167,18 @@ class ClientActor(GeventActor):
         self._flush_batch()
 
     def _flush_batch(self) -> None:
+        pubacks = self._pubacks
         if self._to_route:
-            self._context.dispatcher.publish(self._to_route)
+            # PUBACK once the messages are durable for persistent subscribers (write-ahead).
+            transport = self._transport
+            data = b"".join(pubacks) if pubacks else None
+            on_durable = (lambda: transport.write(data)) if data else None  # type: ignore[arg-type]
+            if self._context.dispatcher.publish(self._to_route, on_durable):
+                pubacks = []
             self._to_route = []
+        if pubacks:
+            self._out.extend(pubacks)
+        self._pubacks = []
         if self._to_session_qos2:
             self._session.tell(InboundQos2(self._to_session_qos2))
             self._to_session_qos2 = []
@@ -209,7 +218,7 @@ class ClientActor(GeventActor):
         if packet.qos == 1:
             # A denied QoS 1 publish is still acknowledged in 3.1.1; 5.0 says why.
             code = 0 if allowed or self._version < 5 else ReasonCode.NOT_AUTHORIZED
-            self._out.append(encode(PubAck(packet.packet_id, code), self._version))
+            self._pubacks.append(encode(PubAck(packet.packet_id, code), self._version))
 
     def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
         self._acks.append((_ACKS[type(packet)], packet.packet_id))
@@ -327,7 +336,6 @@ class ClientActor(GeventActor):
                 username=packet.username,
                 properties=will.properties,
             )
-        self._connection.accept(packet.keepalive)
         self.phase = Phase.CONNECTING
         self._context.registry.tell(
             OpenSession(client, self.actor_ref, self._transport, connack_properties)

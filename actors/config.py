@@ -35,8 +35,15 @@ class LimitsConfig:
     max_client_id_length: int = 65535
     max_topic_levels: int = 128
     max_write_buffer: int = 4_194_304  # bytes waiting for a slow socket before QoS 0 is dropped
-    # seconds before resending an unacked PUBLISH; 0 = only on reconnect
-    retry_interval: float = 0.0
+    # seconds a persistent session is kept after its client went away; 0 = forever
+    session_expiry: float = 7200.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    kind: str = "sqlite"  # "sqlite" (durable), "memory" (tests), "none" (no persistence)
+    data_dir: str = "data"  # relative to the working directory
+    synchronous: str = "normal"  # SQLite: "normal" survives a process kill, "full" power loss
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +56,19 @@ class BrokerConfig:
     listener: ListenerConfig = field(default_factory=ListenerConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     node_name: str = "broker@127.0.0.1"
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
     config_dir: Path = Path()
 
 
-_SECTIONS = {"listener": ListenerConfig, "limits": LimitsConfig, "auth": AuthConfig}
+_SECTIONS = {
+    "listener": ListenerConfig,
+    "limits": LimitsConfig,
+    "auth": AuthConfig,
+    "store": StoreConfig,
+}
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
 
@@ -86,6 +99,10 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         )
     if not 1 <= config.limits.max_inflight <= 65535:
         raise ConfigError("[limits] max_inflight must be 1..65535")
+    if config.store.kind not in ("sqlite", "memory", "none"):
+        raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
+    if config.store.synchronous not in ("normal", "full"):
+        raise ConfigError("[store] synchronous must be normal or full")
     if not 0 <= config.listener.port <= 65535:
         raise ConfigError(f"[listener] port must be 0..65535, got {config.listener.port}")
     return config
@@ -94,7 +111,7 @@ def _check(config: BrokerConfig) -> BrokerConfig:
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
     """Read `path` (TOML) if given, then apply command-line `overrides`.
 
-    `overrides` keys: host, port, log_level (None values are ignored).
+    `overrides` keys: host, port, log_level, data_dir, store (None values are ignored).
     """
     raw: dict[str, Any] = {}
     config_dir = Path()
@@ -120,11 +137,15 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: listener, limits, auth, plugins, "
+                f"unknown top-level key {key!r}; known: listener, limits, auth, store, plugins, "
                 "node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    return _check(_apply_overrides(config, overrides or {}))
+
+
+def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerConfig:
+    overrides = {k: v for k, v in overrides.items() if v is not None}
     if "host" in overrides or "port" in overrides:
         listener = replace(
             config.listener,
@@ -134,4 +155,11 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         config = replace(config, listener=listener)
     if "log_level" in overrides:
         config = replace(config, log_level=overrides["log_level"])
-    return _check(config)
+    if "data_dir" in overrides or "store" in overrides:
+        store = replace(
+            config.store,
+            data_dir=str(overrides.get("data_dir", config.store.data_dir)),
+            kind=overrides.get("store", config.store.kind),
+        )
+        config = replace(config, store=store)
+    return config

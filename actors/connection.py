@@ -24,10 +24,12 @@ from actors.transport import Transport
 from hooks.events import DisconnectReason
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
+from mqtt.packets import Connect
 
 logger = logging.getLogger(__name__)
 
 READ_SIZE = 65536
+CLOSE_WAIT_TIMEOUT = 5.0  # seconds the reader waits for the client actor to close the socket
 
 
 class Connection:
@@ -40,11 +42,16 @@ class Connection:
         self.peer = peer
         self.transport = Transport(sock, peer)
         self.decoder = PacketDecoder(max_packet_size=max_packet_size)
-        self.accepted = False  # the client actor accepted a CONNECT
+        self.accepted = False  # a CONNECT arrived: the keep-alive deadline applies from now
         self.idle_timeout: float | None = None  # 1.5 x keep-alive; None for keep-alive 0
 
-    def accept(self, keepalive: int) -> None:
-        """Called by the client actor once it accepted the CONNECT."""
+    def connect_received(self, keepalive: int) -> None:
+        """Switch from the connect timeout to the keep-alive deadline [MQTT-3.1.2-24].
+
+        Done by the reader itself when it decodes the CONNECT, so the deadline holds from
+        the first packet on, whatever the client actor is busy with (a refused CONNECT
+        closes the connection anyway).
+        """
         self.idle_timeout = keepalive * 1.5 if keepalive else None
         self.accepted = True
 
@@ -59,6 +66,9 @@ def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext
     client = ClientActor.start(connection, context)
     reason, error, detail = _read_loop(connection, client, context.limits.connect_timeout)
     tell_if_alive(client, ConnectionLost(reason, error, detail))
+    # gevent's server closes the socket when this handler returns: wait until the client
+    # actor has written its last words (CONNACK 0x01, a 5.0 DISCONNECT) and closed it.
+    connection.transport.wait_closed(timeout=CLOSE_WAIT_TIMEOUT)
 
 
 def _read_loop(
@@ -94,5 +104,8 @@ def _read_loop(
             packets = decoder.feed(data)
         except MqttError as error:
             return DisconnectReason.PROTOCOL_ERROR, error, str(error)
+        if not connection.accepted and packets and isinstance(packets[0], Connect):
+            connection.connect_received(packets[0].keepalive)
+            sock.settimeout(connection.idle_timeout)
         if packets and not tell_if_alive(client, PacketsReceived(packets)):  # type: ignore[arg-type]
             return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"

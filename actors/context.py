@@ -11,6 +11,7 @@ from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
+from actors.persistence import Persistence
 from actors.stats import BrokerStats
 from router.route_table import RouteTable
 
@@ -21,6 +22,7 @@ class BrokerContext:
     hooks: Any  # hooks.hook_bus.HookBus
     route_table: RouteTable
     stats: BrokerStats
+    persistence: Persistence
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # ActorRef[SessionRegistryActor]

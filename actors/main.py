@@ -1,6 +1,7 @@
 """`python -m actors.main`: run one MQTT broker worker until SIGINT/SIGTERM.
 
 Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
+                            [--data-dir DIR] [--store sqlite|memory|none]
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. SIGHUP reloads plugin files.
@@ -20,6 +21,7 @@ import gevent.event
 from actors.broker import Broker
 from actors.config import ConfigError, load_config
 from plugins.base import PluginConfigError
+from store.base import StoreError
 
 logger = logging.getLogger("actors.main")
 
@@ -37,12 +39,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="TCP port (default 1883; 0 picks a free one)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="default info")
+    parser.add_argument("--data-dir", help="where the store keeps its file (default ./data)")
+    parser.add_argument(
+        "--store", choices=("sqlite", "memory", "none"), help="persistence backend (default sqlite)"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = {"host": args.host, "port": args.port, "log_level": args.log_level}
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "data_dir": args.data_dir,
+        "store": args.store,
+    }
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -60,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except PluginConfigError as error:
         logger.error("plugin configuration error: %s", error)
         return 2
+    except StoreError as error:
+        logger.error("cannot open the store: %s", error)
+        return 1
     except OSError as error:
         logger.error(
             "cannot listen on %s:%d: %s (is another broker running? use --port)",

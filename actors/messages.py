@@ -97,6 +97,11 @@ class Terminate:
 
 
 @dataclass(slots=True)
+class SessionExpired:
+    """Told by a detached session's own expiry timer."""
+
+
+@dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
 

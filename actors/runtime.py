@@ -121,9 +121,12 @@ class GeventActor(pykka.Actor):
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> Any:
-        actor = cls(*args, **kwargs)
-        actor._start_actor_loop()
-        return actor.actor_ref
+        return cls(*args, **kwargs).launch()
+
+    def launch(self) -> Any:
+        """Start this already-built actor; for owners that set it up before it runs."""
+        self._start_actor_loop()
+        return self.actor_ref
 
     def after_drain(self) -> None:
         """Called after a burst of envelopes, when the inbox is empty (override to flush)."""

@@ -9,14 +9,23 @@ router and the retainer.
 Lifecycle: created by the session registry; `Attach` binds a connection (writing CONNACK
 first, then resending unacknowledged messages in their original order [MQTT-4.4.0-1]);
 `Detach` unbinds it; a non-persistent session terminates on detach, a persistent one keeps
-queueing until its client comes back or it is terminated.
+queueing until its client comes back, it expires (`limits.session_expiry`), or it is
+terminated.
+
+Persistent sessions mirror every change into the store (`actors.persistence`): messages
+entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
+QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
+written only after the commit.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
+
+import gevent
 
 from actors.context import BrokerContext
 from actors.dispatch import Route
@@ -34,10 +43,12 @@ from actors.messages import (
     SendRetained,
     SessionAttached,
     SessionEnded,
+    SessionExpired,
     SubscribeRequest,
     Terminate,
     UnsubscribeRequest,
 )
+from actors.persistence import session_meta, stored_delivery
 from actors.runtime import GeventActor, tell_if_alive
 from actors.session_state import (
     SEND_WITHOUT_ID,
@@ -63,6 +74,7 @@ from hooks.events import (
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_publish
 from mqtt.packets import ConnAck, PubComp, PubRec, PubRel, SubAck, UnsubAck
+from store.base import DeleteMessage, DeleteSession, Op, PutMessage, PutSession
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +85,9 @@ _PUBLISH_PROPERTIES_FORWARDED = frozenset(
 
 
 class SessionActor(GeventActor):
-    def __init__(self, state: SessionState, context: BrokerContext) -> None:
+    def __init__(
+        self, state: SessionState, context: BrokerContext, protocol_version: int = 4
+    ) -> None:
         super().__init__()
         self.state = state
         self._context = context
@@ -81,8 +95,11 @@ class SessionActor(GeventActor):
         self._client: ClientInfo | None = None
         self._client_ref: Any = None
         self._transport: Transport | None = None
-        self._version = 4
+        self._version = protocol_version
         self._out: list[bytes] = []
+        self._ops: list[Op] = []  # store ops of the current message, submitted by after_drain
+        self._persistence = context.persistence
+        self._expiry_timer: gevent.Greenlet | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Deliver: self._deliver,
             Acknowledged: self._acknowledged,
@@ -94,16 +111,41 @@ class SessionActor(GeventActor):
             Attach: self._attach,
             Detach: self._detach,
             Terminate: self._terminate,
+            SessionExpired: self._expired,
         }
 
     def on_receive(self, message: Any) -> None:
         self._handlers[type(message)](message)
 
     def after_drain(self) -> None:
+        if self._ops:
+            self._persistence.submit(self._ops)
+            self._ops = []
         if self._out:
             if self._transport is not None:
                 self._transport.write(b"".join(self._out))
             self._out.clear()
+
+    @property
+    def _stored(self) -> bool:
+        return self.state.persistent and self._persistence.enabled
+
+    def _when_durable(self, ops: list[Op], data: bytes) -> None:
+        """Write `data` to the current connection once `ops` (and all before) are committed."""
+        if not self._persistence.enabled:
+            self._out.append(data)
+            return
+        self.after_drain()  # earlier ops and bytes go first
+        transport = self._transport
+        if transport is None:
+            self._persistence.submit(ops)
+        else:
+            self._persistence.submit(ops, lambda: transport.write(data))
+
+    def _meta_op(self, disconnected_at: float | None = None) -> PutSession:
+        expiry = self._context.limits.session_expiry
+        meta = session_meta(self.state, self._version, expiry, disconnected_at)
+        return PutSession(self.state.client_id, meta)
 
     # ----- connection binding ---------------------------------------------------------
 
@@ -119,6 +161,9 @@ class SessionActor(GeventActor):
         self._transport = attach.transport
         self._version = attach.client.protocol_version
         self.state.persistent = not attach.client.clean_start
+        self._cancel_expiry()
+        if self._stored:
+            self._ops.append(self._meta_op())
         connack = ConnAck(
             session_present=attach.session_present,
             reason_code=0,
@@ -126,6 +171,7 @@ class SessionActor(GeventActor):
         )
         self._out.append(encode(connack, self._version))
         for packet_id, entry in self.state.unacknowledged():
+            # Resent in their original order, PUBLISH with DUP=1 [MQTT-4.4.0-1].
             if entry.stage is Stage.AWAIT_PUBCOMP:
                 self._out.append(encode(PubRel(packet_id), self._version))
             else:
@@ -145,8 +191,34 @@ class SessionActor(GeventActor):
         self._transport = None
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
+            return
+        if self._stored:
+            self._ops.append(self._meta_op(disconnected_at=time.time()))
+        self.start_expiry_timer(self._context.limits.session_expiry)
+
+    def start_expiry_timer(self, seconds: float) -> None:
+        """Terminate this detached session after `seconds` (0: never expires)."""
+        self._cancel_expiry()
+        if seconds > 0:
+            self._expiry_timer = gevent.spawn_later(
+                seconds, tell_if_alive, self.actor_ref, SessionExpired()
+            )
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.kill(block=False)
+            self._expiry_timer = None
+
+    def _expired(self, _expired: SessionExpired) -> None:
+        if self._client_ref is None:
+            logger.info("session %r expired", self.state.client_id)
+            self._terminate(Terminate(reason="expired"))
 
     def _terminate(self, terminate: Terminate) -> None:
+        self._cancel_expiry()
+        if self._stored:
+            self._ops.append(DeleteSession(self.state.client_id))
+        self.after_drain()
         if self._client_ref is not None:
             tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
         filters = list(self.state.subscriptions)
@@ -183,6 +255,8 @@ class SessionActor(GeventActor):
                 packet_id = state.admit(delivery, connected)
                 if packet_id < SEND_WITHOUT_ID:
                     continue
+                if delivery.seq:
+                    self._store_in_flight(packet_id, delivery)
                 out.append(self._encode(packet_id, delivery))
             sent += 1
             if report_delivered:
@@ -193,10 +267,18 @@ class SessionActor(GeventActor):
 
     def _send_window(self) -> None:
         for packet_id, delivery in self.state.fill_window():
+            if delivery.seq:
+                self._store_in_flight(packet_id, delivery)
             self._out.append(self._encode(packet_id, delivery))
             self._context.stats.messages_sent += 1
             if self._hooks.has(HookPoint.MESSAGE_DELIVERED):
                 self._delivered_hook(delivery)
+
+    def _store_in_flight(self, packet_id: int, delivery: Delivery) -> None:
+        if self._stored:
+            stage = self.state.inflight[packet_id].stage
+            entry = stored_delivery(delivery, packet_id, stage)
+            self._ops.append(PutMessage(self.state.client_id, delivery.seq, entry))
 
     def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
         if delivery.wire is not None and self._version < 5:
@@ -228,9 +310,13 @@ class SessionActor(GeventActor):
             stage, delivery = self.state.acknowledge(ack, packet_id)
             if stage is Stage.AWAIT_PUBCOMP or (stage is None and ack is Ack.PUBREC):
                 # PUBREC -> PUBREL [MQTT-4.3.3-1]; a repeated PUBREC gets PUBREL again.
+                if delivery is not None and delivery.seq:
+                    self._store_in_flight(packet_id, delivery)
                 self._out.append(encode(PubRel(packet_id), self._version))
             elif delivery is not None:
                 completed = True
+                if delivery.seq and self._stored:
+                    self._ops.append(DeleteMessage(self.state.client_id, delivery.seq))
                 if self._hooks.has(HookPoint.MESSAGE_ACKED):
                     self._hooks.run(
                         HookPoint.MESSAGE_ACKED,
@@ -247,6 +333,7 @@ class SessionActor(GeventActor):
 
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
         to_route = []
+        pubrecs = []
         for packet, message in inbound.publishes:
             try:
                 is_new = self.state.receive_qos2(packet.packet_id)
@@ -260,14 +347,28 @@ class SessionActor(GeventActor):
             if is_new and message is not None:
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
-            self._out.append(encode(PubRec(packet.packet_id), self._version))
-        if to_route:
-            self._context.dispatcher.publish(to_route)
+            pubrecs.append(encode(PubRec(packet.packet_id), self._version))
+        routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
+        if pubrecs:
+            # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
+            # must be durable first.
+            ops: list[Op] = [self._meta_op()] if self._stored else []
+            if ops or routed_durably:
+                self._when_durable(ops, b"".join(pubrecs))
+            else:
+                self._out.extend(pubrecs)
 
     def _released(self, released: Released) -> None:
+        pubcomps = []
         for packet_id in released.packet_ids:
             self.state.release(packet_id)
-            self._out.append(encode(PubComp(packet_id), self._version))
+            pubcomps.append(encode(PubComp(packet_id), self._version))
+        if self._stored:
+            # A stale awaiting-PUBREL id restored after a crash would swallow the client's
+            # next message with that id: PUBCOMP only once its removal is durable.
+            self._when_durable([self._meta_op()], b"".join(pubcomps))
+        else:
+            self._out.extend(pubcomps)
 
     # ----- subscriptions --------------------------------------------------------------
 
@@ -288,7 +389,8 @@ class SessionActor(GeventActor):
                 subscription_id=request.subscription_id,
             )
             is_new = self.state.subscribe(subscription.topic_filter, options)
-            routes.append((subscription.topic_filter, Route(self.actor_ref, options)))
+            route = Route(self.actor_ref, options, self.state.persistent)
+            routes.append((subscription.topic_filter, route))
             codes.append(subscription.qos)
             # Retain Handling (MQTT 5): 0 always, 1 only for a new subscription, 2 never.
             if options.retain_handling == 0 or (options.retain_handling == 1 and is_new):
@@ -336,7 +438,11 @@ class SessionActor(GeventActor):
 
     def _routes_changed(self, changed: RoutesChanged) -> None:
         ack, retained_for = changed.token
-        self._out.append(encode(ack, self._version))
+        data = encode(ack, self._version)
+        if self._stored:
+            self._when_durable([self._meta_op()], data)
+        else:
+            self._out.append(data)
         if retained_for:
             # Retained messages go after the SUBACK [MQTT-3.3.1-6].
             self._context.retainer.tell(SendRetained(self.actor_ref, retained_for))
@@ -357,6 +463,9 @@ class SessionActor(GeventActor):
     def _report_dropped(self) -> None:
         dropped = self.state.dropped
         self._context.stats.deliveries_dropped += len(dropped)
+        if self._stored:
+            client_id = self.state.client_id
+            self._ops.extend(DeleteMessage(client_id, d.seq) for d, _ in dropped if d.seq)
         if self._hooks.has(HookPoint.MESSAGE_DROPPED):
             for delivery, reason in dropped:
                 self._hooks.run(

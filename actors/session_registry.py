@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from actors.config import LimitsConfig
 from actors.context import BrokerContext
 from actors.messages import Attach, OpenSession, SessionEnded, Terminate
 from actors.runtime import GeventActor
@@ -24,10 +25,10 @@ logger = logging.getLogger(__name__)
 
 
 class SessionRegistryActor(GeventActor):
-    def __init__(self, context: BrokerContext) -> None:
+    def __init__(self, context: BrokerContext, sessions: dict[str, Any] | None = None) -> None:
         super().__init__()
         self._context = context
-        self.sessions: dict[str, Any] = {}
+        self.sessions: dict[str, Any] = sessions if sessions is not None else {}
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, OpenSession):
@@ -48,7 +49,8 @@ class SessionRegistryActor(GeventActor):
             session = None
         session_present = session is not None
         if session is None:
-            session = SessionActor.start(self._new_state(client.client_id), self._context)
+            state = new_session_state(client.client_id, self._context.limits)
+            session = SessionActor.start(state, self._context, client.protocol_version)
             self.sessions[client.client_id] = session
         session.tell(
             Attach(
@@ -60,13 +62,14 @@ class SessionRegistryActor(GeventActor):
             )
         )
 
-    def _new_state(self, client_id: str) -> SessionState:
-        limits = self._context.limits
-        return SessionState(
-            client_id=client_id,
-            persistent=False,
-            max_inflight=limits.max_inflight,
-            max_queued=limits.max_queued_messages,
-            queue_qos0=limits.queue_qos0,
-            max_awaiting_rel=limits.max_awaiting_rel,
-        )
+
+def new_session_state(client_id: str, limits: LimitsConfig) -> SessionState:
+    """An empty session for `client_id` with the configured bounds."""
+    return SessionState(
+        client_id=client_id,
+        persistent=False,
+        max_inflight=limits.max_inflight,
+        max_queued=limits.max_queued_messages,
+        queue_qos0=limits.queue_qos0,
+        max_awaiting_rel=limits.max_awaiting_rel,
+    )

@@ -37,6 +37,7 @@ class Delivery(NamedTuple):
     retain: bool
     subscription_ids: tuple[int, ...] = ()
     wire: bytes | None = None  # the encoded MQTT 3.x QoS 0 PUBLISH, shared by all its receivers
+    seq: int = 0  # order in the session's stored queue; 0 = not stored (QoS 0, clean session)
 
 
 class Stage(Enum):

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 import gevent
+import gevent.event
 from gevent import socket
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class Transport:
     __slots__ = (
         "_backlog",
         "_close_when_flushed",
+        "_closed_event",
         "_flusher",
         "_raw",
         "_sock",
@@ -49,13 +51,14 @@ class Transport:
         self._flusher: gevent.Greenlet | None = None
         self._close_when_flushed = False
         self.closed = False
+        self._closed_event: gevent.event.Event | None = None  # created when someone waits
         self.on_error: Callable[[OSError], None] | None = None
 
     def write(self, data: bytes) -> bool:
         """Queue `data` for the socket; False if the transport is closed (data discarded)."""
         if self.closed or self._close_when_flushed:
             return False
-        if self._backlog:
+        if self._flusher is not None:  # bytes already wait: keep the stream in order
             self._backlog.append(data)
             self.backlog_bytes += len(data)
             return True
@@ -77,16 +80,26 @@ class Transport:
         """Close after the backlog is written (bounded by CLOSE_FLUSH_TIMEOUT)."""
         if self.closed:
             return
-        if self._backlog:
+        if self._flusher is not None:
             self._close_when_flushed = True
             gevent.spawn_later(CLOSE_FLUSH_TIMEOUT, self._close_now)
             return
         self._close_now()
 
+    def wait_closed(self, timeout: float) -> None:
+        """Block this greenlet until the transport is closed (or `timeout` passes)."""
+        if self.closed:
+            return
+        if self._closed_event is None:
+            self._closed_event = gevent.event.Event()
+        self._closed_event.wait(timeout)
+
     def _close_now(self) -> None:
         if self.closed:
             return
         self.closed = True
+        if self._closed_event is not None:
+            self._closed_event.set()
         self._backlog.clear()
         self.backlog_bytes = 0
         if self._flusher is not None and self._flusher is not gevent.getcurrent():

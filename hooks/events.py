@@ -24,6 +24,13 @@ def next_message_id() -> int:
     return next(_message_ids)
 
 
+def skip_message_ids(up_to: int) -> None:
+    """Make later ids larger than `up_to` (messages restored from the store keep theirs)."""
+    global _message_ids  # noqa: PLW0603 - the id counter is process state by design
+    upcoming = next(_message_ids)
+    _message_ids = itertools.count(max(upcoming, up_to + 1))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     topic: str

@@ -41,6 +41,8 @@ def start_broker(
         config_path.write_text(config_text, encoding="utf-8")
         args += ["--config", str(config_path)]
     args += list(extra_args)
+    if "--data-dir" not in extra_args:
+        args += ["--data-dir", str(tmp_dir / "data")]
     log_path = tmp_dir / f"broker-{time.monotonic_ns()}.log"
     log_file = log_path.open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
