@@ -1,0 +1,48 @@
+"""Shared Spark fixtures: ONE local SparkSession for the whole test run, and an event writer.
+
+The session is small (local[2], 2 shuffle partitions, driver on 127.0.0.1, no UI): Spark's
+start-up (~7 s here) is paid once. Spark tests are skipped only when `java` is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from spark.event_schema import to_json_line
+from spark.session import build_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EventWriter = Callable[[Path, str, Iterable[dict[str, object]]], Path]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    if shutil.which("java") is None:
+        pytest.skip("Spark tests need a Java runtime: `java` is not on PATH (make system-deps)")
+    session = build_session("broker-event-tests", master="local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def write_events() -> EventWriter:
+    """Write records as an event file the way the sink publishes one (write aside, rename in)."""
+
+    def write(directory: Path, name: str, records: Iterable[dict[str, object]]) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        aside = directory / f"_{name}"
+        aside.write_bytes(b"".join(to_json_line(record) for record in records))
+        final = directory / name
+        os.replace(aside, final)
+        return final
+
+    return write
