@@ -1,0 +1,60 @@
+"""SIGTERM: the broker closes every connection from the server side and exits 0 within 5 s.
+
+What is asserted, and why only that: on shutdown the broker closes all connections at once,
+so whether a will reaches a subscriber depends on which of the two connections the broker
+closes first; that order is not specified and not observable in a sound way from outside
+(the subscriber is itself being disconnected). The test therefore checks the exit code and
+time, and that every kind of connection (connected with a will, persistent with a QoS 2
+delivery in flight, and a socket that never sent CONNECT) was closed by the shutdown path
+(its log lines) before the process exited.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+from mqtt.packets import Publish, PubRec, PubRel, Will
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess
+from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
+from tests.support.raw_client import RawClient
+
+EXIT_WITHIN_SECONDS = 5.0
+
+
+def test_sigterm_closes_all_connections_and_exits_0(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    server = broker_factory()
+    # Connected first, so it is surely accepted by the time the other clients are served.
+    silent = RawClient(server.host, server.port)  # never sends CONNECT
+    topic = unique("shutdown")
+    willing_id, persistent_id = unique("willing"), unique("persistent")
+    with_will = connect_raw(server, willing_id, will=Will(topic, b"bye", qos=1))
+    persistent = connect_raw(server, persistent_id, clean=False)
+    subscribe_raw(persistent, 1, (topic, 2))
+    with_will.send(Publish(topic, b"in-flight", qos=2, packet_id=1))
+    assert with_will.expect() == PubRec(1)
+    with_will.send(PubRel(1))
+    with_will.expect()  # PUBCOMP
+    delivery = expect_publish(persistent)
+    persistent.send(PubRec(delivery.packet_id))
+    assert persistent.expect() == PubRel(delivery.packet_id)  # PUBCOMP never sent
+
+    started = time.monotonic()
+    exit_code = server.stop(signal.SIGTERM, timeout=EXIT_WITHIN_SECONDS)
+    elapsed = time.monotonic() - started
+    assert exit_code == 0, server.log()
+    assert elapsed < EXIT_WITHIN_SECONDS, elapsed
+    # The process is gone, so the sockets are closed anyway: the log shows each was closed
+    # by the shutdown path first.
+    wait_for_log(server, "shutting down: closing 3 connections")
+    for client_id in (willing_id, persistent_id):
+        wait_for_log(server, f"closing client '{client_id}'")
+    silent_port = silent.sock.getsockname()[1]
+    wait_for_log(server, f"closing connection 127.0.0.1:{silent_port}: server_shutdown")
+    wait_for_log(server, "stopped")
+    for client in (with_will, persistent, silent):
+        client.close()
