@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+from gevent.pool import Pool
 from gevent.server import StreamServer
 
 from actors.config import BrokerConfig
@@ -98,6 +99,7 @@ class Broker:
             (listener.host, listener.port),
             lambda sock, address: serve_connection(sock, address, context),
             backlog=LISTEN_BACKLOG,
+            spawn=Pool(listener.max_connections),  # beyond it, connections wait to be accepted
         )
         self._server.max_accept = 256
         self._server.start()

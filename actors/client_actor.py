@@ -81,6 +81,7 @@ from mqtt.reason_codes import ReasonCode, connack_return_code
 logger = logging.getLogger(__name__)
 
 PINGRESP = b"\xd0\x00"
+_CLIENT_AUTHORIZE = HookPoint.CLIENT_AUTHORIZE  # Enum member lookups cost ~0.2 µs
 _ACKS = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
 
 
@@ -146,24 +147,29 @@ class ClientActor(GeventActor):
     # ----- packets ----------------------------------------------------------------------
 
     def _packets(self, packets: list[Any]) -> None:
-        self._check_acl = self._hooks.has(HookPoint.CLIENT_AUTHORIZE)
-        for index, packet in enumerate(packets):
-            if self.phase is Phase.CONNECTED:
-                handler = self._handlers.get(type(packet))
-                if handler is None:
-                    self._violation(f"{type(packet).__name__} is not a client-to-server packet")
-                    return
-                handler(packet)
-            elif self.phase is Phase.AWAITING_CONNECT:
-                if not isinstance(packet, Connect):
-                    self._violation("the first packet must be CONNECT [MQTT-3.1.0-1]")
-                    return
-                self._connect(packet)
-            elif self.phase is Phase.CONNECTING:
-                self._held.extend(packets[index:])
+        phase = self.phase
+        if phase is Phase.AWAITING_CONNECT:
+            if not isinstance(packets[0], Connect):
+                self._violation("the first packet must be CONNECT [MQTT-3.1.0-1]")
                 return
-            else:
+            self._connect(packets[0])
+            packets = packets[1:]
+            phase = self.phase
+        if phase is Phase.CONNECTING:
+            self._held.extend(packets)
+            return
+        if phase is not Phase.CONNECTED:
+            return
+        self._check_acl = self._hooks.has(_CLIENT_AUTHORIZE)
+        handlers = self._handlers
+        for packet in packets:
+            handler = handlers.get(type(packet))
+            if handler is None:
+                self._violation(f"{type(packet).__name__} is not a client-to-server packet")
                 return
+            handler(packet)
+            if self.phase is not Phase.CONNECTED:
+                return  # DISCONNECT or a violation closed the connection
         self._flush_batch()
 
     def _flush_batch(self) -> None:

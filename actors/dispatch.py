@@ -12,7 +12,8 @@ For one batch it:
 - runs the `message.publish` hook chain (when any plugin listens) which may change or drop;
 - hands retained messages to the retainer actor (one tell per batch);
 - picks, per subscribing session, the highest QoS over all of its matching subscriptions,
-  capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1];
+  capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1]
+  (that merge is a "plan" per topic, cached until the route table changes);
 - encodes a QoS 0 PUBLISH for MQTT 3.x subscribers once per message and shares the bytes;
 - tells each session one `Deliver` with all of its deliveries from the batch.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors.messages import Deliver, StoreRetained
 from actors.persistence import Persistence, stored_delivery
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
+PLAN_CACHE_SIZE = 4096  # topics whose fan-out plan is kept until the route table changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,46 @@ class Route:
     session: Any  # ActorRef of the SessionActor
     options: SubscriptionOptions
     persistent: bool = False  # QoS 1/2 deliveries to it are stored before the publisher's ack
+
+
+class _Target(NamedTuple):
+    """One subscribing client of a topic, merged over all its matching subscriptions."""
+
+    client_id: str
+    session: Any
+    qos: int  # highest granted QoS over its matching subscriptions
+    own_qos: int  # the same over those without No Local (for its own messages); -1: none
+    retain_as_published: bool
+    subscription_ids: tuple[int, ...]
+    persistent: bool
+
+
+def _make_plan(matches: list[tuple[str, Any]]) -> list[_Target]:
+    merged: dict[str, _Target] = {}
+    for _topic_filter, subscribers in matches:
+        for client_id, route in subscribers.items():
+            options = route.options
+            own_qos = -1 if options.no_local else options.qos
+            ids = (options.subscription_id,) if options.subscription_id else ()
+            known = merged.get(client_id)
+            if known is None:
+                merged[client_id] = _Target(
+                    client_id,
+                    route.session,
+                    options.qos,
+                    own_qos,
+                    options.retain_as_published,
+                    ids,
+                    route.persistent,
+                )
+            else:
+                merged[client_id] = known._replace(
+                    qos=max(known.qos, options.qos),
+                    own_qos=max(known.own_qos, own_qos),
+                    retain_as_published=known.retain_as_published or options.retain_as_published,
+                    subscription_ids=known.subscription_ids + ids,
+                )
+    return list(merged.values())
 
 
 class Dispatcher:
@@ -64,6 +106,8 @@ class Dispatcher:
         self._hooks = hooks
         self._stats = stats
         self._persistence = persistence
+        self._plans: dict[str, list[_Target]] = {}
+        self._plans_version = -1
 
     def publish(
         self, messages: list[Message], on_durable: Callable[[], None] | None = None
@@ -101,51 +145,57 @@ class Dispatcher:
             return True
         return False
 
+    def _plan(self, topic: str) -> list[_Target]:
+        """Who receives a message on `topic`: one target per subscribing client, cached."""
+        version = self._routes.version
+        if version != self._plans_version:
+            self._plans.clear()
+            self._plans_version = version
+        plan = self._plans.get(topic)
+        if plan is None:
+            plan = _make_plan(self._routes.match(topic))
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            self._plans[topic] = plan
+        return plan
+
     def _fan_out(
         self, message: Message, per_session: dict[Any, list[Delivery]], ops: list[Op]
     ) -> bool:
-        matches = self._routes.match(message.topic)
-        if not matches:
-            return False
-        chosen: dict[str, tuple[int, Route, tuple[int, ...]]] = {}
-        for _topic_filter, subscribers in matches:
-            for client_id, route in subscribers.items():
-                options = route.options
-                if options.no_local and client_id == message.publisher:
-                    continue  # MQTT 5 No Local [MQTT-3.8.3-3]
-                qos = min(message.qos, options.qos)
-                ids = (options.subscription_id,) if options.subscription_id else ()
-                previous = chosen.get(client_id)
-                if previous is None:
-                    chosen[client_id] = (qos, route, ids)
-                else:
-                    best_qos = max(qos, previous[0])
-                    best_route = route if qos > previous[0] else previous[1]
-                    chosen[client_id] = (best_qos, best_route, previous[2] + ids)
+        plan = self._plan(message.topic)
         wire_qos0: bytes | None = None
         persistence = self._persistence
-        for client_id, (qos, route, ids) in chosen.items():
+        delivered = False
+        for target in plan:
+            # Overlapping subscriptions of one client deliver once, at the highest granted
+            # QoS, capped by the message's [MQTT-3.3.5-1]; No Local (MQTT 5) [MQTT-3.8.3-3].
+            granted = target.own_qos if target.client_id == message.publisher else target.qos
+            if granted < 0:
+                continue
+            qos = granted if granted < message.qos else message.qos
             # Live deliveries go out with RETAIN=0 unless the subscriber asked for
             # Retain As Published (MQTT 5) [MQTT-3.3.1-9] [MQTT-3.3.1-12/13].
-            retain = message.retain and route.options.retain_as_published
-            wire = None
-            if qos == 0 and not retain:
+            retain = message.retain and target.retain_as_published
+            if qos and target.persistent and persistence.enabled:
+                delivery = Delivery(
+                    message, qos, retain, target.subscription_ids, None, persistence.next_seq()
+                )
+                ops.append(PutMessage(target.client_id, delivery.seq, stored_delivery(delivery)))
+            elif qos == 0 and not retain:
                 if wire_qos0 is None:
                     wire_qos0 = encode_publish(
                         message.topic, message.payload, 0, False, False, None, None, 4
                     )
-                wire = wire_qos0
-            if qos and route.persistent and persistence.enabled:
-                delivery = Delivery(message, qos, retain, ids, None, persistence.next_seq())
-                ops.append(PutMessage(client_id, delivery.seq, stored_delivery(delivery)))
+                delivery = Delivery(message, 0, False, target.subscription_ids, wire_qos0)
             else:
-                delivery = Delivery(message, qos, retain, ids, wire)
-            deliveries = per_session.get(route.session)
+                delivery = Delivery(message, qos, retain, target.subscription_ids)
+            deliveries = per_session.get(target.session)
             if deliveries is None:
-                per_session[route.session] = [delivery]
+                per_session[target.session] = [delivery]
             else:
                 deliveries.append(delivery)
-        return bool(chosen)
+            delivered = True
+        return delivered
 
     def _dropped(self, message: Message, reason: DropReason) -> None:
         self._stats.messages_dropped += 1
