@@ -28,7 +28,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from actors.connection import Connection
+from actors.connection import ACK_OF_PACKET, Connection
 from actors.context import BrokerContext
 from actors.messages import (
     Acknowledged,
@@ -81,8 +81,9 @@ from mqtt.reason_codes import ReasonCode, connack_return_code
 logger = logging.getLogger(__name__)
 
 PINGRESP = b"\xd0\x00"
+_TOPIC_ALIAS = 0x23  # MQTT 5 property identifier
+_PUBACK_HEADER = b"\x40\x02"  # a success PUBACK is the same 4 bytes in every version
 _CLIENT_AUTHORIZE = HookPoint.CLIENT_AUTHORIZE  # Enum member lookups cost ~0.2 µs
-_ACKS = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
 
 
 class Phase(Enum):
@@ -95,6 +96,7 @@ class Phase(Enum):
 class ClientActor(GeventActor):
     def __init__(self, connection: Connection, context: BrokerContext) -> None:
         super().__init__()
+        self._connection = connection
         self._transport = connection.transport
         self._context = context
         self._hooks = context.hooks
@@ -202,6 +204,11 @@ class ClientActor(GeventActor):
         if topic.count("/") >= self._context.limits.max_topic_levels:
             self._violation(f"topic {topic[:64]!r} has more than limits.max_topic_levels levels")
             return
+        if _TOPIC_ALIAS in packet.properties:
+            # CONNACK announces no Topic Alias Maximum, so it is 0 [MQTT-3.2.2-17]: a client
+            # must not send a Topic Alias [MQTT-3.3.2-8]; 0x94 Topic Alias invalid.
+            self._violation("Topic Alias used, but the broker allows none", 0x94)
+            return
         message = new_message(
             topic,
             packet.payload,
@@ -223,11 +230,14 @@ class ClientActor(GeventActor):
             logger.info("%s: publish to %r denied", self._name(), topic)
         if packet.qos == 1:
             # A denied QoS 1 publish is still acknowledged in 3.1.1; 5.0 says why.
-            code = 0 if allowed or self._version < 5 else ReasonCode.NOT_AUTHORIZED
-            self._pubacks.append(encode(PubAck(packet.packet_id, code), self._version))
+            if allowed or self._version < 5:
+                self._pubacks.append(_PUBACK_HEADER + packet.packet_id.to_bytes(2, "big"))
+            else:
+                denied = PubAck(packet.packet_id, ReasonCode.NOT_AUTHORIZED)
+                self._pubacks.append(encode(denied, self._version))
 
     def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
-        self._acks.append((_ACKS[type(packet)], packet.packet_id))
+        self._acks.append((ACK_OF_PACKET[type(packet)], packet.packet_id))
 
     def _pubrel(self, packet: PubRel) -> None:
         self._flush_batch()  # the QoS 2 PUBLISH must reach the session before its PUBREL
@@ -359,6 +369,7 @@ class ClientActor(GeventActor):
             tell_if_alive(attached.session, Detach(self.actor_ref, DisconnectReason.SOCKET_CLOSED))
             return
         self._session = attached.session
+        self._connection.session = attached.session
         self.phase = Phase.CONNECTED
         self._context.stats.connections += 1
         assert self._client is not None
@@ -391,10 +402,10 @@ class ClientActor(GeventActor):
             logger.info("closing %s: %s (%s)", self._name(), lost.reason.value, lost.detail)
         self._close(lost.reason)
 
-    def _violation(self, why: str) -> None:
+    def _violation(self, why: str, reason_code: int = ReasonCode.PROTOCOL_ERROR) -> None:
         logger.warning("closing %s: protocol violation: %s", self._name(), why)
         if self.phase is Phase.CONNECTED and self._version >= 5:
-            self._out.append(encode(Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR), 5))
+            self._out.append(encode(Disconnect(reason_code=reason_code), 5))
         self._close(DisconnectReason.PROTOCOL_ERROR)
 
     def _write_failed(self, error: OSError) -> None:
@@ -405,6 +416,7 @@ class ClientActor(GeventActor):
     def _close(self, reason: DisconnectReason) -> None:
         if self.phase is Phase.CLOSED:
             return
+        self._connection.session = None
         was_connected = self.phase is Phase.CONNECTED
         if was_connected:
             self._flush_batch()

@@ -78,6 +78,9 @@ from store.base import DeleteMessage, DeleteSession, Op, PutMessage, PutSession
 
 logger = logging.getLogger(__name__)
 
+_MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
+_MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
+
 _PUBLISH_PROPERTIES_FORWARDED = frozenset(
     # MQTT 5 properties a subscriber receives unchanged [MQTT-3.3.2-17..20]
     (0x01, 0x02, 0x03, 0x08, 0x09, 0x26)
@@ -242,7 +245,7 @@ class SessionActor(GeventActor):
         connected = transport is not None
         slow = connected and transport.backlog_bytes > self._context.limits.max_write_buffer
         plain_qos0 = connected and not slow and self._version < 5
-        report_delivered = self._hooks.has(HookPoint.MESSAGE_DELIVERED)
+        report_delivered = self._hooks.has(_MESSAGE_DELIVERED)
         out = self._out
         sent = 0
         for delivery in deliver.deliveries:
@@ -306,6 +309,7 @@ class SessionActor(GeventActor):
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
         completed = False
+        report_acked = self._hooks.has(_MESSAGE_ACKED)
         for ack, packet_id in acknowledged.acks:
             stage, delivery = self.state.acknowledge(ack, packet_id)
             if stage is Stage.AWAIT_PUBCOMP or (stage is None and ack is Ack.PUBREC):
@@ -317,9 +321,9 @@ class SessionActor(GeventActor):
                 completed = True
                 if delivery.seq and self._stored:
                     self._ops.append(DeleteMessage(self.state.client_id, delivery.seq))
-                if self._hooks.has(HookPoint.MESSAGE_ACKED):
+                if report_acked:
                     self._hooks.run(
-                        HookPoint.MESSAGE_ACKED,
+                        _MESSAGE_ACKED,
                         MessageAcked(
                             client_id=self.state.client_id,
                             username=self._client.username if self._client else None,

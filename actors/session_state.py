@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import NamedTuple
 
 from hooks.events import DropReason, Message
@@ -49,19 +49,22 @@ class Stage(Enum):
 _FIRST_STAGE = {1: Stage.AWAIT_PUBACK, 2: Stage.AWAIT_PUBREC}
 
 
-class Ack(Enum):
-    """Acknowledgements a client sends for messages the broker delivered to it."""
+class Ack(IntEnum):
+    """Acknowledgements a client sends for messages the broker delivered to it.
 
-    PUBACK = "puback"
-    PUBREC = "pubrec"
-    PUBCOMP = "pubcomp"
+    An IntEnum (valued as the packet type) so table lookups hash in C on the ack hot path.
+    """
+
+    PUBACK = 4
+    PUBREC = 5
+    PUBCOMP = 7
 
 
-# (stage expected, ack received) -> next stage, or None when the delivery is complete.
-_TRANSITIONS: dict[tuple[Stage, Ack], Stage | None] = {
-    (Stage.AWAIT_PUBACK, Ack.PUBACK): None,
-    (Stage.AWAIT_PUBREC, Ack.PUBREC): Stage.AWAIT_PUBCOMP,
-    (Stage.AWAIT_PUBCOMP, Ack.PUBCOMP): None,
+# ack received -> (stage it must find, next stage or None when the delivery is complete).
+_TRANSITIONS: dict[Ack, tuple[Stage, Stage | None]] = {
+    Ack.PUBACK: (Stage.AWAIT_PUBACK, None),
+    Ack.PUBREC: (Stage.AWAIT_PUBREC, Stage.AWAIT_PUBCOMP),
+    Ack.PUBCOMP: (Stage.AWAIT_PUBCOMP, None),
 }
 
 
@@ -133,9 +136,11 @@ class SessionState:
         PUBREC still gets a PUBREL in the caller).
         """
         entry = self.inflight.get(packet_id)
-        if entry is None or (entry.stage, ack) not in _TRANSITIONS:
+        if entry is None:
             return None, None
-        next_stage = _TRANSITIONS[(entry.stage, ack)]
+        expected, next_stage = _TRANSITIONS[ack]
+        if entry.stage is not expected:
+            return None, None
         if next_stage is None:
             del self.inflight[packet_id]
         else:
