@@ -114,17 +114,6 @@ class ClientActor(GeventActor):
         self._releases: list[int] = []
         self._pubacks: list[bytes] = []
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            Publish: self._publish,
-            PubAck: self._ack,
-            PubRec: self._ack,
-            PubComp: self._ack,
-            PubRel: self._pubrel,
-            Subscribe: self._subscribe,
-            Unsubscribe: self._unsubscribe,
-            PingReq: self._ping,
-            Disconnect: self._disconnect,
-        }
 
     def on_start(self) -> None:
         self._context.live_clients.add(self.actor_ref)
@@ -163,13 +152,12 @@ class ClientActor(GeventActor):
         if phase is not Phase.CONNECTED:
             return
         self._check_acl = self._hooks.has(_CLIENT_AUTHORIZE)
-        handlers = self._handlers
         for packet in packets:
-            handler = handlers.get(type(packet))
+            handler = _PACKET_HANDLERS.get(type(packet))
             if handler is None:
                 self._violation(f"{type(packet).__name__} is not a client-to-server packet")
                 return
-            handler(packet)
+            handler(self, packet)
             if self.phase is not Phase.CONNECTED:
                 return  # DISCONNECT or a violation closed the connection
         self._flush_batch()
@@ -443,3 +431,18 @@ class ClientActor(GeventActor):
         if self._client is not None:
             return f"client {self._client.client_id!r} ({self._transport.peer})"
         return f"connection {self._transport.peer}"
+
+
+# What a connected client may send, and the method that handles it. A class-level table: a
+# per-instance dict of bound methods would cost ~1 KB per idle connection.
+_PACKET_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
+    Publish: ClientActor._publish,
+    PubAck: ClientActor._ack,
+    PubRec: ClientActor._ack,
+    PubComp: ClientActor._ack,
+    PubRel: ClientActor._pubrel,
+    Subscribe: ClientActor._subscribe,
+    Unsubscribe: ClientActor._unsubscribe,
+    PingReq: ClientActor._ping,
+    Disconnect: ClientActor._disconnect,
+}

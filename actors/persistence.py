@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from actors.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
@@ -108,6 +109,8 @@ def restored_state(client_id: str, stored: StoredSession, base: SessionState) ->
             entry.message, entry.qos, entry.retain, entry.subscription_ids, None, seq
         )
         if entry.stage is None or entry.packet_id is None:
+            if state.queue is None:
+                state.queue = deque()
             state.queue.append(delivery)
         else:
             state.inflight[entry.packet_id] = InflightEntry(delivery, Stage(entry.stage))

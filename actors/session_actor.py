@@ -103,22 +103,9 @@ class SessionActor(GeventActor):
         self._ops: list[Op] = []  # store ops of the current message, submitted by after_drain
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            Deliver: self._deliver,
-            Acknowledged: self._acknowledged,
-            InboundQos2: self._inbound_qos2,
-            Released: self._released,
-            SubscribeRequest: self._subscribe,
-            UnsubscribeRequest: self._unsubscribe,
-            RoutesChanged: self._routes_changed,
-            Attach: self._attach,
-            Detach: self._detach,
-            Terminate: self._terminate,
-            SessionExpired: self._expired,
-        }
 
     def on_receive(self, message: Any) -> None:
-        self._handlers[type(message)](message)
+        _MESSAGE_HANDLERS[type(message)](self, message)
 
     def after_drain(self) -> None:
         if self._ops:
@@ -351,7 +338,9 @@ class SessionActor(GeventActor):
             if is_new and message is not None:
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
-            pubrecs.append(encode(PubRec(packet.packet_id), self._version))
+            # A publish the ACL denied completes its flow; 5.0 says why (0x87).
+            code = 0x87 if message is None and self._version >= 5 else 0
+            pubrecs.append(encode(PubRec(packet.packet_id, code), self._version))
         routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
@@ -479,3 +468,20 @@ class SessionActor(GeventActor):
                     ),
                 )
         dropped.clear()
+
+
+# Messages a session handles, and the method for each: class-level, so an idle session
+# holds no per-instance table of bound methods.
+_MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
+    Deliver: SessionActor._deliver,
+    Acknowledged: SessionActor._acknowledged,
+    InboundQos2: SessionActor._inbound_qos2,
+    Released: SessionActor._released,
+    SubscribeRequest: SessionActor._subscribe,
+    UnsubscribeRequest: SessionActor._unsubscribe,
+    RoutesChanged: SessionActor._routes_changed,
+    Attach: SessionActor._attach,
+    Detach: SessionActor._detach,
+    Terminate: SessionActor._terminate,
+    SessionExpired: SessionActor._expired,
+}

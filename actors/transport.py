@@ -46,7 +46,7 @@ class Transport:
         self._sock = sock
         self._raw = sock._sock  # the stdlib socket under gevent's, already non-blocking
         self.peer = peer
-        self._backlog: deque[bytes] = deque()
+        self._backlog: deque[bytes] | None = None  # only while a flusher runs
         self.backlog_bytes = 0
         self._flusher: gevent.Greenlet | None = None
         self._close_when_flushed = False
@@ -58,7 +58,7 @@ class Transport:
         """Queue `data` for the socket; False if the transport is closed (data discarded)."""
         if self.closed or self._close_when_flushed:
             return False
-        if self._flusher is not None:  # bytes already wait: keep the stream in order
+        if self._backlog is not None:  # bytes already wait: keep the stream in order
             self._backlog.append(data)
             self.backlog_bytes += len(data)
             return True
@@ -71,7 +71,7 @@ class Transport:
             return False
         if sent < len(data):
             rest = data[sent:]
-            self._backlog.append(rest)
+            self._backlog = deque((rest,))
             self.backlog_bytes += len(rest)
             self._flusher = gevent.spawn(self._flush_backlog)
         return True
@@ -100,7 +100,7 @@ class Transport:
         self.closed = True
         if self._closed_event is not None:
             self._closed_event.set()
-        self._backlog.clear()
+        self._backlog = None
         self.backlog_bytes = 0
         if self._flusher is not None and self._flusher is not gevent.getcurrent():
             self._flusher.kill(block=False)
@@ -109,10 +109,12 @@ class Transport:
         self._sock.close()
 
     def _flush_backlog(self) -> None:
+        backlog = self._backlog
+        assert backlog is not None
         try:
-            while self._backlog and not self.closed:
-                chunk = b"".join(self._backlog)
-                self._backlog.clear()
+            while backlog and not self.closed:
+                chunk = b"".join(backlog)
+                backlog.clear()
                 self._sock.sendall(chunk)
                 self.backlog_bytes -= len(chunk)
         except OSError as error:
@@ -120,6 +122,7 @@ class Transport:
             return
         finally:
             self._flusher = None
+            self._backlog = None
         self.backlog_bytes = 0
         if self._close_when_flushed:
             self._close_now()
