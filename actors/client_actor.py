@@ -205,6 +205,7 @@ class ClientActor(GeventActor):
             client.client_id,
             client.username,
             packet.properties,
+            packet.wire,
         )
         allowed = not self._check_acl or self._authorized(
             AuthorizeAction.PUBLISH, topic, packet.qos

@@ -183,7 +183,7 @@ class Dispatcher:
                 ops.append(PutMessage(target.client_id, delivery.seq, stored_delivery(delivery)))
             elif qos == 0 and not retain:
                 if wire_qos0 is None:
-                    wire_qos0 = encode_publish(
+                    wire_qos0 = message.wire or encode_publish(
                         message.topic, message.payload, 0, False, False, None, None, 4
                     )
                 delivery = Delivery(message, 0, False, target.subscription_ids, wire_qos0)

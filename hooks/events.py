@@ -42,11 +42,16 @@ class Message:
     timestamp: float = field(default_factory=time.time)  # seconds since the epoch, UTC
     properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 PUBLISH properties
     message_id: int = field(default_factory=next_message_id)
+    # The encoded 3.x QoS 0 PUBLISH as the publisher sent it (see mqtt.packets.Publish.wire),
+    # forwarded as is to QoS 0 subscribers. Not settable: a message changed with
+    # dataclasses.replace gets None, so a stale encoding is never sent.
+    wire: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
 
 def _slot_setters() -> tuple[Any, ...]:
     names = ("topic", "payload", "qos", "retain", "publisher", "username", "timestamp")
-    return tuple(Message.__dict__[name].__set__ for name in (*names, "properties", "message_id"))
+    extra = ("properties", "message_id", "wire")
+    return tuple(Message.__dict__[name].__set__ for name in (*names, *extra))
 
 
 (
@@ -59,6 +64,7 @@ def _slot_setters() -> tuple[Any, ...]:
     _set_timestamp,
     _set_properties,
     _set_message_id,
+    _set_wire,
 ) = _slot_setters()
 _new_object = object.__new__
 _now = time.time
@@ -72,6 +78,7 @@ def new_message(  # noqa: PLR0917 - positional on purpose: one call per PUBLISH
     publisher: str | None,
     username: str | None,
     properties: dict[int, Any],
+    wire: bytes | None = None,
 ) -> Message:
     """The same `Message` as the constructor builds, about 2.5 times faster.
 
@@ -89,6 +96,7 @@ def new_message(  # noqa: PLR0917 - positional on purpose: one call per PUBLISH
     _set_timestamp(message, _now())
     _set_properties(message, properties)
     _set_message_id(message, next_message_id())
+    _set_wire(message, wire)
     return message
 
 

@@ -36,6 +36,7 @@ OURS_PORT = 19840
 OURS_COMMAND = (
     "env PYTHONPATH={root} {python} -m actors.main"
     " --host 127.0.0.1 --port {port} --log-level warning"
+    " --config {root}/loadtest/bench-broker.toml"
 )
 MOSQUITTO_COMMAND = "{mosquitto} -c {conf:mosquitto-unbounded-queue.conf}"
 SINK_COMMAND = "{gen} sink --port {port} --reflect"  # the generator's own ceiling

@@ -27,6 +27,7 @@ from mqtt.wire import MAX_VARINT
 MAX_PACKET_SIZE = MAX_VARINT + 5
 """The largest packet MQTT can frame: a 4-byte remaining length of 268,435,455 plus header."""
 
+_PLAIN_QOS0_PUBLISH = 0x30  # PUBLISH, QoS 0, no DUP, no RETAIN
 _PUBLISH = PacketType.PUBLISH
 _CONNECT = PacketType.CONNECT
 _CONNACK = PacketType.CONNACK
@@ -147,7 +148,10 @@ class PacketDecoder:
                 return pos
             first = buf[pos]
             if first >> 4 == _PUBLISH and self.protocol_version is not None:
-                append(decode_publish(first & 0x0F, buf, start, end, self.protocol_version))
+                packet = decode_publish(first & 0x0F, buf, start, end, self.protocol_version)
+                if first == _PLAIN_QOS0_PUBLISH and self.protocol_version < 5:
+                    packet.wire = buf[pos:end]
+                append(packet)
             else:
                 append(self._decode_other(first, buf, start, end))
             pos = end

@@ -103,6 +103,10 @@ class Publish:
     dup: bool = False
     packet_id: int | None = None  # present iff qos > 0
     properties: Properties = field(default_factory=dict)
+    # Set by the decoder for a 3.x QoS 0 PUBLISH without RETAIN/DUP: the packet's bytes as
+    # received, which are exactly what a QoS 0 subscriber must get, so the broker forwards
+    # them instead of re-encoding. Not part of the packet's value.
+    wire: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
