@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import gevent
 import gevent.event
 
-from store.base import Op, Store, StoreError
+from store.base import DeleteMessage, Op, PutMessage, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,29 @@ Callback = Callable[[], None]
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0
+
+
+def coalesce_message_ops(ops: list[Op]) -> list[Op]:
+    """Drop message ops that a later op on the same (client id, seq) in the batch supersedes.
+
+    A message a client acknowledges within one commit window is queued, put in flight and
+    deleted in the same batch: only the delete needs to reach the disk. The final state is
+    unchanged: a row's state is set by the last op on it, which keeps its position (a
+    DeleteSession in between erases the dropped op's row anyway).
+    """
+    last_at: dict[tuple[str, int], int] = {}
+    kept: list[Op | None] = []
+    for op in ops:
+        if isinstance(op, PutMessage | DeleteMessage):
+            key = (op.client_id, op.seq)
+            earlier = last_at.get(key)
+            if earlier is not None:
+                kept[earlier] = None
+            last_at[key] = len(kept)
+        kept.append(op)
+    if len(last_at) == sum(isinstance(op, PutMessage | DeleteMessage) for op in ops):
+        return ops  # nothing superseded
+    return [op for op in kept if op is not None]
 
 
 class StoreWriter:
@@ -105,7 +128,7 @@ class StoreWriter:
             if remaining > 0:
                 self._commit_now.wait(remaining)
             batch = self._take_batch()
-            ops = [op for submitted_ops, _ in batch for op in submitted_ops]
+            ops = coalesce_message_ops([op for submitted_ops, _ in batch for op in submitted_ops])
             if ops:
                 self._commit(ops)
             for _, on_commit in batch:

@@ -17,6 +17,7 @@ import pytest
 
 from hooks.events import Message
 from store import (
+    DeleteMessage,
     MemoryStore,
     Op,
     PutMessage,
@@ -265,3 +266,28 @@ def test_every_acknowledged_message_survives_sigkill(tmp_path: Path) -> None:
     store.close()
     assert set(acknowledged) <= stored
     assert acknowledged == sorted(acknowledged)
+
+
+def test_message_ops_superseded_within_a_batch_never_reach_the_store() -> None:
+    store = RecordingStore()
+    store.apply([PutMessage("c", 1, _delivery(1))])  # committed earlier
+    store.batches.clear()
+    writer = StoreWriter(store, max_delay=0.05)
+    in_flight = StoredDelivery(
+        message=_delivery(2).message, qos=1, retain=False, packet_id=7, stage="await_puback"
+    )
+    writer.submit([PutMessage("c", 2, _delivery(2)), PutSession("c", META)])
+    writer.submit([PutMessage("c", 2, in_flight), DeleteMessage("c", 1)])
+    third = PutMessage("c", 3, _delivery(3))
+    writer.submit([DeleteMessage("c", 2), third])
+    writer.flush(timeout=5)
+    [batch] = store.batches
+    assert batch == [
+        PutSession("c", META),
+        DeleteMessage("c", 1),
+        DeleteMessage("c", 2),
+        third,
+    ]
+    messages = store.load().sessions["c"].messages
+    assert [seq for seq, _ in messages] == [3]
+    writer.close()
