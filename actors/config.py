@@ -99,6 +99,8 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         )
     if not 1 <= config.limits.max_inflight <= 65535:
         raise ConfigError("[limits] max_inflight must be 1..65535")
+    if config.limits.max_awaiting_rel < 1:
+        raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):

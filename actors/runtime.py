@@ -196,13 +196,24 @@ class GeventActor(pykka.Actor):
                 if handled % DRAIN_BATCH == 0:
                     gevent.sleep(0)
             if not self.actor_stopped.is_set():
-                self.after_drain()
+                self._after_drain_guarded()
             if self.actor_stopped.is_set():
                 self._actor_loop_teardown()
         finally:
             inbox.drain_finished()
         if not inbox.empty() and not self.actor_stopped.is_set():
             inbox.schedule_drain()  # mail arrived while the last handler yielded
+
+    def _after_drain_guarded(self) -> None:
+        """`after_drain`, failing the way a failing message handler does (logged, stopped)."""
+        try:
+            self.after_drain()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+            try:
+                self.on_failure(*sys.exc_info())
+            except Exception:
+                self._handle_failure(*sys.exc_info())
 
     def _handle_envelope(self, envelope: Envelope[Any]) -> None:
         """Handle one envelope the way pykka's `_actor_loop_running` does."""

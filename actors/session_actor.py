@@ -109,8 +109,8 @@ class SessionActor(GeventActor):
 
     def after_drain(self) -> None:
         if self._ops:
-            self._persistence.submit(self._ops)
-            self._ops = []
+            ops, self._ops = self._ops, []
+            self._persistence.submit(ops)
         if self._out:
             if self._transport is not None:
                 self._transport.write(b"".join(self._out))
@@ -236,7 +236,7 @@ class SessionActor(GeventActor):
         out = self._out
         sent = 0
         for delivery in deliver.deliveries:
-            if plain_qos0 and delivery.wire is not None:
+            if plain_qos0 and delivery.wire is not None and not state.queue:
                 out.append(delivery.wire)  # the shared encoding; nothing to track for QoS 0
             elif slow and delivery.qos == 0:
                 state.dropped.append((delivery, DropReason.SLOW_CONSUMER))

@@ -119,9 +119,9 @@ class SessionState:
     def admit(self, delivery: Delivery, connected: bool) -> int:
         """Take a delivery; return its packet id if it is to be sent now, else an answer above."""
         if delivery.qos == 0:
-            if connected:
+            if connected and not self.queue:
                 return SEND_WITHOUT_ID
-            if not self.queue_qos0:
+            if not connected and not self.queue_qos0:
                 self.dropped.append((delivery, DropReason.QOS0_OFFLINE))
                 return DROPPED
         elif connected and not self.queue and len(self.inflight) < self.max_inflight:

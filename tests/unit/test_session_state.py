@@ -1,0 +1,353 @@
+"""SessionState: admission, the in-flight window, packet ids, the bounded queue, QoS 2 both ways.
+
+Spec references are MQTT 3.1.1 unless stated; the rules are the same in 5.0.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from actors.session_state import (
+    DROPPED,
+    QUEUED,
+    SEND_WITHOUT_ID,
+    Ack,
+    Delivery,
+    InflightEntry,
+    SessionState,
+    Stage,
+    SubscriptionOptions,
+    TooManyAwaitingRelError,
+)
+from hooks.events import DropReason, Message
+
+_numbers = itertools.count(1)
+
+
+def delivery(qos: int, label: str | None = None) -> Delivery:
+    """A distinct delivery (its payload names it) at `qos`."""
+    number = next(_numbers)
+    payload = (label or f"m{number}").encode()
+    return Delivery(Message(topic="t/x", payload=payload, qos=qos), qos, False, seq=number)
+
+
+def session(
+    *,
+    max_inflight: int = 32,
+    max_queued: int = 1000,
+    queue_qos0: bool = False,
+    max_awaiting_rel: int = 100,
+) -> SessionState:
+    return SessionState(
+        client_id="c1",
+        persistent=True,
+        max_inflight=max_inflight,
+        max_queued=max_queued,
+        queue_qos0=queue_qos0,
+        max_awaiting_rel=max_awaiting_rel,
+    )
+
+
+def queued(state: SessionState) -> list[Delivery]:
+    return list(state.queue or ())
+
+
+# ----- QoS 0 ------------------------------------------------------------------------------
+
+
+def test_qos0_to_a_connected_session_is_sent_without_a_packet_id() -> None:
+    state = session()
+    assert state.admit(delivery(0), connected=True) == SEND_WITHOUT_ID
+    assert state.inflight == {}
+    assert state.queue is None
+    assert state.dropped == []
+
+
+def test_qos0_to_an_offline_session_is_dropped_by_default() -> None:
+    state = session()
+    message = delivery(0)
+    assert state.admit(message, connected=False) == DROPPED
+    assert state.dropped == [(message, DropReason.QOS0_OFFLINE)]
+    assert state.queue is None
+
+
+def test_qos0_to_an_offline_session_is_queued_with_queue_qos0_and_sent_on_fill() -> None:
+    state = session(queue_qos0=True)
+    message = delivery(0)
+    assert state.admit(message, connected=False) == QUEUED
+    assert queued(state) == [message]
+    assert state.fill_window() == [(SEND_WITHOUT_ID, message)]
+    assert state.inflight == {}
+    assert state.queue is None
+
+
+def test_qos0_does_not_overtake_queued_qos0_of_the_same_topic() -> None:
+    """Same topic and QoS from one publisher arrive in the order published [MQTT-4.6.0-6]."""
+    state = session(max_inflight=1, queue_qos0=True)
+    blocker, older, newer = delivery(1), delivery(0, "older"), delivery(0, "newer")
+    state.admit(blocker, connected=False)
+    state.admit(older, connected=False)
+    assert state.fill_window() == [(1, blocker)]  # reconnect: the window is full again
+    answer = state.admit(newer, connected=True)
+    sent_now = [newer] if answer == SEND_WITHOUT_ID else []
+    state.acknowledge(Ack.PUBACK, 1)
+    sent_after_ack = [sent for _packet_id, sent in state.fill_window()]
+    assert [*sent_now, *sent_after_ack] == [older, newer]
+
+
+# ----- QoS 1/2 and the in-flight window ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("qos", "stage"), [(1, Stage.AWAIT_PUBACK), (2, Stage.AWAIT_PUBREC)])
+def test_qos1_and_qos2_are_sent_with_a_packet_id_while_the_window_has_room(
+    qos: int, stage: Stage
+) -> None:
+    state = session(max_inflight=2)
+    first, second = delivery(qos), delivery(qos)
+    assert state.admit(first, connected=True) == 1
+    assert state.admit(second, connected=True) == 2
+    assert state.inflight == {1: InflightEntry(first, stage), 2: InflightEntry(second, stage)}
+
+
+def test_beyond_max_inflight_deliveries_are_queued() -> None:
+    state = session(max_inflight=2)
+    sent = [state.admit(delivery(1), connected=True) for _ in range(2)]
+    extra = delivery(2)
+    assert sent == [1, 2]
+    assert state.admit(extra, connected=True) == QUEUED
+    assert queued(state) == [extra]
+    assert len(state.inflight) == 2
+
+
+def test_qos1_to_an_offline_session_is_queued_not_sent() -> None:
+    state = session()
+    message = delivery(1)
+    assert state.admit(message, connected=False) == QUEUED
+    assert state.inflight == {}
+    assert queued(state) == [message]
+
+
+def test_a_new_delivery_does_not_overtake_the_queue_even_with_a_free_slot() -> None:
+    """Messages to one subscriber leave in order [MQTT-4.6.0-6]."""
+    state = session(max_inflight=1)
+    older = delivery(1)
+    state.admit(older, connected=False)
+    newer = delivery(1)
+    assert state.admit(newer, connected=True) == QUEUED  # the slot is free, the queue is not empty
+    assert queued(state) == [older, newer]
+
+
+def test_fill_window_after_an_ack_sends_queued_deliveries_in_order() -> None:
+    state = session(max_inflight=2)
+    in_flight = [delivery(1), delivery(1)]
+    waiting = [delivery(1), delivery(2), delivery(1)]
+    for message in in_flight + waiting:
+        state.admit(message, connected=True)
+    assert state.fill_window() == []  # no free slot yet
+    state.acknowledge(Ack.PUBACK, 1)
+    state.acknowledge(Ack.PUBACK, 2)
+    assert state.fill_window() == [(3, waiting[0]), (4, waiting[1])]
+    assert queued(state) == [waiting[2]]
+    state.acknowledge(Ack.PUBACK, 3)
+    assert state.fill_window() == [(5, waiting[2])]
+    assert state.queue is None  # an emptied queue holds no deque
+    assert state.inflight[4].stage is Stage.AWAIT_PUBREC
+
+
+def test_packet_ids_in_flight_are_never_reused() -> None:
+    """A new PUBLISH gets a currently unused packet id [MQTT-2.3.1-2] (server: [MQTT-2.3.1-4])."""
+    state = session(max_inflight=3)
+    for _ in range(3):
+        state.admit(delivery(1), connected=True)
+    state.acknowledge(Ack.PUBACK, 2)
+    state.next_packet_id = 1  # force the allocator onto ids still in flight
+    new_id = state.admit(delivery(1), connected=True)
+    assert new_id == 2
+    assert set(state.inflight) == {1, 2, 3}
+
+
+def test_packet_ids_wrap_from_65535_to_1_skipping_ids_in_flight() -> None:
+    state = session(max_inflight=4)
+    state.next_packet_id = 65534
+    assert state.admit(delivery(1), connected=True) == 65534
+    assert state.admit(delivery(1), connected=True) == 65535
+    assert state.next_packet_id == 1
+    assert state.admit(delivery(1), connected=True) == 1
+    state.acknowledge(Ack.PUBACK, 65534)
+    state.next_packet_id = 65535  # 65535 and 1 are in flight: the next free id is 2
+    assert state.admit(delivery(1), connected=True) == 2
+    assert state.next_packet_id == 3
+    assert 0 not in state.inflight
+
+
+def test_packet_id_zero_is_never_allocated() -> None:
+    """QoS > 0 PUBLISH needs a non-zero packet id [MQTT-2.3.1-1]."""
+    state = session(max_inflight=65535)
+    state.next_packet_id = 65535
+    ids = [state.admit(delivery(1), connected=True) for _ in range(3)]
+    assert ids == [65535, 1, 2]
+
+
+# ----- the queue bound --------------------------------------------------------------------
+
+
+def test_over_max_queued_the_oldest_is_dropped_as_queue_full() -> None:
+    state = session(max_queued=3)
+    messages = [delivery(1) for _ in range(5)]
+    for message in messages:
+        assert state.admit(message, connected=False) == QUEUED
+    assert queued(state) == messages[2:]
+    assert state.dropped == [
+        (messages[0], DropReason.QUEUE_FULL),
+        (messages[1], DropReason.QUEUE_FULL),
+    ]
+
+
+def test_the_queue_bound_counts_only_queued_deliveries_not_in_flight_ones() -> None:
+    state = session(max_inflight=2, max_queued=2)
+    messages = [delivery(1) for _ in range(4)]
+    for message in messages:
+        state.admit(message, connected=True)
+    assert state.dropped == []
+    assert queued(state) == messages[2:]
+
+
+def test_max_queued_zero_means_unbounded() -> None:
+    state = session(max_queued=0)
+    messages = [delivery(1) for _ in range(2000)]
+    for message in messages:
+        state.admit(message, connected=False)
+    assert queued(state) == messages
+    assert state.dropped == []
+
+
+# ----- acknowledgements -------------------------------------------------------------------
+
+
+def test_puback_completes_a_qos1_delivery() -> None:
+    state = session()
+    message = delivery(1)
+    packet_id = state.admit(message, connected=True)
+    assert state.acknowledge(Ack.PUBACK, packet_id) == (None, message)
+    assert state.inflight == {}
+
+
+def test_pubrec_moves_qos2_to_await_pubcomp_and_pubcomp_completes_it() -> None:
+    """QoS 2 sender: PUBREC -> send PUBREL, PUBCOMP -> done (MQTT 3.1.1 4.3.3)."""
+    state = session()
+    message = delivery(2)
+    packet_id = state.admit(message, connected=True)
+    assert state.acknowledge(Ack.PUBREC, packet_id) == (Stage.AWAIT_PUBCOMP, message)
+    assert state.inflight[packet_id] == InflightEntry(message, Stage.AWAIT_PUBCOMP)
+    assert state.acknowledge(Ack.PUBCOMP, packet_id) == (None, message)
+    assert state.inflight == {}
+
+
+@pytest.mark.parametrize(
+    ("qos", "acks_before", "wrong_ack"),
+    [
+        (1, [], Ack.PUBREC),
+        (1, [], Ack.PUBCOMP),
+        (2, [], Ack.PUBACK),
+        (2, [], Ack.PUBCOMP),  # PUBCOMP before PUBREC
+        (2, [Ack.PUBREC], Ack.PUBREC),  # a duplicate PUBREC
+        (2, [Ack.PUBREC], Ack.PUBACK),
+    ],
+)
+def test_an_ack_of_the_wrong_kind_changes_nothing(
+    qos: int, acks_before: list[Ack], wrong_ack: Ack
+) -> None:
+    state = session()
+    message = delivery(qos)
+    packet_id = state.admit(message, connected=True)
+    for ack in acks_before:
+        state.acknowledge(ack, packet_id)
+    before = dict(state.inflight)
+    stage_before = state.inflight[packet_id].stage
+    assert state.acknowledge(wrong_ack, packet_id) == (None, None)
+    assert state.inflight == before
+    assert state.inflight[packet_id].stage is stage_before
+
+
+@pytest.mark.parametrize("ack", list(Ack))
+def test_an_ack_for_an_unknown_or_completed_packet_id_changes_nothing(ack: Ack) -> None:
+    state = session()
+    message = delivery(1)
+    packet_id = state.admit(message, connected=True)
+    state.acknowledge(Ack.PUBACK, packet_id)
+    assert state.acknowledge(ack, packet_id) == (None, None)  # duplicate or stray
+    assert state.acknowledge(ack, 999) == (None, None)
+    assert state.inflight == {}
+
+
+def test_unacknowledged_lists_in_flight_entries_in_original_send_order() -> None:
+    """Re-sent on reconnect with their original packet ids, in order [MQTT-4.4.0-1]."""
+    state = session(max_inflight=4)
+    state.next_packet_id = 65534
+    messages = [delivery(2), delivery(1), delivery(2), delivery(1)]
+    ids = [state.admit(message, connected=True) for message in messages]
+    assert ids == [65534, 65535, 1, 2]  # send order differs from numeric order
+    state.acknowledge(Ack.PUBREC, 65534)
+    state.acknowledge(Ack.PUBACK, 65535)
+    assert state.unacknowledged() == [
+        (65534, InflightEntry(messages[0], Stage.AWAIT_PUBCOMP)),
+        (1, InflightEntry(messages[2], Stage.AWAIT_PUBREC)),
+        (2, InflightEntry(messages[3], Stage.AWAIT_PUBACK)),
+    ]
+
+
+# ----- incoming QoS 2 ---------------------------------------------------------------------
+
+
+def test_receive_qos2_routes_once_until_pubrel() -> None:
+    """A re-sent PUBLISH before PUBREL is acknowledged, not routed again [MQTT-4.3.3-2]."""
+    state = session()
+    assert state.receive_qos2(10) is True
+    assert state.receive_qos2(10) is False
+    assert state.receive_qos2(11) is True
+    state.release(10)
+    assert state.awaiting_rel == {11}
+    assert state.receive_qos2(10) is True  # a new message may reuse the id after PUBREL
+
+
+def test_release_of_an_unknown_packet_id_is_harmless() -> None:
+    state = session()
+    state.receive_qos2(5)
+    state.release(6)
+    assert state.awaiting_rel == {5}
+
+
+def test_too_many_awaiting_rel_raises_but_a_duplicate_at_the_limit_does_not() -> None:
+    state = session(max_awaiting_rel=2)
+    assert state.receive_qos2(1) is True
+    assert state.receive_qos2(2) is True
+    assert state.receive_qos2(2) is False  # a re-send of a known id is not a new message
+    with pytest.raises(TooManyAwaitingRelError, match="max_awaiting_rel"):
+        state.receive_qos2(3)
+    assert state.awaiting_rel == {1, 2}
+    state.release(1)
+    assert state.receive_qos2(3) is True
+
+
+# ----- subscriptions ----------------------------------------------------------------------
+
+
+def test_subscribe_replaces_the_options_of_an_existing_filter() -> None:
+    """A SUBSCRIBE to an existing filter replaces its subscription [MQTT-3.8.4-3]."""
+    state = session()
+    assert state.subscribe("a/+", SubscriptionOptions(qos=0)) is True
+    replacement = SubscriptionOptions(qos=2, no_local=True, subscription_id=7)
+    assert state.subscribe("a/+", replacement) is False
+    assert state.subscriptions == {"a/+": replacement}
+    assert state.subscribe("a/#", SubscriptionOptions(qos=1)) is True
+    assert list(state.subscriptions) == ["a/+", "a/#"]
+
+
+def test_unsubscribe_reports_whether_the_filter_existed() -> None:
+    state = session()
+    state.subscribe("a/b", SubscriptionOptions(qos=1))
+    assert state.unsubscribe("a/b") is True
+    assert state.unsubscribe("a/b") is False
+    assert state.subscriptions == {}
