@@ -415,6 +415,7 @@ class ClientActor(GeventActor):
             self._context.dispatcher.publish([self._will])
         self._will = None
         self.after_drain()
+        self._transport.on_error = None  # the transport outlives us in the reader: no cycle
         self._transport.close()
         self._context.live_clients.discard(self.actor_ref)
         if self._session is not None:

@@ -69,6 +69,14 @@ def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext
     from actors.client_actor import ClientActor  # noqa: PLC0415 (import cycle: client -> connection)
 
     peer = f"{address[0]}:{address[1]}"
+    if len(context.live_clients) >= context.config.listener.max_connections:
+        logger.warning(
+            "refusing connection from %s: listener.max_connections (%d) reached",
+            peer,
+            context.config.listener.max_connections,
+        )
+        sock.close()
+        return
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     connection = Connection(sock, peer, context.limits.max_packet_size)
     client = ClientActor.start(connection, context)

@@ -10,6 +10,7 @@ the "ready" log line names the address actually bound. SIGHUP reloads plugin fil
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -26,6 +27,7 @@ from store.base import StoreError
 logger = logging.getLogger("actors.main")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython default: 700)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -83,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             error,
         )
         return 1
+    # Every connection allocates a few hundred objects; with CPython's default thresholds the
+    # cyclic GC then runs full collections over all live connections again and again
+    # (measured: 20% of the CPU of a 10,000-connection storm). Objects made at start-up never
+    # die, so freeze them, and collect young objects less eagerly.
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
     stopping = gevent.event.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(signum, stopping.set)

@@ -97,13 +97,15 @@ class _DrainingInbox:
     __slots__ = ("_actor", "_draining", "_envelopes", "_urgent")
 
     def __init__(self, actor: GeventActor) -> None:
-        self._actor = actor
+        self._actor: GeventActor | None = actor
         # Both deques are created on first use: an idle actor holds none (~0.6 KB each).
         self._envelopes: deque[Envelope[Any]] | None = None
         self._urgent: deque[Envelope[Any]] | None = None
         self._draining = False
 
     def put(self, envelope: Envelope[Any], /) -> None:
+        if self._actor is None:
+            return  # stopped (pykka refuses to tell a stopped actor; this is the race)
         if getattr(envelope.message, "urgent", False):
             if self._urgent is None:
                 self._urgent = deque()
@@ -199,6 +201,7 @@ class GeventActor(pykka.Actor):
                 self._after_drain_guarded()
             if self.actor_stopped.is_set():
                 self._actor_loop_teardown()
+                inbox._actor = None  # break the actor <-> inbox cycle: freed without the GC
         finally:
             inbox.drain_finished()
         if not inbox.empty() and not self.actor_stopped.is_set():

@@ -136,6 +136,11 @@ class PacketDecoder:
             else:
                 remaining, start = _read_remaining_length(buf, pos, size)
                 if remaining < 0:
+                    if start > limit:  # even the unfinished fixed header is too long
+                        raise PacketTooLargeError(
+                            f"packet of at least {start} bytes exceeds the maximum packet "
+                            f"size {limit}"
+                        )
                     self._needed = start
                     return pos
             end = start + remaining
