@@ -14,6 +14,10 @@ What a persistent session keeps (MQTT 3.1.1 4.1, MQTT 5.0 4.1):
   their packet id and the acknowledgement they wait for, so they can be resent with DUP=1 (or
   as PUBREL) after a restart [MQTT-4.4.0-1].
 
+The ops and `StoredDelivery` are built several times per QoS 1/2 message on the broker's
+hot path, so they are plain slotted dataclasses (a frozen one costs 2-3 times more to build);
+nothing mutates them after construction.
+
 These records mirror `actors.session_state` but do not import it: they are the storage
 format, versioned with the schema, while the in-memory classes may change freely.
 """
@@ -57,7 +61,7 @@ class SessionMeta:
     awaiting_rel: frozenset[int] = frozenset()  # incoming QoS 2 ids, PUBREL not yet received
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StoredDelivery:
     """A message queued for, or in flight to, one session (see `actors.session_state`)."""
 
@@ -75,19 +79,19 @@ class StoredDelivery:
             raise ValueError("packet_id and stage go together: both set (in flight) or both None")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutRetained:
     """Store (or replace) the retained message of `message.topic`."""
 
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteRetained:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutSession:
     """Create or replace a session's metadata; its messages are kept."""
 
@@ -95,14 +99,14 @@ class PutSession:
     meta: SessionMeta
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteSession:
     """Delete a session and all its messages."""
 
     client_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutMessage:
     """Create or replace message `seq` of a session (replace: e.g. queued -> in flight)."""
 
@@ -111,7 +115,7 @@ class PutMessage:
     entry: StoredDelivery
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteMessage:
     client_id: str
     seq: int

@@ -40,25 +40,34 @@ MAX_RETRY_DELAY = 5.0
 
 
 def coalesce_message_ops(ops: list[Op]) -> list[Op]:
-    """Drop message ops that a later op on the same (client id, seq) in the batch supersedes.
+    """Drop message ops that later ops on the same (client id, seq) in the batch make moot.
 
-    A message a client acknowledges within one commit window is queued, put in flight and
-    deleted in the same batch: only the delete needs to reach the disk. The final state is
-    unchanged: a row's state is set by the last op on it, which keeps its position (a
-    DeleteSession in between erases the dropped op's row anyway).
+    A message a subscriber acknowledges within one commit window is queued, put in flight
+    and deleted in the same batch. The final state is unchanged by keeping, per row, only
+    its last op in its position (a DeleteSession in between erases the dropped ops' row
+    anyway); and when the row's first op in the batch creates it (a queued `PutMessage`: the
+    broker writes a delivery's queued form only when it creates it, with a new seq) and the
+    last deletes it, nothing of it needs to reach the disk at all.
     """
+    first_at: dict[tuple[str, int], int] = {}
     last_at: dict[tuple[str, int], int] = {}
-    kept: list[Op | None] = []
-    for op in ops:
+    kept: list[Op | None] = list(ops)
+    for index, op in enumerate(ops):
         if isinstance(op, PutMessage | DeleteMessage):
             key = (op.client_id, op.seq)
             earlier = last_at.get(key)
-            if earlier is not None:
+            if earlier is None:
+                first_at[key] = index
+            else:
                 kept[earlier] = None
-            last_at[key] = len(kept)
-        kept.append(op)
-    if len(last_at) == sum(isinstance(op, PutMessage | DeleteMessage) for op in ops):
-        return ops  # nothing superseded
+            last_at[key] = index
+    if len(last_at) == len(ops) or not last_at:
+        return ops
+    for key, last in last_at.items():
+        first = ops[first_at[key]]
+        created = isinstance(first, PutMessage) and first.entry.stage is None
+        if created and isinstance(ops[last], DeleteMessage):
+            kept[last] = None
     return [op for op in kept if op is not None]
 
 
