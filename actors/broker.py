@@ -185,4 +185,12 @@ class Broker:
                 actor.stop()
         self.context.persistence.close(timeout=max(0.5, deadline - time.monotonic()))
         close_plugins(self._plugins, self.context.hooks)
-        logger.info("stopped")
+        stats = self.context.stats
+        logger.info(
+            "stopped: %d messages received, %d sent, %d dropped (no subscriber, denied or by a "
+            "plugin), %d deliveries dropped (queue full, slow or offline subscriber)",
+            stats.messages_received,
+            stats.messages_sent,
+            stats.messages_dropped,
+            stats.deliveries_dropped,
+        )

@@ -1,4 +1,4 @@
-"""Broker-wide counters (what $SYS topics and the logs report); plain integers, no locking.
+"""Broker-wide counters (logged at shutdown; the base for $SYS topics); plain integers, no locking.
 
 All actors of a worker run in one gevent loop, so increments never race.
 """
