@@ -56,6 +56,7 @@ from hooks.events import (
     ClientSubscribe,
     ClientUnsubscribe,
     DisconnectReason,
+    DropReason,
     Message,
     TopicFilterRequest,
     new_message,
@@ -211,12 +212,14 @@ class ClientActor(GeventActor):
             AuthorizeAction.PUBLISH, topic, packet.qos
         )
         if packet.qos == 2:
+            if not allowed:
+                self._denied(message)
             self._to_session_qos2.append((packet, message if allowed else None))
             return
         if allowed:
             self._to_route.append(message)
         else:
-            logger.info("%s: publish to %r denied", self._name(), topic)
+            self._denied(message)
         if packet.qos == 1:
             # A denied QoS 1 publish is still acknowledged in 3.1.1; 5.0 says why.
             if allowed or self._version < 5:
@@ -224,6 +227,10 @@ class ClientActor(GeventActor):
             else:
                 denied = PubAck(packet.packet_id, ReasonCode.NOT_AUTHORIZED)
                 self._pubacks.append(encode(denied, self._version))
+
+    def _denied(self, message: Message) -> None:
+        logger.info("%s: publish to %r denied", self._name(), message.topic)
+        self._context.dispatcher.dropped(message, DropReason.NOT_AUTHORIZED)
 
     def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
         self._acks.append((ACK_OF_PACKET[type(packet)], packet.packet_id))

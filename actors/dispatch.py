@@ -125,7 +125,7 @@ class Dispatcher:
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:
-                self._dropped(original, DropReason.BY_PLUGIN)
+                self.dropped(original, DropReason.BY_PLUGIN)
                 continue
             self._stats.messages_received += 1
             if message.retain:
@@ -135,7 +135,7 @@ class Dispatcher:
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
             if not self._fan_out(message, per_session, ops):
-                self._dropped(message, DropReason.NO_SUBSCRIBERS)
+                self.dropped(message, DropReason.NO_SUBSCRIBERS)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
         if retained:
@@ -197,7 +197,8 @@ class Dispatcher:
             delivered = True
         return delivered
 
-    def _dropped(self, message: Message, reason: DropReason) -> None:
+    def dropped(self, message: Message, reason: DropReason) -> None:
+        """Count a message that will not be routed and tell the message.dropped hook."""
         self._stats.messages_dropped += 1
         if self._hooks.has(_MESSAGE_DROPPED):
             self._hooks.run(_MESSAGE_DROPPED, MessageDropped(message=message, reason=reason))

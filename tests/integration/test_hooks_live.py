@@ -319,3 +319,30 @@ def test_failing_authorize_callback_grants_nothing(
     client = connect_raw(broker, unique("closed"))  # authenticate failed: allow_anonymous decides
     assert subscribe_raw(client, 1, ("any/topic", 0)).reason_codes == [0x80]
     client.close()
+
+
+def test_message_dropped_fires_for_denied_and_unrouted_publishes(tmp_path: Path) -> None:
+    (tmp_path / "acl").write_text("topic readwrite open/#\n", encoding="utf-8")
+    config = f"""\
+[store]
+kind = "memory"
+[[plugins]]
+module = "plugins.acl_file"
+acl_file = "acl"
+[[plugins]]
+module = "{RECORDER}"
+path = "events.jsonl"
+"""
+    with running_broker(tmp_path, config) as broker:
+        publisher = connect_raw(broker, unique("dropper"))
+        publisher.send(Publish("locked/x", b"no", qos=1, packet_id=1))
+        assert publisher.expect() == PubAck(1)  # 3.1.1: acknowledged, not routed
+        publisher.send(Publish("open/nobody-listens", b"lost", qos=0))
+        publisher.send(Disconnect())
+
+        def dropped_twice(events: list[Event]) -> bool:
+            return len([e for e in events if e["point"] == "message.dropped"]) >= 2
+
+        events = wait_for_events(broker, dropped_twice)
+    drops = {(e["topic"], e["reason"]) for e in events if e["point"] == "message.dropped"}
+    assert drops == {("locked/x", "not_authorized"), ("open/nobody-listens", "no_subscribers")}
