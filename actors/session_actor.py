@@ -120,17 +120,26 @@ class SessionActor(GeventActor):
     def _stored(self) -> bool:
         return self.state.persistent and self._persistence.enabled
 
-    def _when_durable(self, ops: list[Op], data: bytes) -> None:
-        """Write `data` to the current connection once `ops` (and all before) are committed."""
+    def _when_durable(
+        self, ops: list[Op], data: bytes, then: Callable[[], None] | None = None
+    ) -> None:
+        """Write `data` to the current connection once `ops` (and all before) are committed,
+        then call `then`."""
         if not self._persistence.enabled:
             self._out.append(data)
+            if then is not None:
+                then()
             return
         self.after_drain()  # earlier ops and bytes go first
         transport = self._transport
-        if transport is None:
-            self._persistence.submit(ops)
-        else:
-            self._persistence.submit(ops, lambda: transport.write(data))
+
+        def committed() -> None:
+            if transport is not None:
+                transport.write(data)
+            if then is not None:
+                then()
+
+        self._persistence.submit(ops, committed)
 
     def _meta_op(self, disconnected_at: float | None = None) -> PutSession:
         expiry = self._context.limits.session_expiry
@@ -432,13 +441,18 @@ class SessionActor(GeventActor):
     def _routes_changed(self, changed: RoutesChanged) -> None:
         ack, retained_for = changed.token
         data = encode(ack, self._version)
+        # Retained messages are requested once the SUBACK is on its way, so they follow it
+        # [MQTT-3.3.1-6]; for a persistent session that is after its subscriptions commit.
+        then = (lambda: self._send_retained(retained_for)) if retained_for else None
         if self._stored:
-            self._when_durable([self._meta_op()], data)
+            self._when_durable([self._meta_op()], data, then)
         else:
             self._out.append(data)
-        if retained_for:
-            # Retained messages go after the SUBACK [MQTT-3.3.1-6].
-            self._context.retainer.tell(SendRetained(self.actor_ref, retained_for))
+            if then is not None:
+                then()
+
+    def _send_retained(self, subscriptions: list[tuple[str, SubscriptionOptions]]) -> None:
+        self._context.retainer.tell(SendRetained(self.actor_ref, subscriptions))
 
     # ----- hooks ----------------------------------------------------------------------
 

@@ -186,3 +186,22 @@ def test_unusable_store_file_exits_non_zero_and_is_left_untouched(
         _broker(tmp_path, data_dir)
     assert "exited with 1" in str(failure.value)
     assert path.read_bytes() == before
+
+
+def test_persistent_subscriber_gets_suback_before_retained_messages(tmp_path: Path) -> None:
+    """SUBACK waits for the subscription's commit; retained messages must still follow it."""
+    broker = _broker(tmp_path, tmp_path / "data")
+    try:
+        publisher = RawClient(broker.host, broker.port)
+        publisher.connect("order-pub")
+        publisher.send(Publish("order/a", b"kept", qos=1, retain=True, packet_id=1))
+        assert publisher.expect() == PubAck(1)
+        subscriber = RawClient(broker.host, broker.port)
+        subscriber.connect("order-sub", clean=False)
+        subscriber.send(Subscribe(5, [Subscription("order/#", 1)]))
+        first, second = subscriber.expect(), subscriber.expect()
+        assert (type(first).__name__, first.packet_id) == ("SubAck", 5)
+        assert isinstance(second, Publish)
+        assert (second.topic, second.payload, second.retain) == ("order/a", b"kept", True)
+    finally:
+        assert broker.stop() == 0
