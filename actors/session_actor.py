@@ -48,7 +48,7 @@ from actors.messages import (
     Terminate,
     UnsubscribeRequest,
 )
-from actors.persistence import session_meta, stored_delivery
+from actors.persistence import session_meta
 from actors.runtime import GeventActor, tell_if_alive
 from actors.session_state import (
     SEND_WITHOUT_ID,
@@ -74,7 +74,7 @@ from hooks.events import (
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_publish
 from mqtt.packets import ConnAck, PubComp, PubRec, PubRel, SubAck, UnsubAck
-from store.base import DeleteMessage, DeleteSession, Op, PutMessage, PutSession
+from store.base import DeleteMessage, DeleteSession, MarkInFlight, Op, PutSession
 
 logger = logging.getLogger(__name__)
 
@@ -275,9 +275,8 @@ class SessionActor(GeventActor):
 
     def _store_in_flight(self, packet_id: int, delivery: Delivery) -> None:
         if self._stored:
-            stage = self.state.inflight[packet_id].stage
-            entry = stored_delivery(delivery, packet_id, stage)
-            self._ops.append(PutMessage(self.state.client_id, delivery.seq, entry))
+            stage = self.state.inflight[packet_id].stage.value
+            self._ops.append(MarkInFlight(self.state.client_id, delivery.seq, packet_id, stage))
 
     def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
         if delivery.wire is not None and self._version < 5:

@@ -116,12 +116,34 @@ class PutMessage:
 
 
 @dataclass(slots=True)
+class MarkInFlight:
+    """Record that stored message `seq` went in flight, or moved on, with `packet_id` at `stage`.
+
+    Cheaper than a `PutMessage` of the whole delivery (no payload is rewritten); a no-op
+    when the message is no longer stored.
+    """
+
+    client_id: str
+    seq: int
+    packet_id: int
+    stage: str  # one of IN_FLIGHT_STAGES
+
+
+@dataclass(slots=True)
 class DeleteMessage:
     client_id: str
     seq: int
 
 
-Op = PutRetained | DeleteRetained | PutSession | DeleteSession | PutMessage | DeleteMessage
+Op = (
+    PutRetained
+    | DeleteRetained
+    | PutSession
+    | DeleteSession
+    | PutMessage
+    | MarkInFlight
+    | DeleteMessage
+)
 
 
 @dataclass(frozen=True, slots=True)

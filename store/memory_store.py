@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hooks.events import Message
 from store.base import (
     DeleteMessage,
     DeleteRetained,
     DeleteSession,
+    MarkInFlight,
     Op,
     PutMessage,
     PutRetained,
@@ -29,7 +31,15 @@ from store.base import (
 
 logger = logging.getLogger(__name__)
 
-_OP_TYPES = (PutRetained, DeleteRetained, PutSession, DeleteSession, PutMessage, DeleteMessage)
+_OP_TYPES = (
+    PutRetained,
+    DeleteRetained,
+    PutSession,
+    DeleteSession,
+    PutMessage,
+    MarkInFlight,
+    DeleteMessage,
+)
 
 
 class MemoryStore:
@@ -56,6 +66,11 @@ class MemoryStore:
         match op:
             case PutMessage(client_id, seq, entry):
                 self._messages.setdefault(client_id, {})[seq] = entry
+            case MarkInFlight(client_id, seq, packet_id, stage):
+                messages = self._messages.get(client_id, {})
+                entry = messages.get(seq)
+                if entry is not None:
+                    messages[seq] = replace(entry, packet_id=packet_id, stage=stage)
             case DeleteMessage(client_id, seq):
                 messages = self._messages.get(client_id)
                 if messages is not None:

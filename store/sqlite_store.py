@@ -30,6 +30,7 @@ from store.base import (
     DeleteMessage,
     DeleteRetained,
     DeleteSession,
+    MarkInFlight,
     Op,
     PutMessage,
     PutRetained,
@@ -69,6 +70,9 @@ _PUT_RETAINED = _insert("retained", MESSAGE_COLUMNS)
 _PUT_SESSION = _insert("sessions", ("client_id", *META_COLUMNS))
 _PUT_MESSAGE = _insert("session_messages", ("client_id", "seq", *DELIVERY_COLUMNS))
 _DELETE_MESSAGE = "DELETE FROM session_messages WHERE client_id = ? AND seq = ?"
+_MARK_IN_FLIGHT = (
+    "UPDATE session_messages SET packet_id = ?, stage = ? WHERE client_id = ? AND seq = ?"
+)
 _SELECT_RETAINED = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM retained ORDER BY topic"
 _SELECT_SESSIONS = f"SELECT client_id, {', '.join(META_COLUMNS)} FROM sessions"
 _SELECT_MESSAGES = (
@@ -80,6 +84,7 @@ _SELECT_MESSAGES = (
 _Statement = tuple[str, Callable[[Any], tuple[Any, ...]]]
 _STATEMENTS: dict[type, tuple[_Statement, ...]] = {
     PutMessage: ((_PUT_MESSAGE, lambda op: (op.client_id, op.seq, *delivery_to_record(op.entry))),),
+    MarkInFlight: ((_MARK_IN_FLIGHT, lambda op: (op.packet_id, op.stage, op.client_id, op.seq)),),
     DeleteMessage: ((_DELETE_MESSAGE, lambda op: (op.client_id, op.seq)),),
     PutRetained: ((_PUT_RETAINED, lambda op: message_to_record(op.message)),),
     DeleteRetained: (("DELETE FROM retained WHERE topic = ?", lambda op: (op.topic,)),),

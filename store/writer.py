@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import gevent
 import gevent.event
 
-from store.base import DeleteMessage, Op, PutMessage, Store, StoreError
+from store.base import DeleteMessage, MarkInFlight, Op, PutMessage, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -42,32 +42,36 @@ MAX_RETRY_DELAY = 5.0
 def coalesce_message_ops(ops: list[Op]) -> list[Op]:
     """Drop message ops that later ops on the same (client id, seq) in the batch make moot.
 
-    A message a subscriber acknowledges within one commit window is queued, put in flight
-    and deleted in the same batch. The final state is unchanged by keeping, per row, only
-    its last op in its position (a DeleteSession in between erases the dropped ops' row
-    anyway); and when the row's first op in the batch creates it (a queued `PutMessage`: the
-    broker writes a delivery's queued form only when it creates it, with a new seq) and the
-    last deletes it, nothing of it needs to reach the disk at all.
+    A message a subscriber acknowledges within one commit window is queued, marked in flight
+    and deleted in the same batch. Per row, a later `PutMessage` or `DeleteMessage` makes
+    every earlier op on it moot, and a later `MarkInFlight` an earlier mark; the ops kept
+    stay in place, so the final state is unchanged (a DeleteSession in between erases the
+    dropped ops' row anyway). When the row's first op in the batch creates it (a queued
+    `PutMessage`: the broker writes a delivery's queued form only when it creates it, with a
+    new seq) and the last deletes it, nothing of it needs to reach the disk at all.
     """
-    first_at: dict[tuple[str, int], int] = {}
-    last_at: dict[tuple[str, int], int] = {}
-    kept: list[Op | None] = list(ops)
+    history: dict[tuple[str, int], list[int]] = {}
+    message_ops = 0
     for index, op in enumerate(ops):
-        if isinstance(op, PutMessage | DeleteMessage):
-            key = (op.client_id, op.seq)
-            earlier = last_at.get(key)
-            if earlier is None:
-                first_at[key] = index
-            else:
-                kept[earlier] = None
-            last_at[key] = index
-    if len(last_at) == len(ops) or not last_at:
-        return ops
-    for key, last in last_at.items():
-        first = ops[first_at[key]]
+        if isinstance(op, PutMessage | MarkInFlight | DeleteMessage):
+            history.setdefault((op.client_id, op.seq), []).append(index)
+            message_ops += 1
+    if len(history) == message_ops:
+        return ops  # no row touched twice
+    kept: list[Op | None] = list(ops)
+    for indexes in history.values():
+        if len(indexes) == 1:
+            continue
+        for position, index in enumerate(indexes[:-1]):
+            later = [ops[i] for i in indexes[position + 1 :]]
+            replaced = any(not isinstance(op, MarkInFlight) for op in later)
+            if replaced or isinstance(ops[index], MarkInFlight):
+                kept[index] = None
+        first, last = ops[indexes[0]], ops[indexes[-1]]
         created = isinstance(first, PutMessage) and first.entry.stage is None
-        if created and isinstance(ops[last], DeleteMessage):
-            kept[last] = None
+        if created and isinstance(last, DeleteMessage):
+            kept[indexes[-1]] = None
+            kept[indexes[0]] = None
     return [op for op in kept if op is not None]
 
 

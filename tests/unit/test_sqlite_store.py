@@ -18,6 +18,7 @@ from store import (
     DeleteMessage,
     DeleteRetained,
     DeleteSession,
+    MarkInFlight,
     MemoryStore,
     Op,
     PutMessage,
@@ -113,6 +114,16 @@ def test_put_message_replaces_the_same_seq(stores: Stores) -> None:
     stores.store.apply([PutSession("c", META), PutMessage("c", 7, QUEUED)])
     stores.store.apply([PutMessage("c", 7, IN_FLIGHT)])
     assert stores.reopen().load().sessions["c"].messages == [(7, IN_FLIGHT)]
+
+
+def test_mark_in_flight_sets_packet_id_and_stage_and_keeps_the_message(stores: Stores) -> None:
+    """What the broker writes when a stored delivery is sent or its QoS 2 stage moves on."""
+    stores.store.apply([PutSession("c", META), PutMessage("c", 7, QUEUED)])
+    stores.store.apply([MarkInFlight("c", 7, 300, "await_pubrec")])
+    stores.store.apply([MarkInFlight("c", 7, 300, "await_pubcomp"), MarkInFlight("c", 8, 1, "x")])
+    [(seq, entry)] = stores.reopen().load().sessions["c"].messages
+    assert (seq, entry.packet_id, entry.stage) == (7, 300, "await_pubcomp")
+    assert (entry.message, entry.qos, entry.subscription_ids) == (V5_MESSAGE, 1, (17, 3))
 
 
 def test_delete_session_deletes_its_messages_and_put_session_keeps_them(stores: Stores) -> None:

@@ -18,6 +18,7 @@ import pytest
 from hooks.events import Message
 from store import (
     DeleteMessage,
+    MarkInFlight,
     MemoryStore,
     Op,
     PutMessage,
@@ -287,4 +288,18 @@ def test_message_ops_superseded_within_a_batch_never_reach_the_store() -> None:
     assert batch == [PutSession("c", META), DeleteMessage("c", 1), third]
     messages = store.load().sessions["c"].messages
     assert [seq for seq, _ in messages] == [3]
+    writer.close()
+
+
+def test_a_mark_keeps_the_put_that_created_the_row_but_replaces_earlier_marks() -> None:
+    store = RecordingStore()
+    writer = StoreWriter(store, max_delay=0.05)
+    created = PutMessage("c", 1, _delivery(1))
+    writer.submit([PutSession("c", META), created, MarkInFlight("c", 1, 5, "await_pubrec")])
+    writer.submit([MarkInFlight("c", 1, 5, "await_pubcomp")])
+    writer.flush(timeout=5)
+    [batch] = store.batches
+    assert batch == [PutSession("c", META), created, MarkInFlight("c", 1, 5, "await_pubcomp")]
+    [(_, entry)] = store.load().sessions["c"].messages
+    assert (entry.packet_id, entry.stage) == (5, "await_pubcomp")
     writer.close()
