@@ -369,7 +369,14 @@ class ClientActor(GeventActor):
         self.phase = Phase.CONNECTED
         self._context.stats.connections += 1
         assert self._client is not None
-        logger.debug("%s connected (session present %s)", self._name(), attached.session_present)
+        logger.info(
+            "%s connected: MQTT level %d, clean %s, keep-alive %d s, session present %s",
+            self._name(),
+            self._version,
+            self._client.clean_start,
+            self._client.keepalive,
+            attached.session_present,
+        )
         if self._hooks.has(HookPoint.CLIENT_CONNECTED):
             self._hooks.run(
                 HookPoint.CLIENT_CONNECTED,
@@ -428,6 +435,8 @@ class ClientActor(GeventActor):
         if self._session is not None:
             self._session.tell(Detach(self.actor_ref, reason))
         if was_connected and self._client is not None:
+            if reason in (DisconnectReason.CLIENT_DISCONNECT, DisconnectReason.SOCKET_CLOSED):
+                logger.info("%s disconnected: %s", self._name(), reason.value)
             self._context.stats.connections -= 1
             if self._hooks.has(HookPoint.CLIENT_DISCONNECTED):
                 self._hooks.run(
