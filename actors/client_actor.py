@@ -115,9 +115,7 @@ class ClientActor(GeventActor):
         self._releases: list[int] = []
         self._pubacks: list[bytes] = []
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
-
-    def on_start(self) -> None:
-        self._context.live_clients.add(self.actor_ref)
+        context.live_clients.add(self.actor_ref)
         self._transport.on_error = self._write_failed
 
     def on_receive(self, message: Any) -> None:
