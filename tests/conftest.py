@@ -1,13 +1,23 @@
-"""Shared fixtures: a broker subprocess on a free port (per module, and one-off per test)."""
+"""Shared fixtures: a broker subprocess on a free port (per module, and one-off per test).
+
+Under CI (`CI` set, as `.ci/run` is run) hypothesis draws its examples from a fixed seed, so a
+green main stays green; developers' runs keep exploring new examples every time.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.broker_process import BrokerProcess, start_broker
+
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="module")
