@@ -19,7 +19,7 @@ import itertools
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from actors.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
 from store.base import Op, SessionMeta, StoredDelivery, StoredSession, StoredSubscription
@@ -64,24 +64,35 @@ def stored_delivery(
     )
 
 
+def stored_subscriptions(state: SessionState) -> dict[str, StoredSubscription]:
+    """The stored form of the session's subscriptions."""
+    return {
+        topic_filter: StoredSubscription(
+            qos=options.qos,
+            no_local=options.no_local,
+            retain_as_published=options.retain_as_published,
+            retain_handling=options.retain_handling,
+            subscription_id=options.subscription_id,
+        )
+        for topic_filter, options in state.subscriptions.items()
+    }
+
+
 def session_meta(
-    state: SessionState, protocol_version: int, expiry: float, disconnected_at: float | None
+    state: SessionState,
+    protocol_version: int,
+    expiry: float,
+    disconnected_at: float | None,
+    subscriptions: Mapping[str, StoredSubscription] | None = None,
 ) -> SessionMeta:
+    """The stored metadata of `state`; pass `subscriptions` if already converted (they only
+    change on SUBSCRIBE/UNSUBSCRIBE, the metadata is written on every QoS 2 exchange)."""
     return SessionMeta(
         protocol_version=protocol_version,
         expiry_interval=expiry if expiry > 0 else math.inf,
         disconnected_at=disconnected_at,
         next_packet_id=state.next_packet_id,
-        subscriptions={
-            topic_filter: StoredSubscription(
-                qos=options.qos,
-                no_local=options.no_local,
-                retain_as_published=options.retain_as_published,
-                retain_handling=options.retain_handling,
-                subscription_id=options.subscription_id,
-            )
-            for topic_filter, options in state.subscriptions.items()
-        },
+        subscriptions=stored_subscriptions(state) if subscriptions is None else subscriptions,
         awaiting_rel=frozenset(state.awaiting_rel),
     )
 

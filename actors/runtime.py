@@ -216,11 +216,7 @@ class GeventActor(pykka.Actor):
         try:
             self.after_drain()
         except Exception:
-            self._handle_failure(*sys.exc_info())
-            try:
-                self.on_failure(*sys.exc_info())
-            except Exception:
-                self._handle_failure(*sys.exc_info())
+            self._fail()
 
     def _handle_envelope(self, envelope: Envelope[Any]) -> None:
         """Handle one envelope the way pykka's `_actor_loop_running` does."""
@@ -232,14 +228,18 @@ class GeventActor(pykka.Actor):
             if envelope.reply_to is not None:
                 envelope.reply_to.set_exception()
             else:
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:
-                    self._handle_failure(*sys.exc_info())
+                self._fail()
         except BaseException:
             logger.debug("%r in %s: stopping it", sys.exc_info()[1], self)
             self._stop()
+
+    def _fail(self) -> None:
+        """The exception being handled stops the actor: logged, then `on_failure` (pykka's way)."""
+        self._handle_failure(*sys.exc_info())
+        try:
+            self.on_failure(*sys.exc_info())
+        except Exception:
+            self._handle_failure(*sys.exc_info())
 
 
 def tell_if_alive(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:

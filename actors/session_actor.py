@@ -48,7 +48,7 @@ from actors.messages import (
     Terminate,
     UnsubscribeRequest,
 )
-from actors.persistence import session_meta
+from actors.persistence import session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
 from actors.session_state import (
     SEND_WITHOUT_ID,
@@ -72,12 +72,20 @@ from hooks.events import (
     SessionUnsubscribed,
 )
 from hooks.hookpoints import HookPoint
-from mqtt.encoder import encode, encode_publish
-from mqtt.packets import ConnAck, PubComp, PubRec, PubRel, SubAck, UnsubAck
-from store.base import DeleteMessage, DeleteSession, MarkInFlight, Op, PutSession
+from mqtt.encoder import encode, encode_ack, encode_publish
+from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
+from store.base import (
+    DeleteMessage,
+    DeleteSession,
+    MarkInFlight,
+    Op,
+    PutSession,
+    StoredSubscription,
+)
 
 logger = logging.getLogger(__name__)
 
+_PUBREC, _PUBREL, _PUBCOMP = PacketType.PUBREC, PacketType.PUBREL, PacketType.PUBCOMP
 _MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
@@ -101,6 +109,8 @@ class SessionActor(GeventActor):
         self._version = protocol_version
         self._out: list[bytes] = []
         self._ops: list[Op] = []  # store ops of the current message, submitted by after_drain
+        # The stored form of the subscriptions, rebuilt only after SUBSCRIBE/UNSUBSCRIBE.
+        self._stored_subscriptions: dict[str, StoredSubscription] | None = None
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
 
@@ -143,7 +153,11 @@ class SessionActor(GeventActor):
 
     def _meta_op(self, disconnected_at: float | None = None) -> PutSession:
         expiry = self._context.limits.session_expiry
-        meta = session_meta(self.state, self._version, expiry, disconnected_at)
+        if self._stored_subscriptions is None:
+            self._stored_subscriptions = stored_subscriptions(self.state)
+        meta = session_meta(
+            self.state, self._version, expiry, disconnected_at, self._stored_subscriptions
+        )
         return PutSession(self.state.client_id, meta)
 
     # ----- connection binding ---------------------------------------------------------
@@ -172,7 +186,7 @@ class SessionActor(GeventActor):
         for packet_id, entry in self.state.unacknowledged():
             # Resent in their original order, PUBLISH with DUP=1 [MQTT-4.4.0-1].
             if entry.stage is Stage.AWAIT_PUBCOMP:
-                self._out.append(encode(PubRel(packet_id), self._version))
+                self._out.append(encode_ack(_PUBREL, packet_id, 0, self._version))
             else:
                 self._out.append(self._encode(packet_id, entry.delivery, dup=True))
         self._send_window()
@@ -311,7 +325,7 @@ class SessionActor(GeventActor):
                 # PUBREC -> PUBREL [MQTT-4.3.3-1]; a repeated PUBREC gets PUBREL again.
                 if delivery is not None and delivery.seq:
                     self._store_in_flight(packet_id, delivery)
-                self._out.append(encode(PubRel(packet_id), self._version))
+                self._out.append(encode_ack(_PUBREL, packet_id, 0, self._version))
             elif delivery is not None:
                 completed = True
                 if delivery.seq and self._stored:
@@ -348,7 +362,7 @@ class SessionActor(GeventActor):
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             # A publish the ACL denied completes its flow; 5.0 says why (0x87).
             code = 0x87 if message is None and self._version >= 5 else 0
-            pubrecs.append(encode(PubRec(packet.packet_id, code), self._version))
+            pubrecs.append(encode_ack(_PUBREC, packet.packet_id, code, self._version))
         routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
@@ -363,7 +377,7 @@ class SessionActor(GeventActor):
         pubcomps = []
         for packet_id in released.packet_ids:
             self.state.release(packet_id)
-            pubcomps.append(encode(PubComp(packet_id), self._version))
+            pubcomps.append(encode_ack(_PUBCOMP, packet_id, 0, self._version))
         if self._stored:
             # A stale awaiting-PUBREL id restored after a crash would swallow the client's
             # next message with that id: PUBCOMP only once its removal is durable.
@@ -390,6 +404,7 @@ class SessionActor(GeventActor):
                 subscription_id=request.subscription_id,
             )
             is_new = self.state.subscribe(subscription.topic_filter, options)
+            self._stored_subscriptions = None
             route = Route(self.actor_ref, options, self.state.persistent)
             routes.append((subscription.topic_filter, route))
             codes.append(subscription.qos)
@@ -418,6 +433,7 @@ class SessionActor(GeventActor):
         codes = []
         for topic_filter in request.topic_filters:
             existed = self.state.unsubscribe(topic_filter)
+            self._stored_subscriptions = None
             codes.append(0x00 if existed else 0x11)  # 0x11: no subscription existed (MQTT 5)
             if existed and self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
                 self._hooks.run(

@@ -1,13 +1,13 @@
 """Sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec: packets, decoder, encoder, reason codes, properties.
 
-    from mqtt import PacketDecoder, encode, encode_publish, MqttError
+    from mqtt import PacketDecoder, encode, encode_ack, encode_publish, MqttError
 
 No module of this package does I/O or imports socket, threading, gevent or pykka
 (enforced by tests/unit/test_layering.py).
 """
 
 from mqtt.decoder import MAX_PACKET_SIZE, PacketDecoder
-from mqtt.encoder import encode, encode_publish
+from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.errors import (
     MalformedPacketError,
     MqttError,
@@ -81,5 +81,6 @@ __all__ = [
     "Will",
     "connack_return_code",
     "encode",
+    "encode_ack",
     "encode_publish",
 ]

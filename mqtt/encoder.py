@@ -124,19 +124,39 @@ def _publish(packet: Publish, version: int) -> bytes:
     )
 
 
-def _ack(first: int) -> Callable[[AckPacket, int], bytes]:
-    """Encoder for PUBACK/PUBREC/PUBREL/PUBCOMP: shortest 5.0 form (section 3.4.2.1)."""
+_ACK_HEADERS = {
+    PacketType.PUBACK: b"\x40\x02",
+    PacketType.PUBREC: b"\x50\x02",
+    PacketType.PUBREL: b"\x62\x02",  # PUBREL's reserved flags are 0b0010 [MQTT-3.6.1-1]
+    PacketType.PUBCOMP: b"\x70\x02",
+}
 
-    def encode_ack(packet: AckPacket, version: int) -> bytes:
-        packet_id = packet.packet_id.to_bytes(2, "big")
-        if version < 5 or (not packet.reason_code and not packet.properties):
-            return bytes((first, 2)) + packet_id
-        if not packet.properties:
-            return bytes((first, 3)) + packet_id + bytes((packet.reason_code,))
-        body = packet_id + bytes((packet.reason_code,)) + encode_properties(packet.properties)
+
+def encode_ack(packet_type: int, packet_id: int, reason_code: int, protocol_version: int) -> bytes:
+    """PUBACK/PUBREC/PUBREL/PUBCOMP without properties, in the shortest form (3.4.2.1).
+
+    The broker's hot path: no packet object needed. Version 3/4 has no reason code.
+    """
+    header = _ACK_HEADERS[packet_type]
+    if reason_code and protocol_version == 5:
+        return bytes((header[0], 3)) + packet_id.to_bytes(2, "big") + bytes((reason_code,))
+    return header + packet_id.to_bytes(2, "big")
+
+
+def _ack(first: int) -> Callable[[AckPacket, int], bytes]:
+    """Encoder for PUBACK/PUBREC/PUBREL/PUBCOMP packet objects."""
+
+    def encode_ack_packet(packet: AckPacket, version: int) -> bytes:
+        if version < 5 or not packet.properties:
+            return encode_ack(first >> 4, packet.packet_id, packet.reason_code, version)
+        body = (
+            packet.packet_id.to_bytes(2, "big")
+            + bytes((packet.reason_code,))
+            + encode_properties(packet.properties)
+        )
         return frame(first, body)
 
-    return encode_ack
+    return encode_ack_packet
 
 
 def _subscribe(packet: Subscribe, version: int) -> bytes:

@@ -12,12 +12,16 @@ from mqtt import (
     PacketDecoder,
     PropertyId,
     PubAck,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     ReasonCode,
     SubAck,
     UnsubAck,
     connack_return_code,
     encode,
+    encode_ack,
     encode_publish,
 )
 
@@ -94,3 +98,17 @@ def test_strings_longer_than_65535_bytes_are_refused_section_1_5_4() -> None:
 def test_unknown_property_identifier_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown property"):
         encode(PubAck(1, 0x80, {0x7F: 1}), 5)
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+@pytest.mark.parametrize("reason_code", [0, 0x10, 0x87])
+@pytest.mark.parametrize("packet_class", [PubAck, PubRec, PubRel, PubComp])
+def test_encode_ack_is_the_packet_encoding_without_an_object(
+    packet_class: type, reason_code: int, version: int
+) -> None:
+    packet = packet_class(513, reason_code)
+    wire = encode_ack(packet.packet_type, 513, reason_code, version)
+    assert wire == encode(packet, version)
+    assert PacketDecoder(protocol_version=version).feed(wire) == [
+        packet_class(513, reason_code if version == 5 else 0)
+    ]
