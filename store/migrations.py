@@ -69,7 +69,17 @@ def _create_v1(connection: sqlite3.Connection) -> None:
     connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_create_v1,)
+def _add_message_log_v2(connection: sqlite3.Connection) -> None:
+    # One row per commit holding that commit's message ops (store/message_log.py).
+    connection.execute(
+        """CREATE TABLE message_log (
+            batch INTEGER PRIMARY KEY,
+            records BLOB NOT NULL
+        )"""
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_create_v1, _add_message_log_v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

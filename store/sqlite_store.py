@@ -1,5 +1,9 @@
 """`SqliteStore`: the `Store` contract on one SQLite file (stdlib sqlite3, WAL journal).
 
+Message ops (queued, in flight, acknowledged) go to the message log, one row per commit
+(`store.message_log`); messages that stay long enough are compacted into `session_messages`
+by `maintain()`. Retained messages and session metadata are plain rows.
+
 Opening never writes before the file has been checked (`store.migrations.check_schema`): a
 file that is not SQLite, another program's database, or a schema newer than this code is
 refused with a `StoreError` and left byte for byte as it was. Then the journal is switched to
@@ -11,6 +15,10 @@ deferred to checkpoints. A power cut or kernel crash may lose the last batches c
 before it (the file stays consistent). `synchronous="full"` fsyncs each commit, for
 power-loss durability at a higher commit latency (docs/persistence.md has measured figures).
 
+Commits with `synchronous="normal"` write to the page cache only, so the `StoreWriter` runs them
+on the event loop (`commits_wait_for_disk` is False); the WAL is checkpointed, with its
+fsyncs, by `maintain()` in a worker thread (`wal_autocheckpoint` is off).
+
 The connection uses `locking_mode=EXCLUSIVE`: once open, no other process can read or write
 the file, so two brokers cannot share a data directory. The connection is made with
 `check_same_thread=False` because the `StoreWriter` runs `apply` in gevent's thread pool; it
@@ -21,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import struct
 from collections.abc import Callable, Iterable, Sequence
-from itertools import groupby
+from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +49,7 @@ from store.base import (
     StoredSession,
     StoreError,
 )
+from store.message_log import MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
 from store.records import (
     DELIVERY_COLUMNS,
@@ -69,6 +79,20 @@ def _insert(table: str, columns: Sequence[str]) -> str:
 _PUT_RETAINED = _insert("retained", MESSAGE_COLUMNS)
 _PUT_SESSION = _insert("sessions", ("client_id", *META_COLUMNS))
 _PUT_MESSAGE = _insert("session_messages", ("client_id", "seq", *DELIVERY_COLUMNS))
+_SELECT_MESSAGE_KEYS = "SELECT client_id, seq FROM session_messages"
+_SELECT_LOG = "SELECT batch, records FROM message_log ORDER BY batch"
+_INSERT_LOG = "INSERT INTO message_log (batch, records) VALUES (?, ?)"
+_DROP_LOG = "DELETE FROM message_log WHERE batch < ?"
+# When the log holds more than this in dead batches (kept because an older live message
+# pins them), maintain() compacts its oldest batches, moving up to COMPACT_MESSAGES live
+# messages per transaction into session_messages.
+COMPACT_BYTES = 32 * 1024 * 1024
+COMPACT_MIN_AGE = 30.0  # seconds the oldest batch must have waited (see compaction_due)
+COMPACT_MESSAGES = 5000
+# maintain() checkpoints the WAL after about this many bytes of commits (SQLite's default
+# automatic checkpoint is at 1000 pages, 4 MiB).
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+_PAGE = 4096  # commits are counted in WAL pages: whole pages are written
 _DELETE_MESSAGE = "DELETE FROM session_messages WHERE client_id = ? AND seq = ?"
 _MARK_IN_FLIGHT = (
     "UPDATE session_messages SET packet_id = ?, stage = ? WHERE client_id = ? AND seq = ?"
@@ -103,6 +127,7 @@ class SqliteStore:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StoreError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = Path(path)
+        self.commits_wait_for_disk = synchronous == "full"
         if self.path.exists() and not self.path.is_file():
             raise StoreError(f"{self.path} is not a regular file; give the store a file path")
         try:
@@ -116,15 +141,19 @@ class SqliteStore:
             version = check_schema(connection, self.path, SCHEMA_VERSION)
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            connection.execute("PRAGMA wal_autocheckpoint = 0")  # maintain() checkpoints
             migrate(connection, self.path, version)
             connection.execute("BEGIN EXCLUSIVE")  # take the lock now, not at the first write
             connection.execute("COMMIT")
+            self._log = self._replay_log(connection)
         except BaseException as error:
             connection.close()
             if isinstance(error, sqlite3.Error):
                 raise StoreError(f"cannot open the store {self.path}: {error}") from error
             raise
         self._connection: sqlite3.Connection | None = connection
+        self._stored_head = self._log.head  # the oldest batch that may still be stored
+        self._wal_bytes = 0  # written since the last checkpoint (estimated)
         logger.info("opened store %s (schema version %d)", self.path, SCHEMA_VERSION)
 
     def __repr__(self) -> str:
@@ -136,17 +165,94 @@ class SqliteStore:
         connection = self._open_connection()
         try:
             connection.execute("BEGIN IMMEDIATE")
-            for op_type, run in groupby(ops, type):
+            table_ops = self._log_message_ops(ops)
+            written = self._write_log_batch(connection)
+            for op_type, run in groupby(table_ops, type):
                 same_type_ops = list(run)
                 for sql, row in _STATEMENTS[op_type]:
                     connection.executemany(sql, map(row, same_type_ops))
+            self._drop_dead_batches(connection)
             connection.execute("COMMIT")
         except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
+            self._roll_back(connection)
             raise StoreError(
                 f"{self!r}: could not apply a batch of {len(ops)} operations, nothing of it was "
                 f"written: {type(error).__name__}: {error}"
+            ) from error
+        self._wal_bytes += written + _PAGE * (2 + len(table_ops))
+
+    def _log_message_ops(self, ops: Sequence[Op]) -> list[Op]:
+        """Hand the message ops to the log; return, in order, the ops for the tables: all
+        others, and message ops about messages compacted into session_messages."""
+        log = self._log
+        table_ops: list[Op] = []
+        for op in ops:
+            op_type = type(op)
+            if op_type is PutMessage:
+                if log.put(op.client_id, op.seq, op.entry):
+                    continue
+            elif op_type is MarkInFlight:
+                if log.mark(op.client_id, op.seq, op.packet_id, op.stage):
+                    continue
+            elif op_type is DeleteMessage:
+                if log.delete(op.client_id, op.seq):
+                    continue
+                log.table_deleted(op.client_id, op.seq)
+            elif op_type is DeleteSession:
+                log.delete_session(op.client_id)
+            table_ops.append(op)
+        return table_ops
+
+    def _write_log_batch(self, connection: sqlite3.Connection) -> int:
+        batch = self._log.take_batch()
+        if batch is None:
+            return 0
+        connection.execute(_INSERT_LOG, batch)
+        return len(batch[1])
+
+    def _drop_dead_batches(self, connection: sqlite3.Connection) -> None:
+        head = self._log.droppable_head()
+        if head > self._stored_head:
+            connection.execute(_DROP_LOG, (head,))
+            self._stored_head = head
+
+    def _roll_back(self, connection: sqlite3.Connection) -> None:
+        """Undo the transaction and rebuild the log index from what is stored."""
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        self._log = self._replay_log(connection)
+        self._stored_head = self._log.head
+
+    def needs_maintenance(self) -> bool:
+        return self._wal_bytes > CHECKPOINT_BYTES or self._log.compaction_due(
+            COMPACT_BYTES, COMPACT_MIN_AGE
+        )
+
+    def maintain(self) -> None:
+        """Compact the log if it is due, then checkpoint the WAL (this may fsync: the writer
+        runs it in a worker thread, between commits)."""
+        connection = self._open_connection()
+        try:
+            if self._log.compaction_due(COMPACT_BYTES, COMPACT_MIN_AGE):
+                connection.execute("BEGIN IMMEDIATE")
+                moved = self._log.compact_head(COMPACT_MESSAGES)
+                connection.executemany(
+                    _PUT_MESSAGE,
+                    [
+                        (client_id, seq, *delivery_to_record(entry))
+                        for client_id, seq, entry in moved
+                    ],
+                )
+                self._drop_dead_batches(connection)
+                connection.execute("COMMIT")
+                logger.debug("%r: compacted %d messages out of the message log", self, len(moved))
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._wal_bytes = 0
+        except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
+            self._roll_back(connection)
+            raise StoreError(
+                f"{self!r}: compaction or checkpoint failed, nothing was lost: "
+                f"{type(error).__name__}: {error}"
             ) from error
 
     def load(self) -> Snapshot:
@@ -157,7 +263,11 @@ class SqliteStore:
                 row[0]: StoredSession(meta_from_record(row[1:]), [])
                 for row in connection.execute(_SELECT_SESSIONS)
             }
-            orphans = self._attach_messages(connection.execute(_SELECT_MESSAGES), sessions)
+            table_rows = (
+                (row[0], row[1], delivery_from_record(row[2:]))
+                for row in connection.execute(_SELECT_MESSAGES)
+            )
+            orphans = self._attach_messages(chain(table_rows, self._log.messages()), sessions)
         except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
             raise StoreError(
                 f"{self!r}: cannot read the stored state ({type(error).__name__}: {error}); "
@@ -168,17 +278,31 @@ class SqliteStore:
         return Snapshot(retained=retained, sessions=sessions)
 
     @staticmethod
-    def _attach_messages(rows: Iterable[Any], sessions: dict[str, StoredSession]) -> int:
-        """Append each message row to its session; return how many had no session."""
+    def _attach_messages(
+        messages: Iterable[tuple[str, int, StoredDelivery]], sessions: dict[str, StoredSession]
+    ) -> int:
+        """Add each message to its session, in seq order; return how many had no session."""
         orphans = 0
-        for row in rows:
-            session = sessions.get(row[0])
+        for client_id, seq, entry in messages:
+            session = sessions.get(client_id)
             if session is None:
                 orphans += 1
                 continue
-            entry: StoredDelivery = delivery_from_record(row[2:])
-            session.messages.append((row[1], entry))
+            session.messages.append((seq, entry))
+        for session in sessions.values():
+            session.messages.sort(key=lambda seq_and_entry: seq_and_entry[0])
         return orphans
+
+    def _replay_log(self, connection: sqlite3.Connection) -> MessageLog:
+        try:
+            return MessageLog.replay(
+                connection.execute(_SELECT_LOG), connection.execute(_SELECT_MESSAGE_KEYS)
+            )
+        except (sqlite3.Error, KeyError, TypeError, ValueError, struct.error) as error:
+            raise StoreError(
+                f"{self!r}: cannot read the message log ({type(error).__name__}: {error}); "
+                "restore the file from a backup or move it away to start empty"
+            ) from error
 
     def close(self) -> None:
         if self._connection is not None:

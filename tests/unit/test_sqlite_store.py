@@ -7,6 +7,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -32,6 +33,7 @@ from store import (
     StoredSubscription,
     StoreError,
     open_store,
+    sqlite_store,
 )
 from store.migrations import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, migrate
 from tests.unit.test_store_records import deliveries, messages, metas
@@ -194,28 +196,48 @@ def test_a_closed_store_refuses_calls(stores: Stores) -> None:
         stores.store.load()
 
 
+clients = st.sampled_from(["c1", "c2"])
+seqs = st.integers(0, 4)
 ops = st.one_of(
     st.builds(PutRetained, messages),
     st.builds(DeleteRetained, st.sampled_from(["a", "b"])),
-    st.builds(PutSession, st.sampled_from(["c1", "c2"]), metas),
-    st.builds(DeleteSession, st.sampled_from(["c1", "c2"])),
-    st.builds(PutMessage, st.sampled_from(["c1", "c2"]), st.integers(0, 4), deliveries()),
-    st.builds(DeleteMessage, st.sampled_from(["c1", "c2"]), st.integers(0, 4)),
+    st.builds(PutSession, clients, metas),
+    st.builds(DeleteSession, clients),
+    st.builds(PutMessage, clients, seqs, deliveries()),
+    st.builds(
+        MarkInFlight,
+        clients,
+        seqs,
+        st.integers(1, 65535),
+        st.sampled_from(["await_puback", "await_pubrec", "await_pubcomp"]),
+    ),
+    st.builds(DeleteMessage, clients, seqs),
 )
+# After a batch: nothing, maintain() with compaction forced, or a restart of the store.
+between_batches = st.sampled_from(["nothing", "compact", "reopen"])
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(ops, max_size=6), max_size=4))
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(ops, max_size=6), between_batches), max_size=6))
 def test_sqlite_store_after_reopen_loads_what_the_memory_store_holds(
-    batches: list[list[Op]],
+    batches: list[tuple[list[Op], str]],
 ) -> None:
     oracle = MemoryStore()
     with tempfile.TemporaryDirectory() as data_dir:
         path = Path(data_dir) / "s.sqlite3"
         store = SqliteStore(path)
-        for batch in batches:
+        for batch, then in batches:
             oracle.apply(batch)
             store.apply(batch)
+            if then == "compact":
+                with (
+                    mock.patch.object(sqlite_store, "COMPACT_BYTES", -1),
+                    mock.patch.object(sqlite_store, "COMPACT_MIN_AGE", 0.0),
+                ):
+                    store.maintain()
+            elif then == "reopen":
+                store.close()
+                store = SqliteStore(path)
         store.close()
         reopened = SqliteStore(path)
         snapshot = reopened.load()
@@ -225,6 +247,92 @@ def test_sqlite_store_after_reopen_loads_what_the_memory_store_holds(
     assert sorted(snapshot.retained, key=lambda m: m.topic) == sorted(
         expected.retained, key=lambda m: m.topic
     )
+
+
+# ----- the message log inside the SQLite file ---------------------------------------------
+
+
+def _rows(path: Path, table: str) -> int:
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        count: int = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        connection.close()
+    return count
+
+
+def test_the_message_ops_of_one_commit_are_one_log_row(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = SqliteStore(path)
+    store.apply([PutSession("c", META), *(PutMessage("c", seq, QUEUED) for seq in range(50))])
+    store.apply([MarkInFlight("c", seq, seq + 1, "await_puback") for seq in range(50)])
+    store.apply([DeleteMessage("c", seq) for seq in range(49)])
+    store.close()
+    # Three commits, three log rows (the acknowledged messages do not free the first two
+    # while seq 49 lives); session_messages is only written by compaction.
+    assert (_rows(path, "message_log"), _rows(path, "session_messages")) == (3, 0)
+    store = SqliteStore(path)
+    [(seq, entry)] = store.load().sessions["c"].messages
+    assert (seq, entry.packet_id, entry.stage) == (49, 50, "await_puback")
+    store.apply([DeleteMessage("c", 49)])
+    store.close()
+    assert _rows(path, "message_log") == 0  # every batch held only dead messages: dropped
+
+
+def test_maintain_compacts_dead_batches_pinned_by_an_offline_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = SqliteStore(path)
+    store.apply([PutSession("offline", META), PutMessage("offline", 1, QUEUED)])
+    store.apply([PutMessage("offline", 2, IN_FLIGHT)])
+    for seq in range(10, 20):  # a client online meanwhile: its messages come and go
+        store.apply([PutMessage("online", seq, QUEUED)])
+        store.apply([DeleteMessage("online", seq)])
+    monkeypatch.setattr(sqlite_store, "COMPACT_BYTES", 1000)
+    assert not store.needs_maintenance()  # the offline queue is still young
+    monkeypatch.setattr(sqlite_store, "COMPACT_MIN_AGE", 0.0)
+    assert store.needs_maintenance()  # 20 dead batches stay behind the offline queue
+    store.maintain()
+    assert not store.needs_maintenance()
+    # Both offline messages are table rows now; changes to them go to the table.
+    store.apply([MarkInFlight("offline", 1, 77, "await_puback"), DeleteMessage("offline", 2)])
+    store.close()
+    assert (_rows(path, "message_log"), _rows(path, "session_messages")) == (0, 1)
+    store = SqliteStore(path)
+    [(seq, entry)] = store.load().sessions["offline"].messages
+    store.close()
+    assert (seq, entry.packet_id, entry.stage, entry.message) == (
+        1,
+        77,
+        "await_puback",
+        V5_MESSAGE,
+    )
+
+
+def test_a_failed_commit_leaves_the_log_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = SqliteStore(path)
+    store.apply([PutSession("c", META), PutMessage("c", 1, QUEUED)])
+    unstorable = Message(topic="bad", payload=b"", properties={38: {"not": "a list"}})
+    with pytest.raises(StoreError, match="nothing of it was written"):
+        store.apply([PutMessage("c", 2, QUEUED), DeleteMessage("c", 1), PutRetained(unstorable)])
+    store.apply([MarkInFlight("c", 1, 5, "await_puback")])  # 1 is still there, 2 never was
+    messages = store.load().sessions["c"].messages
+    store.close()
+    assert [(seq, entry.packet_id) for seq, entry in messages] == [(1, 5)]
+
+
+def test_a_corrupt_message_log_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = _sqlite_path(tmp_path)
+    store = SqliteStore(path)
+    store.apply([PutSession("c", META), PutMessage("c", 1, QUEUED)])
+    store.close()
+    connection = sqlite3.connect(path)
+    connection.execute("UPDATE message_log SET records = x'00ff00ff7b'")
+    connection.commit()
+    connection.close()
+    _refused_and_untouched(path, "cannot read the message log")
 
 
 # ----- opening, schema checks, migrations ------------------------------------------------

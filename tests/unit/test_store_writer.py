@@ -1,4 +1,5 @@
-"""StoreWriter: group commit, callbacks after commit in order, retries, flush, crash safety."""
+"""StoreWriter: group commit, callbacks after commit in order, where commits and maintenance
+run, retries, flush, crash safety."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ import pytest
 
 from hooks.events import Message
 from store import (
-    DeleteMessage,
-    MarkInFlight,
     MemoryStore,
     Op,
     PutMessage,
@@ -41,14 +40,25 @@ def _delivery(number: int) -> StoredDelivery:
 
 
 class RecordingStore(MemoryStore):
-    """A MemoryStore that records each transaction, can fail, and can be slow."""
+    """A MemoryStore that records each transaction and maintenance, can fail, can be slow."""
 
-    def __init__(self, failures: int = 0, apply_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        failures: int = 0,
+        apply_seconds: float = 0.0,
+        commits_wait_for_disk: bool = False,
+        maintenance_due: bool = False,
+        maintenance_failures: int = 0,
+    ) -> None:
         super().__init__()
+        self.commits_wait_for_disk = commits_wait_for_disk
         self.batches: list[list[Op]] = []
         self.threads: set[int] = set()
         self.failures_left = failures
         self.apply_seconds = apply_seconds
+        self.maintenance_due = maintenance_due
+        self.maintenance_failures_left = maintenance_failures
+        self.maintenance_threads: list[int] = []
         self.closed = False
 
     def __repr__(self) -> str:
@@ -56,12 +66,22 @@ class RecordingStore(MemoryStore):
 
     def apply(self, ops: Sequence[Op]) -> None:
         self.threads.add(threading.get_ident())
-        time.sleep(self.apply_seconds)  # a real sleep: it runs in a pool thread
+        time.sleep(self.apply_seconds)  # a real sleep: blocks whatever thread runs it
         if self.failures_left:
             self.failures_left -= 1
             raise StoreError("disk full (simulated)")
         super().apply(ops)
         self.batches.append(list(ops))
+
+    def needs_maintenance(self) -> bool:
+        return self.maintenance_due
+
+    def maintain(self) -> None:
+        self.maintenance_threads.append(threading.get_ident())
+        if self.maintenance_failures_left:
+            self.maintenance_failures_left -= 1
+            raise StoreError("checkpoint failed (simulated)")
+        self.maintenance_due = False
 
     def close(self) -> None:
         self.closed = True
@@ -133,8 +153,9 @@ def test_batches_hold_whole_submissions_up_to_max_batch_ops() -> None:
     writer.close()
 
 
-def test_commits_run_in_the_thread_pool_without_blocking_the_loop() -> None:
-    store = RecordingStore(apply_seconds=0.2)
+def _loop_ticks_during_commit(store: RecordingStore) -> tuple[list[float], float]:
+    """Tick every 10 ms while two submissions are committed; return the ticks and how long
+    the submit calls took."""
     writer = StoreWriter(store, max_delay=0)
     ticks: list[float] = []
 
@@ -150,10 +171,62 @@ def test_commits_run_in_the_thread_pool_without_blocking_the_loop() -> None:
     writer.submit([PutSession("d", META)])
     submit_seconds = time.monotonic() - started
     ticking.join()
+    writer.close()
+    return ticks, submit_seconds
+
+
+def test_commits_that_wait_for_the_disk_run_in_the_thread_pool() -> None:
+    store = RecordingStore(apply_seconds=0.2, commits_wait_for_disk=True)
+    ticks, submit_seconds = _loop_ticks_during_commit(store)
     assert submit_seconds < 0.05  # submit never waits for the disk
     assert len(ticks) == 10 and ticks[-1] - ticks[0] < 0.19  # the loop ran during the commit
-    writer.flush(timeout=5)
     assert threading.get_ident() not in store.threads
+
+
+def test_commits_that_do_not_wait_for_the_disk_run_on_the_loop() -> None:
+    store = RecordingStore(apply_seconds=0.05)
+    _ticks, submit_seconds = _loop_ticks_during_commit(store)
+    assert submit_seconds < 0.05  # submit still only queues
+    assert store.threads == {threading.get_ident()}
+    assert store.batches == [[PutSession("c", META), PutSession("d", META)]]
+
+
+def test_maintenance_runs_in_the_thread_pool_after_a_commit_when_due() -> None:
+    store = RecordingStore(maintenance_due=True)
+    writer = StoreWriter(store)
+    writer.submit([PutSession("c", META)])
+    writer.flush(timeout=5)
+    writer.flush(timeout=5)  # the writer maintains before it takes the next batch
+    assert len(store.maintenance_threads) == 1
+    assert threading.get_ident() not in store.maintenance_threads
+    writer.submit([PutSession("d", META)])
+    writer.flush(timeout=5)
+    assert len(store.maintenance_threads) == 1  # not due any more
+    writer.close()
+
+
+def test_failed_maintenance_is_logged_and_retried_after_a_pause(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "MAINTENANCE_RETRY_DELAY", 0.1)
+    store = RecordingStore(maintenance_due=True, maintenance_failures=1)
+    writer = StoreWriter(store)
+    done: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="store.writer"):
+        writer.submit([PutSession("c", META)], lambda: done.append("c"))
+        writer.flush(timeout=5)
+        writer.flush(timeout=5)  # the writer maintains before it takes the next batch
+        writer.submit([PutSession("d", META)], lambda: done.append("d"))
+        writer.flush(timeout=5)  # within the pause: no second attempt
+        assert len(store.maintenance_threads) == 1
+        gevent.sleep(0.15)
+        writer.submit([PutSession("e", META)])
+        writer.flush(timeout=5)
+        writer.flush(timeout=5)
+    assert len(store.maintenance_threads) == 2 and not store.maintenance_due
+    assert done == ["c", "d"]  # commits and acknowledgements went on meanwhile
+    [failure] = [r.getMessage() for r in caplog.records if "maintenance" in r.getMessage()]
+    assert "RecordingStore()" in failure and "checkpoint failed" in failure
     writer.close()
 
 
@@ -267,39 +340,3 @@ def test_every_acknowledged_message_survives_sigkill(tmp_path: Path) -> None:
     store.close()
     assert set(acknowledged) <= stored
     assert acknowledged == sorted(acknowledged)
-
-
-def test_message_ops_superseded_within_a_batch_never_reach_the_store() -> None:
-    store = RecordingStore()
-    store.apply([PutMessage("c", 1, _delivery(1))])  # committed earlier
-    store.batches.clear()
-    writer = StoreWriter(store, max_delay=0.05)
-    in_flight = StoredDelivery(
-        message=_delivery(2).message, qos=1, retain=False, packet_id=7, stage="await_puback"
-    )
-    writer.submit([PutMessage("c", 2, _delivery(2)), PutSession("c", META)])
-    writer.submit([PutMessage("c", 2, in_flight), DeleteMessage("c", 1)])
-    third = PutMessage("c", 3, _delivery(3))
-    writer.submit([DeleteMessage("c", 2), third])
-    writer.flush(timeout=5)
-    [batch] = store.batches
-    # seq 1 existed before the batch: its delete stays. seq 2 was created, put in flight and
-    # deleted within the batch: nothing of it is written.
-    assert batch == [PutSession("c", META), DeleteMessage("c", 1), third]
-    messages = store.load().sessions["c"].messages
-    assert [seq for seq, _ in messages] == [3]
-    writer.close()
-
-
-def test_a_mark_keeps_the_put_that_created_the_row_but_replaces_earlier_marks() -> None:
-    store = RecordingStore()
-    writer = StoreWriter(store, max_delay=0.05)
-    created = PutMessage("c", 1, _delivery(1))
-    writer.submit([PutSession("c", META), created, MarkInFlight("c", 1, 5, "await_pubrec")])
-    writer.submit([MarkInFlight("c", 1, 5, "await_pubcomp")])
-    writer.flush(timeout=5)
-    [batch] = store.batches
-    assert batch == [PutSession("c", META), created, MarkInFlight("c", 1, 5, "await_pubcomp")]
-    [(_, entry)] = store.load().sessions["c"].messages
-    assert (entry.packet_id, entry.stage) == (5, "await_pubcomp")
-    writer.close()

@@ -1,0 +1,375 @@
+"""The message log: how `SqliteStore` keeps per-message ops cheap (one row per commit).
+
+Every QoS 1/2 message to a persistent session costs three ops (queued, in flight,
+acknowledged). Written as rows of `session_messages` that is three B-tree updates per
+message, and the store spent more time on them than the broker spent routing. Instead, the
+message ops of one commit are appended as ONE row of the `message_log` table (a "batch");
+the session_messages table only holds messages that stayed long enough to be compacted.
+
+A batch blob is a 4-byte little-endian length, that many bytes of JSON (orjson), then the
+payloads of its put records, concatenated in record order. The JSON is a list of records:
+
+    ["put", client_id, seq, payload_length, topic, msg_qos, msg_retain, publisher,
+     username, timestamp, properties, message_id, qos, retain, subscription_ids,
+     packet_id, stage]
+    ["mark", client_id, seq, packet_id, stage]    # went in flight / moved on
+    ["delete", client_id, seq]                    # acknowledged
+    ["delete_session", client_id]                 # every message of the client so far
+
+(`properties` is the JSON text of `store.records.encode_properties`.) Replaying the batches in
+order gives the messages that live in the log; a record about a message that is not in
+the log (it was compacted into the table) is ignored on replay, because the store writes
+changes to table messages into the table directly.
+
+`MessageLog` is the in-memory index that makes this work, kept by the store as it applies
+ops: which messages live in the log (with their latest state) and which batch holds each
+one's put record. A batch whose put records are all dead (acknowledged, superseded or
+deleted with their session) is never needed again, but batches are only ever dropped from
+the head (the oldest), so that a delete record never outlives the put it cancels. A
+message that stays (an offline client's queue) would pin the head forever, with the dead
+batches behind it; once those outweigh the live ones and `compact_bytes`, and the oldest
+batch is `min_age` old, the store compacts: it copies the live messages of the oldest
+batches into `session_messages` and drops those batches.
+
+This module is pure: no SQL, no I/O. `store.sqlite_store` does the reading and writing.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from hooks.events import Message
+from store.base import StoredDelivery
+from store.records import decode_properties, encode_properties
+
+_HEADER_LENGTH = struct.Struct("<I")
+PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
+_PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
+
+
+def _with_mark(entry: StoredDelivery, mark: tuple[int, str] | None) -> StoredDelivery:
+    """`entry` as stored last: with the packet id and stage of its latest mark, if any."""
+    if mark is None:
+        return entry
+    return StoredDelivery(
+        message=entry.message,
+        qos=entry.qos,
+        retain=entry.retain,
+        subscription_ids=entry.subscription_ids,
+        packet_id=mark[0],
+        stage=mark[1],
+    )
+
+
+def put_record(client_id: str, seq: int, entry: StoredDelivery) -> list[Any]:
+    message = entry.message
+    return [
+        PUT,
+        client_id,
+        seq,
+        len(message.payload),
+        message.topic,
+        message.qos,
+        message.retain,
+        message.publisher,
+        message.username,
+        message.timestamp,
+        encode_properties(message.properties) if message.properties else None,
+        message.message_id,
+        entry.qos,
+        entry.retain,
+        entry.subscription_ids,
+        entry.packet_id,
+        entry.stage,
+    ]
+
+
+def _delivery_from_put(record: list[Any], payload: bytes) -> StoredDelivery:
+    (
+        _kind,
+        _client_id,
+        _seq,
+        _length,
+        topic,
+        msg_qos,
+        msg_retain,
+        publisher,
+        username,
+        timestamp,
+        properties,
+        message_id,
+        qos,
+        retain,
+        subscription_ids,
+        packet_id,
+        stage,
+    ) = record
+    message = Message(
+        topic=topic,
+        payload=payload,
+        qos=msg_qos,
+        retain=msg_retain,
+        publisher=publisher,
+        username=username,
+        timestamp=timestamp,
+        properties=decode_properties(properties),
+        message_id=message_id,
+    )
+    return StoredDelivery(
+        message=message,
+        qos=qos,
+        retain=retain,
+        subscription_ids=tuple(subscription_ids),
+        packet_id=packet_id,
+        stage=stage,
+    )
+
+
+def encode_batch(records: Iterable[list[Any]], payloads: Iterable[Any]) -> bytes:
+    header = orjson.dumps(list(records))
+    return b"".join((_HEADER_LENGTH.pack(len(header)), header, *payloads))
+
+
+def decode_batch(blob: bytes) -> Iterator[tuple[list[Any], bytes | None]]:
+    """The records of a batch blob, each with its payload (None for all but put records)."""
+    (header_length,) = _HEADER_LENGTH.unpack_from(blob)
+    offset = _HEADER_LENGTH.size
+    records = orjson.loads(blob[offset : offset + header_length])
+    offset += header_length
+    for record in records:
+        if record[0] == PUT:
+            end = offset + record[_PUT_PAYLOAD_LENGTH]
+            yield record, bytes(blob[offset:end])
+            offset = end
+        else:
+            yield record, None
+    if offset != len(blob):
+        raise ValueError(f"a log batch has {len(blob) - offset} bytes after its last payload")
+
+
+class MessageLog:
+    """Which messages live in the log and which batches can be dropped (module docstring)."""
+
+    def __init__(self, next_batch: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # client id -> seq -> (the batch holding its put record, the delivery as put)
+        self.live: dict[str, dict[int, tuple[int, StoredDelivery]]] = {}
+        self._marks: dict[tuple[str, int], tuple[int, str]] = {}  # latest (packet id, stage)
+        self.table: dict[str, set[int]] = {}  # seqs stored as session_messages rows
+        self._members: dict[int, int] = {}  # batch -> how many live messages it holds
+        # batch -> the keys of its put records; some may be dead or put again later
+        self._keys: dict[int, list[tuple[str, int]]] = {}
+        self._sizes: dict[int, int] = {}  # batch -> blob size, for batches still stored
+        self._puts: dict[int, int] = {}  # batch -> how many put records it holds
+        self._written_at: dict[int, float] = {}  # batch -> clock() when written or replayed
+        self.head = next_batch  # oldest batch still stored (or next_batch when none)
+        self.next_batch = next_batch
+        self.log_bytes = 0
+        # Bytes of stored batches that replay no live message (estimated: a dead put counts
+        # as its batch's size over its number of puts). Compaction is due when they pile up.
+        self.dead_bytes = 0.0
+        # The batch being built: (record, payload) pairs, None where a put was cancelled
+        # within the batch, and the position of each put.
+        self._pending: list[tuple[list[Any], Any] | None] = []
+        self._put_positions: dict[tuple[str, int], int] = {}
+
+    # Replay at start-up -----------------------------------------------------------------
+
+    @classmethod
+    def replay(
+        cls, batches: Iterable[tuple[int, bytes]], table_keys: Iterable[tuple[str, int]]
+    ) -> MessageLog:
+        """Rebuild the index from the stored batches (in batch order) and table keys."""
+        log = cls()
+        for client_id, seq in table_keys:
+            log.table.setdefault(client_id, set()).add(seq)
+        for batch, blob in batches:
+            if not log._sizes:
+                log.head = batch
+            log.next_batch = batch + 1
+            records = list(decode_batch(blob))
+            keys = [(record[1], record[2]) for record, _ in records if record[0] == PUT]
+            log._written(batch, len(blob), keys)
+            for record, payload in records:
+                log._replay_record(batch, record, payload)
+        return log
+
+    def _replay_record(self, batch: int, record: list[Any], payload: bytes | None) -> None:
+        kind, client_id = record[0], record[1]
+        if kind == PUT:
+            assert payload is not None
+            entry = _delivery_from_put(record, payload)
+            self._add(client_id, record[2], batch, entry)
+        elif kind == MARK:
+            if record[2] in self.live.get(client_id, ()):
+                self._marks[(client_id, record[2])] = (record[3], record[4])
+        elif kind == DELETE:
+            self._remove(client_id, record[2])
+        elif kind == DELETE_SESSION:
+            for seq in list(self.live.get(client_id, ())):
+                self._remove(client_id, seq)
+        else:
+            raise ValueError(f"unknown log record kind {kind!r}")
+
+    # Applying ops -------------------------------------------------------------------------
+    # Each returns True when the log took the op; False means: apply it to the table.
+
+    def put(self, client_id: str, seq: int, entry: StoredDelivery) -> bool:
+        if seq in self.table.get(client_id, ()):
+            return False  # replacing a compacted message: it stays in the table
+        self._put_positions[(client_id, seq)] = len(self._pending)
+        self._pending.append((put_record(client_id, seq, entry), entry.message.payload))
+        self._add(client_id, seq, self.next_batch, entry)
+        return True
+
+    def mark(self, client_id: str, seq: int, packet_id: int, stage: str) -> bool:
+        if seq not in self.live.get(client_id, ()):
+            return False
+        key = (client_id, seq)
+        self._marks[key] = (packet_id, stage)
+        position = self._put_positions.get(key)
+        if position is not None:  # put in this batch: write it as marked instead
+            pending = self._pending[position]
+            assert pending is not None
+            pending[0][-2:] = [packet_id, stage]
+        else:
+            self._pending.append(([MARK, client_id, seq, packet_id, stage], None))
+        return True
+
+    def delete(self, client_id: str, seq: int) -> bool:
+        if seq not in self.live.get(client_id, ()):
+            return False
+        position = self._put_positions.pop((client_id, seq), None)
+        if position is not None:  # put in this batch: neither record needs to be written
+            self._pending[position] = None
+        else:
+            self._pending.append(([DELETE, client_id, seq], None))
+        self._remove(client_id, seq)
+        return True
+
+    def delete_session(self, client_id: str) -> None:
+        """Forget the client's messages (the store deletes its table rows itself)."""
+        self.table.pop(client_id, None)
+        live = self.live.get(client_id)
+        if not live:
+            return
+        for seq in list(live):
+            position = self._put_positions.pop((client_id, seq), None)
+            if position is not None:
+                self._pending[position] = None
+            self._remove(client_id, seq)
+        self._pending.append(([DELETE_SESSION, client_id], None))
+
+    def take_batch(self) -> tuple[int, bytes] | None:
+        """The batch built since the last call, encoded, or None when it has no records."""
+        kept = [pending for pending in self._pending if pending is not None]
+        keys = list(self._put_positions)  # the puts not cancelled within the batch
+        self._pending, self._put_positions = [], {}
+        records = [record for record, _payload in kept]
+        payloads = [payload for _record, payload in kept if payload is not None]
+        batch = self.next_batch
+        self.next_batch += 1
+        if not records:
+            self._members.pop(batch, None)  # every put of it was cancelled
+            return None
+        blob = encode_batch(records, payloads)
+        self._written(batch, len(blob), keys)
+        return batch, blob
+
+    def _written(self, batch: int, size: int, keys: list[tuple[str, int]]) -> None:
+        self._written_at[batch] = self._clock()
+        self._sizes[batch] = size
+        self._puts[batch] = len(keys)
+        self._keys[batch] = keys
+        self.log_bytes += size
+        if not keys:
+            self.dead_bytes += size  # only marks and deletes: nothing to replay from it
+
+    # Dropping batches -------------------------------------------------------------------
+
+    def droppable_head(self) -> int:
+        """Advance `head` past leading batches with no live message; return the new head
+        (every stored batch below it can be deleted)."""
+        while self.head < self.next_batch and not self._members.get(self.head):
+            self._members.pop(self.head, None)
+            self._puts.pop(self.head, None)
+            self._keys.pop(self.head, None)
+            self._written_at.pop(self.head, None)
+            size = self._sizes.pop(self.head, 0)
+            self.log_bytes -= size
+            self.dead_bytes = max(0.0, self.dead_bytes - size)
+            self.head += 1
+        if not self._sizes:
+            self.dead_bytes = 0.0  # no rounding residue once the log is empty
+        return self.head
+
+    def compaction_due(self, compact_bytes: int, min_age: float) -> bool:
+        """Whether to compact: the dead bytes kept behind live messages exceed `compact_bytes`
+        and the live bytes (so compaction writes less than it frees), and the oldest batch
+        has waited `min_age` seconds. A backlog that a subscriber is working through is left
+        alone: compacting it would copy messages into the table just before they are
+        acknowledged, and turn their acknowledgements into table updates."""
+        if self.dead_bytes <= compact_bytes or 2 * self.dead_bytes <= self.log_bytes:
+            return False
+        written_at = self._written_at.get(self.droppable_head())
+        return written_at is not None and self._clock() - written_at >= min_age
+
+    def compact_head(self, max_messages: int) -> list[tuple[str, int, StoredDelivery]]:
+        """Move the live messages of the oldest batches (whole batches, until at least
+        `max_messages` or the end of the log) to the table side of the index and return them
+        for the store to write as table rows; `droppable_head` then passes those batches."""
+        moving: list[tuple[str, int, StoredDelivery]] = []
+        batch = self.droppable_head()
+        while batch < self.next_batch and len(moving) < max_messages:
+            for client_id, seq in self._keys.get(batch, ()):
+                live = self.live.get(client_id, {}).get(seq)
+                if live is not None and live[0] == batch:
+                    moving.append((client_id, seq, self._latest(client_id, seq, live[1])))
+            batch += 1
+        for client_id, seq, _entry in moving:
+            self._remove(client_id, seq)
+            self.table.setdefault(client_id, set()).add(seq)
+        return moving
+
+    def messages(self) -> Iterator[tuple[str, int, StoredDelivery]]:
+        """Every message living in the log, with its latest state."""
+        for client_id, messages in self.live.items():
+            for seq, (_batch, entry) in messages.items():
+                yield client_id, seq, self._latest(client_id, seq, entry)
+
+    def _latest(self, client_id: str, seq: int, entry: StoredDelivery) -> StoredDelivery:
+        return _with_mark(entry, self._marks.get((client_id, seq)))
+
+    def table_deleted(self, client_id: str, seq: int) -> None:
+        seqs = self.table.get(client_id)
+        if seqs is not None:
+            seqs.discard(seq)
+
+    def _add(self, client_id: str, seq: int, batch: int, entry: StoredDelivery) -> None:
+        messages = self.live.get(client_id)
+        if messages is not None and seq in messages:
+            self._remove(client_id, seq)  # put again: the newer record wins
+        self.live.setdefault(client_id, {})[seq] = (batch, entry)
+        self._members[batch] = self._members.get(batch, 0) + 1
+
+    def _remove(self, client_id: str, seq: int) -> None:
+        messages = self.live.get(client_id)
+        if messages is None:
+            return
+        live = messages.pop(seq, None)
+        if live is None:
+            return
+        if not messages:
+            del self.live[client_id]
+        if self._marks:
+            self._marks.pop((client_id, seq), None)
+        batch = live[0]
+        self._members[batch] -= 1
+        puts = self._puts.get(batch)
+        if puts:  # the batch is written: its put record is now dead weight
+            self.dead_bytes += self._sizes[batch] / puts
