@@ -96,7 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         gevent.signal_handler(signum, stopping.set)
     gevent.signal_handler(signal.SIGHUP, broker.reload)
     stopping.wait()
-    broker.stop()
+    try:
+        broker.stop()
+    except StoreError as error:
+        logger.error(
+            "could not commit the last changes to the store: %s; acknowledged messages "
+            "are safe, but some delivered ones may be delivered again after a restart",
+            error,
+        )
+        return 1
     return 0
 
 
