@@ -10,7 +10,9 @@ or PUBREC (QoS 2), in the same commit as anything submitted before it; so after 
 the restarted broker still delivers it. Deliveries carry a broker-wide increasing `seq`
 that orders a session's stored messages.
 
-QoS 0 deliveries and clean sessions never touch the store.
+QoS 0 deliveries and clean sessions never touch the store. A subscriber's QoS 1 progress
+(sent, acknowledged) is submitted lazily: no acknowledgement waits for it, and a crash that
+loses it makes the broker send those messages again, as QoS 1 allows.
 """
 
 from __future__ import annotations
@@ -22,10 +24,20 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from actors.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
-from store.base import Op, SessionMeta, StoredDelivery, StoredSession, StoredSubscription
+from store.base import (
+    DeleteMessage,
+    MarkInFlight,
+    Op,
+    SessionMeta,
+    StoredDelivery,
+    StoredSession,
+    StoredSubscription,
+)
 from store.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
+
+_AWAIT_PUBACK = Stage.AWAIT_PUBACK.value
 
 
 class Persistence:
@@ -37,17 +49,32 @@ class Persistence:
     def next_seq(self) -> int:
         return next(self._seqs)
 
-    def submit(self, ops: Sequence[Op], then: Callable[[], None] | None = None) -> None:
-        """Make `ops` durable, then call `then` (at once when there is no store)."""
+    def submit(
+        self, ops: Sequence[Op], then: Callable[[], None] | None = None, *, lazy: bool = False
+    ) -> None:
+        """Make `ops` durable, then call `then` (at once when there is no store). `lazy`:
+        nothing waits for them and losing them in a crash costs duplicates only, so they
+        may wait for a later commit (`StoreWriter.submit`)."""
         if self._writer is None:
             if then is not None:
                 then()
             return
-        self._writer.submit(ops, then)
+        self._writer.submit(ops, then, lazy=lazy)
 
     def close(self, timeout: float) -> None:
         if self._writer is not None:
             self._writer.close(timeout=timeout)
+
+
+def may_commit_lazily(ops: Sequence[Op]) -> bool:
+    """Whether `ops` only record QoS 1 sends and acknowledgements: losing them in a crash
+    means a message is sent again, which QoS 1 allows, so nothing needs to wait for their
+    commit. A QoS 2 stage is committed promptly: after a restart the broker must resend the
+    right packet (PUBLISH or PUBREL) with the right packet id [MQTT-4.4.0-1]."""
+    return all(
+        type(op) is DeleteMessage or (type(op) is MarkInFlight and op.stage == _AWAIT_PUBACK)
+        for op in ops
+    )
 
 
 def stored_delivery(

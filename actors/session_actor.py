@@ -48,7 +48,7 @@ from actors.messages import (
     Terminate,
     UnsubscribeRequest,
 )
-from actors.persistence import session_meta, stored_subscriptions
+from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
 from actors.session_state import (
     SEND_WITHOUT_ID,
@@ -120,7 +120,7 @@ class SessionActor(GeventActor):
     def after_drain(self) -> None:
         if self._ops:
             ops, self._ops = self._ops, []
-            self._persistence.submit(ops)
+            self._persistence.submit(ops, lazy=may_commit_lazily(ops))
         if self._out:
             if self._transport is not None:
                 self._transport.write(b"".join(self._out))

@@ -48,6 +48,7 @@ from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 
 _HEADER_LENGTH = struct.Struct("<I")
+_NONE_LIVE: dict[int, tuple[int, StoredDelivery]] = {}  # for lookups of unknown clients
 PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
 _PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
 
@@ -203,16 +204,21 @@ class MessageLog:
         kind, client_id = record[0], record[1]
         if kind == PUT:
             assert payload is not None
-            entry = _delivery_from_put(record, payload)
-            self._add(client_id, record[2], batch, entry)
+            messages = self.live.setdefault(client_id, {})
+            seq = record[2]
+            old = messages.get(seq)
+            if old is not None:
+                self._forget(client_id, seq, old[0])
+            messages[seq] = (batch, _delivery_from_put(record, payload))
+            self._members[batch] = self._members.get(batch, 0) + 1
         elif kind == MARK:
             if record[2] in self.live.get(client_id, ()):
                 self._marks[(client_id, record[2])] = (record[3], record[4])
         elif kind == DELETE:
             self._remove(client_id, record[2])
         elif kind == DELETE_SESSION:
-            for seq in list(self.live.get(client_id, ())):
-                self._remove(client_id, seq)
+            for seq, (put_batch, _entry) in self.live.pop(client_id, {}).items():
+                self._forget(client_id, seq, put_batch)
         else:
             raise ValueError(f"unknown log record kind {kind!r}")
 
@@ -220,21 +226,27 @@ class MessageLog:
     # Each returns True when the log took the op; False means: apply it to the table.
 
     def put(self, client_id: str, seq: int, entry: StoredDelivery) -> bool:
-        if seq in self.table.get(client_id, ()):
+        if self.table and seq in self.table.get(client_id, ()):
             return False  # replacing a compacted message: it stays in the table
+        messages = self.live.get(client_id)
+        if messages is None:
+            messages = self.live[client_id] = {}
+        else:
+            old = messages.get(seq)
+            if old is not None:
+                self._forget(client_id, seq, old[0])  # put again: the newer record wins
         self._put_positions[(client_id, seq)] = len(self._pending)
         self._pending.append((put_record(client_id, seq, entry), entry.message.payload))
-        self._add(client_id, seq, self.next_batch, entry)
+        messages[seq] = (self.next_batch, entry)
         return True
 
     def mark(self, client_id: str, seq: int, packet_id: int, stage: str) -> bool:
-        if seq not in self.live.get(client_id, ()):
+        live = self.live.get(client_id, _NONE_LIVE).get(seq)
+        if live is None:
             return False
-        key = (client_id, seq)
-        self._marks[key] = (packet_id, stage)
-        position = self._put_positions.get(key)
-        if position is not None:  # put in this batch: write it as marked instead
-            pending = self._pending[position]
+        self._marks[(client_id, seq)] = (packet_id, stage)
+        if live[0] == self.next_batch:  # put in this batch: write it as marked instead
+            pending = self._pending[self._put_positions[(client_id, seq)]]
             assert pending is not None
             pending[0][-2:] = [packet_id, stage]
         else:
@@ -242,27 +254,26 @@ class MessageLog:
         return True
 
     def delete(self, client_id: str, seq: int) -> bool:
-        if seq not in self.live.get(client_id, ()):
+        live = self._pop_live(client_id, seq)
+        if live is None:
             return False
-        position = self._put_positions.pop((client_id, seq), None)
-        if position is not None:  # put in this batch: neither record needs to be written
-            self._pending[position] = None
+        if live[0] == self.next_batch:  # put in this batch: neither record needs writing
+            self._pending[self._put_positions.pop((client_id, seq))] = None
         else:
             self._pending.append(([DELETE, client_id, seq], None))
-        self._remove(client_id, seq)
+        self._forget(client_id, seq, live[0])
         return True
 
     def delete_session(self, client_id: str) -> None:
         """Forget the client's messages (the store deletes its table rows itself)."""
         self.table.pop(client_id, None)
-        live = self.live.get(client_id)
-        if not live:
+        messages = self.live.pop(client_id, None)
+        if not messages:
             return
-        for seq in list(live):
-            position = self._put_positions.pop((client_id, seq), None)
-            if position is not None:
-                self._pending[position] = None
-            self._remove(client_id, seq)
+        for seq, (batch, _entry) in messages.items():
+            if batch == self.next_batch:
+                self._pending[self._put_positions.pop((client_id, seq))] = None
+            self._forget(client_id, seq, batch)
         self._pending.append(([DELETE_SESSION, client_id], None))
 
     def take_batch(self) -> tuple[int, bytes] | None:
@@ -275,10 +286,11 @@ class MessageLog:
         batch = self.next_batch
         self.next_batch += 1
         if not records:
-            self._members.pop(batch, None)  # every put of it was cancelled
             return None
         blob = encode_batch(records, payloads)
         self._written(batch, len(blob), keys)
+        if keys:
+            self._members[batch] = len(keys)
         return batch, blob
 
     def _written(self, batch: int, size: int, keys: list[tuple[str, int]]) -> None:
@@ -350,26 +362,27 @@ class MessageLog:
         if seqs is not None:
             seqs.discard(seq)
 
-    def _add(self, client_id: str, seq: int, batch: int, entry: StoredDelivery) -> None:
-        messages = self.live.get(client_id)
-        if messages is not None and seq in messages:
-            self._remove(client_id, seq)  # put again: the newer record wins
-        self.live.setdefault(client_id, {})[seq] = (batch, entry)
-        self._members[batch] = self._members.get(batch, 0) + 1
-
-    def _remove(self, client_id: str, seq: int) -> None:
+    def _pop_live(self, client_id: str, seq: int) -> tuple[int, StoredDelivery] | None:
         messages = self.live.get(client_id)
         if messages is None:
-            return
+            return None
         live = messages.pop(seq, None)
-        if live is None:
-            return
         if not messages:
             del self.live[client_id]
+        return live
+
+    def _remove(self, client_id: str, seq: int) -> None:
+        live = self._pop_live(client_id, seq)
+        if live is not None:
+            self._forget(client_id, seq, live[0])
+
+    def _forget(self, client_id: str, seq: int, batch: int) -> None:
+        """Account for a message that left the log (its entry is already out of `live`)."""
         if self._marks:
             self._marks.pop((client_id, seq), None)
-        batch = live[0]
+        if batch == self.next_batch:
+            return  # not written yet: take_batch counts the puts that are left
         self._members[batch] -= 1
         puts = self._puts.get(batch)
-        if puts:  # the batch is written: its put record is now dead weight
+        if puts:  # its put record is now dead weight
             self.dead_bytes += self._sizes[batch] / puts

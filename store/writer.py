@@ -45,17 +45,31 @@ Callback = Callable[[], None]
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0
-MAINTENANCE_RETRY_DELAY = 5.0  # seconds without maintenance after a failed attempt
+MAINTENANCE_RETRY_DELAY = 5.0
+# How long lazy submissions may gather before they are committed (see `submit`): a
+# subscriber's QoS 1 acknowledgements, say. Committing each small batch of them at once
+# cost the loop a commit per round trip to the subscriber.
+LAZY_DELAY = 0.05  # seconds without maintenance after a failed attempt
 
 
 class StoreWriter:
     """Applies submitted op batches to `store` with group commit (see module docstring)."""
 
-    def __init__(self, store: Store, *, max_batch_ops: int = 5000, max_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch_ops: int = 5000,
+        max_delay: float = 0.0,
+        lazy_delay: float = LAZY_DELAY,
+    ) -> None:
         self._store = store
         self._max_batch_ops = max_batch_ops
         self._max_delay = max_delay
-        self._pending: deque[tuple[Sequence[Op], Callback | None]] = deque()
+        self._lazy_delay = lazy_delay
+        self._prompt = 0  # pending submissions that are not lazy
+        self._flush_requested = False
+        self._pending: deque[tuple[Sequence[Op], Callback | None, bool]] = deque()
         self._pending_ops = 0
         self._oldest_pending_at = 0.0
         self._has_work = gevent.event.Event()
@@ -66,14 +80,25 @@ class StoreWriter:
         self._maintenance_paused_until = 0.0
         self._greenlet = gevent.spawn(self._run)
 
-    def submit(self, ops: Sequence[Op], on_commit: Callback | None = None) -> None:
-        """Queue `ops` for the next commit; `on_commit` runs in the gevent loop after it."""
+    def submit(
+        self, ops: Sequence[Op], on_commit: Callback | None = None, *, lazy: bool = False
+    ) -> None:
+        """Queue `ops` for the next commit; `on_commit` runs in the gevent loop after it.
+
+        `lazy` says that nothing waits for this commit (no acknowledgement hangs on it, and
+        losing the ops in a crash costs only duplicates): they may gather for `lazy_delay`,
+        unless a prompt submission or a full batch commits them sooner.
+        """
         if self._closing:
             raise StoreError(f"{self._store!r}: the writer is closed; nothing more can be stored")
         if not self._pending:
             self._oldest_pending_at = time.monotonic()
-        self._pending.append((ops, on_commit))
+        self._pending.append((ops, on_commit, lazy))
         self._pending_ops += len(ops)
+        if not lazy:
+            self._prompt += 1
+            if self._prompt == 1:
+                self._commit_now.set()  # the writer may be gathering lazy ops: not any more
         if self._pending_ops >= self._max_batch_ops:
             self._commit_now.set()
         self._has_work.set()
@@ -86,7 +111,8 @@ class StoreWriter:
         """
         done = gevent.event.Event()
         self.submit((), done.set)
-        self._commit_now.set()  # no max_delay wait: the caller is waiting
+        self._flush_requested = True  # no max_delay wait: the caller is waiting
+        self._commit_now.set()
         if not done.wait(timeout):
             raise StoreError(
                 f"{self._store!r}: {self._pending_ops} submitted operations were not committed "
@@ -117,14 +143,12 @@ class StoreWriter:
                     return
                 self._has_work.clear()
                 continue
-            remaining = self._max_delay - (time.monotonic() - self._oldest_pending_at)
-            if remaining > 0:
-                self._commit_now.wait(remaining)
+            self._wait_until_due()
             batch = self._take_batch()
-            ops = [op for submitted_ops, _ in batch for op in submitted_ops]
+            ops = [op for submitted_ops, _on_commit, _lazy in batch for op in submitted_ops]
             if ops:
                 self._commit(ops)
-            for _, on_commit in batch:
+            for _ops, on_commit, _lazy in batch:
                 if on_commit is not None:
                     self._run_callback(on_commit)
             if (
@@ -133,7 +157,19 @@ class StoreWriter:
             ):
                 self._maintain()
 
-    def _take_batch(self) -> list[tuple[Sequence[Op], Callback | None]]:
+    def _wait_until_due(self) -> None:
+        """Let the pending submissions gather until they are due: at once on flush or when
+        they hold max_batch_ops ops; max_delay after the oldest when a prompt submission is
+        pending; lazy_delay when all are lazy."""
+        while not self._flush_requested and self._pending_ops < self._max_batch_ops:
+            delay = self._max_delay if self._prompt else self._lazy_delay
+            remaining = delay - (time.monotonic() - self._oldest_pending_at)
+            if remaining <= 0:
+                return
+            self._commit_now.clear()
+            self._commit_now.wait(remaining)
+
+    def _take_batch(self) -> list[tuple[Sequence[Op], Callback | None, bool]]:
         """Pop whole submissions, at least one, up to max_batch_ops operations."""
         batch = [self._pending.popleft()]
         taken_ops = len(batch[0][0])
@@ -141,11 +177,11 @@ class StoreWriter:
             batch.append(self._pending.popleft())
             taken_ops += len(batch[-1][0])
         self._pending_ops -= taken_ops
-        if self._pending_ops < self._max_batch_ops:
-            self._commit_now.clear()
+        self._prompt -= sum(1 for _ops, _on_commit, lazy in batch if not lazy)
         if self._pending:
             self._oldest_pending_at = 0.0  # the rest has waited long enough: commit it next
         else:
+            self._flush_requested = False
             self._has_work.clear()
         return batch
 

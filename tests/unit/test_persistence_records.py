@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.persistence import restored_state, session_meta, stored_delivery
+from actors.persistence import may_commit_lazily, restored_state, session_meta, stored_delivery
 from actors.session_state import (
     QUEUED,
     Ack,
@@ -26,7 +26,14 @@ from actors.session_state import (
     SubscriptionOptions,
 )
 from hooks.events import Message
-from store.base import IN_FLIGHT_STAGES, StoredDelivery, StoredSession
+from store.base import (
+    IN_FLIGHT_STAGES,
+    DeleteMessage,
+    DeleteSession,
+    MarkInFlight,
+    StoredDelivery,
+    StoredSession,
+)
 from store.records import (
     delivery_from_record,
     delivery_to_record,
@@ -240,3 +247,13 @@ def test_in_flight_entry_equality_includes_the_stage() -> None:
     """Guards the comparisons above: entries differing only in stage are not equal."""
     same = delivery(1, 2)
     assert InflightEntry(same, Stage.AWAIT_PUBREC) != InflightEntry(same, Stage.AWAIT_PUBCOMP)
+
+
+def test_only_qos1_sends_and_acknowledgements_may_be_committed_lazily() -> None:
+    qos1_sent = MarkInFlight("c", 1, 7, "await_puback")
+    acknowledged = DeleteMessage("c", 1)
+    assert may_commit_lazily([qos1_sent, acknowledged])
+    assert may_commit_lazily([])
+    assert not may_commit_lazily([qos1_sent, MarkInFlight("c", 2, 8, "await_pubrec")])
+    assert not may_commit_lazily([acknowledged, MarkInFlight("c", 2, 8, "await_pubcomp")])
+    assert not may_commit_lazily([acknowledged, DeleteSession("c")])

@@ -279,10 +279,41 @@ def test_a_failing_callback_is_logged_and_the_next_ones_still_run(
     writer.close()
 
 
+def test_lazy_submissions_gather_until_lazy_delay() -> None:
+    store = RecordingStore()
+    writer = StoreWriter(store, lazy_delay=0.1)
+    started = time.monotonic()
+    writer.submit([PutSession("a", META)], lazy=True)
+    gevent.sleep(0.02)
+    writer.submit([PutSession("b", META)], lazy=True)
+    gevent.sleep(0.05)
+    assert store.batches == []  # nobody waits: they may gather
+    while not store.batches:
+        gevent.sleep(0.005)
+    assert time.monotonic() - started >= 0.1
+    assert store.batches == [[PutSession("a", META), PutSession("b", META)]]
+    writer.close()
+
+
+def test_a_prompt_submission_commits_the_lazy_ones_with_it_at_once() -> None:
+    store = RecordingStore()
+    writer = StoreWriter(store, lazy_delay=10.0)
+    done: list[bool] = []
+    writer.submit([PutSession("a", META)], lazy=True)
+    gevent.sleep(0.01)
+    writer.submit([PutSession("b", META)], lambda: done.append(True))
+    started = time.monotonic()
+    while not done:
+        gevent.sleep(0.001)
+    assert time.monotonic() - started < 1.0
+    assert store.batches == [[PutSession("a", META), PutSession("b", META)]]
+    writer.close()
+
+
 def test_close_commits_what_was_submitted_and_closes_the_store() -> None:
     store = RecordingStore()
-    writer = StoreWriter(store, max_delay=10.0)
-    writer.submit([PutSession("c", META)])
+    writer = StoreWriter(store, max_delay=10.0, lazy_delay=10.0)
+    writer.submit([PutSession("c", META)], lazy=True)
     writer.close()
     assert store.batches == [[PutSession("c", META)]]
     assert store.closed
