@@ -48,7 +48,7 @@ from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 
 _HEADER_LENGTH = struct.Struct("<I")
-_NONE_LIVE: dict[int, tuple[int, StoredDelivery]] = {}  # for lookups of unknown clients
+_NONE_LIVE: dict[int, tuple[int, StoredDelivery, int]] = {}  # for lookups of unknown clients
 PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
 _PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
 
@@ -158,8 +158,9 @@ class MessageLog:
 
     def __init__(self, next_batch: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # client id -> seq -> (the batch holding its put record, the delivery as put)
-        self.live: dict[str, dict[int, tuple[int, StoredDelivery]]] = {}
+        # client id -> seq -> (the batch holding its put record, the delivery as put, and
+        # while that batch is being built, the put record's position in it)
+        self.live: dict[str, dict[int, tuple[int, StoredDelivery, int]]] = {}
         self._marks: dict[tuple[str, int], tuple[int, str]] = {}  # latest (packet id, stage)
         self.table: dict[str, set[int]] = {}  # seqs stored as session_messages rows
         self._members: dict[int, int] = {}  # batch -> how many live messages it holds
@@ -174,10 +175,9 @@ class MessageLog:
         # Bytes of stored batches that replay no live message (estimated: a dead put counts
         # as its batch's size over its number of puts). Compaction is due when they pile up.
         self.dead_bytes = 0.0
-        # The batch being built: (record, payload) pairs, None where a put was cancelled
-        # within the batch, and the position of each put.
+        # The batch being built: (record, payload) pairs, None where a put was cancelled or
+        # superseded within the batch.
         self._pending: list[tuple[list[Any], Any] | None] = []
-        self._put_positions: dict[tuple[str, int], int] = {}
 
     # Replay at start-up -----------------------------------------------------------------
 
@@ -209,7 +209,7 @@ class MessageLog:
             old = messages.get(seq)
             if old is not None:
                 self._forget(client_id, seq, old[0])
-            messages[seq] = (batch, _delivery_from_put(record, payload))
+            messages[seq] = (batch, _delivery_from_put(record, payload), -1)
             self._members[batch] = self._members.get(batch, 0) + 1
         elif kind == MARK:
             if record[2] in self.live.get(client_id, ()):
@@ -217,7 +217,7 @@ class MessageLog:
         elif kind == DELETE:
             self._remove(client_id, record[2])
         elif kind == DELETE_SESSION:
-            for seq, (put_batch, _entry) in self.live.pop(client_id, {}).items():
+            for seq, (put_batch, _entry, _position) in self.live.pop(client_id, {}).items():
                 self._forget(client_id, seq, put_batch)
         else:
             raise ValueError(f"unknown log record kind {kind!r}")
@@ -233,11 +233,14 @@ class MessageLog:
             messages = self.live[client_id] = {}
         else:
             old = messages.get(seq)
-            if old is not None:
-                self._forget(client_id, seq, old[0])  # put again: the newer record wins
-        self._put_positions[(client_id, seq)] = len(self._pending)
+            if old is not None:  # put again: the newer record wins
+                if old[0] == self.next_batch:
+                    self._pending[old[2]] = None
+                else:  # the older put is stored: cancel it there, whatever becomes of this one
+                    self._pending.append(([DELETE, client_id, seq], None))
+                self._forget(client_id, seq, old[0])
+        messages[seq] = (self.next_batch, entry, len(self._pending))
         self._pending.append((put_record(client_id, seq, entry), entry.message.payload))
-        messages[seq] = (self.next_batch, entry)
         return True
 
     def mark(self, client_id: str, seq: int, packet_id: int, stage: str) -> bool:
@@ -246,7 +249,7 @@ class MessageLog:
             return False
         self._marks[(client_id, seq)] = (packet_id, stage)
         if live[0] == self.next_batch:  # put in this batch: write it as marked instead
-            pending = self._pending[self._put_positions[(client_id, seq)]]
+            pending = self._pending[live[2]]
             assert pending is not None
             pending[0][-2:] = [packet_id, stage]
         else:
@@ -258,7 +261,7 @@ class MessageLog:
         if live is None:
             return False
         if live[0] == self.next_batch:  # put in this batch: neither record needs writing
-            self._pending[self._put_positions.pop((client_id, seq))] = None
+            self._pending[live[2]] = None
         else:
             self._pending.append(([DELETE, client_id, seq], None))
         self._forget(client_id, seq, live[0])
@@ -270,19 +273,25 @@ class MessageLog:
         messages = self.live.pop(client_id, None)
         if not messages:
             return
-        for seq, (batch, _entry) in messages.items():
+        for seq, (batch, _entry, position) in messages.items():
             if batch == self.next_batch:
-                self._pending[self._put_positions.pop((client_id, seq))] = None
+                self._pending[position] = None
             self._forget(client_id, seq, batch)
         self._pending.append(([DELETE_SESSION, client_id], None))
 
     def take_batch(self) -> tuple[int, bytes] | None:
         """The batch built since the last call, encoded, or None when it has no records."""
-        kept = [pending for pending in self._pending if pending is not None]
-        keys = list(self._put_positions)  # the puts not cancelled within the batch
-        self._pending, self._put_positions = [], {}
-        records = [record for record, _payload in kept]
-        payloads = [payload for _record, payload in kept if payload is not None]
+        records: list[list[Any]] = []
+        payloads: list[Any] = []
+        keys: list[tuple[str, int]] = []  # of the live puts: the others were set to None
+        for pending in self._pending:
+            if pending is not None:
+                record, payload = pending
+                records.append(record)
+                if payload is not None:
+                    payloads.append(payload)
+                    keys.append((record[1], record[2]))
+        self._pending = []
         batch = self.next_batch
         self.next_batch += 1
         if not records:
@@ -351,7 +360,7 @@ class MessageLog:
     def messages(self) -> Iterator[tuple[str, int, StoredDelivery]]:
         """Every message living in the log, with its latest state."""
         for client_id, messages in self.live.items():
-            for seq, (_batch, entry) in messages.items():
+            for seq, (_batch, entry, _position) in messages.items():
                 yield client_id, seq, self._latest(client_id, seq, entry)
 
     def _latest(self, client_id: str, seq: int, entry: StoredDelivery) -> StoredDelivery:
@@ -362,7 +371,7 @@ class MessageLog:
         if seqs is not None:
             seqs.discard(seq)
 
-    def _pop_live(self, client_id: str, seq: int) -> tuple[int, StoredDelivery] | None:
+    def _pop_live(self, client_id: str, seq: int) -> tuple[int, StoredDelivery, int] | None:
         messages = self.live.get(client_id)
         if messages is None:
             return None

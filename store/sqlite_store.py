@@ -185,17 +185,18 @@ class SqliteStore:
         """Hand the message ops to the log; return, in order, the ops for the tables: all
         others, and message ops about messages compacted into session_messages."""
         log = self._log
+        put, mark, delete = log.put, log.mark, log.delete  # bound once: the per-message path
         table_ops: list[Op] = []
         for op in ops:
             op_type = type(op)
             if op_type is PutMessage:
-                if log.put(op.client_id, op.seq, op.entry):
+                if put(op.client_id, op.seq, op.entry):
                     continue
             elif op_type is MarkInFlight:
-                if log.mark(op.client_id, op.seq, op.packet_id, op.stage):
+                if mark(op.client_id, op.seq, op.packet_id, op.stage):
                     continue
             elif op_type is DeleteMessage:
-                if log.delete(op.client_id, op.seq):
+                if delete(op.client_id, op.seq):
                     continue
                 log.table_deleted(op.client_id, op.seq)
             elif op_type is DeleteSession:

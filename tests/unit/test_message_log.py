@@ -155,3 +155,15 @@ def test_compaction_moves_the_oldest_live_messages_with_their_latest_state() -> 
     assert log.droppable_head() == 5 and log.log_bytes == 0 and log.dead_bytes == 0
     assert list(log.messages()) == []
     assert not log.delete("offline", 1)  # now the table's
+
+
+def test_a_message_put_again_and_deleted_in_a_later_batch_stays_deleted() -> None:
+    log = MessageLog()
+    log.put("c", 1, _queued(1))
+    first = log.take_batch()
+    log.put("c", 1, _queued(1))  # replaced: its first put record is stored in batch 1
+    log.delete("c", 1)
+    second = log.take_batch()
+    assert first is not None and second is not None
+    assert list(log.messages()) == []
+    assert _replayed([first, second]) == {}

@@ -217,7 +217,7 @@ ops = st.one_of(
 between_batches = st.sampled_from(["nothing", "compact", "reopen"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.lists(ops, max_size=6), between_batches), max_size=6))
 def test_sqlite_store_after_reopen_loads_what_the_memory_store_holds(
     batches: list[tuple[list[Op], str]],
