@@ -337,7 +337,7 @@ class MessageLog:
         acknowledged, and turn their acknowledgements into table updates."""
         if self.dead_bytes <= compact_bytes or 2 * self.dead_bytes <= self.log_bytes:
             return False
-        written_at = self._written_at.get(self.droppable_head())
+        written_at = self._written_at.get(self.head)
         return written_at is not None and self._clock() - written_at >= min_age
 
     def compact_head(self, max_messages: int) -> list[tuple[str, int, StoredDelivery]]:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ from store.records import (
 logger = logging.getLogger(__name__)
 
 SYNCHRONOUS_MODES = ("normal", "full")
+# What a bad file or a value the schema cannot hold raises from sqlite3 and the records.
+_UNSTORABLE = (sqlite3.Error, KeyError, TypeError, ValueError)
 _LOCK_TIMEOUT = 1.0  # seconds to wait for a lock held by another process before failing
 
 
@@ -163,8 +166,8 @@ class SqliteStore:
         if not ops:
             return
         connection = self._open_connection()
-        try:
-            connection.execute("BEGIN IMMEDIATE")
+        failure = f"could not apply a batch of {len(ops)} operations, nothing of it was written"
+        with self._writing(connection, failure):
             table_ops = self._log_message_ops(ops)
             written = self._write_log_batch(connection)
             for op_type, run in groupby(table_ops, type):
@@ -172,13 +175,6 @@ class SqliteStore:
                 for sql, row in _STATEMENTS[op_type]:
                     connection.executemany(sql, map(row, same_type_ops))
             self._drop_dead_batches(connection)
-            connection.execute("COMMIT")
-        except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
-            self._roll_back(connection)
-            raise StoreError(
-                f"{self!r}: could not apply a batch of {len(ops)} operations, nothing of it was "
-                f"written: {type(error).__name__}: {error}"
-            ) from error
         self._wal_bytes += written + _PAGE * (2 + len(table_ops))
 
     def _log_message_ops(self, ops: Sequence[Op]) -> list[Op]:
@@ -233,28 +229,32 @@ class SqliteStore:
         """Compact the log if it is due, then checkpoint the WAL (this may fsync: the writer
         runs it in a worker thread, between commits)."""
         connection = self._open_connection()
-        try:
-            if self._log.compaction_due(COMPACT_BYTES, COMPACT_MIN_AGE):
-                connection.execute("BEGIN IMMEDIATE")
+        if self._log.compaction_due(COMPACT_BYTES, COMPACT_MIN_AGE):
+            with self._writing(connection, "compaction failed, nothing was lost"):
                 moved = self._log.compact_head(COMPACT_MESSAGES)
-                connection.executemany(
-                    _PUT_MESSAGE,
-                    [
-                        (client_id, seq, *delivery_to_record(entry))
-                        for client_id, seq, entry in moved
-                    ],
-                )
+                rows = [(client, seq, *delivery_to_record(entry)) for client, seq, entry in moved]
+                connection.executemany(_PUT_MESSAGE, rows)
                 self._drop_dead_batches(connection)
-                connection.execute("COMMIT")
-                logger.debug("%r: compacted %d messages out of the message log", self, len(moved))
+            logger.debug("%r: compacted %d messages out of the message log", self, len(moved))
+        try:
             connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            self._wal_bytes = 0
-        except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
-            self._roll_back(connection)
+        except sqlite3.Error as error:
             raise StoreError(
-                f"{self!r}: compaction or checkpoint failed, nothing was lost: "
-                f"{type(error).__name__}: {error}"
+                f"{self!r}: WAL checkpoint failed, nothing was lost: {error}"
             ) from error
+        self._wal_bytes = 0
+
+    @contextmanager
+    def _writing(self, connection: sqlite3.Connection, failure: str) -> Iterator[None]:
+        """One write transaction. If the body fails, roll back (the log index is rebuilt
+        from what is stored) and raise StoreError saying `failure` and why."""
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            yield
+            connection.execute("COMMIT")
+        except _UNSTORABLE as error:
+            self._roll_back(connection)
+            raise StoreError(f"{self!r}: {failure}: {type(error).__name__}: {error}") from error
 
     def load(self) -> Snapshot:
         connection = self._open_connection()
@@ -269,7 +269,7 @@ class SqliteStore:
                 for row in connection.execute(_SELECT_MESSAGES)
             )
             orphans = self._attach_messages(chain(table_rows, self._log.messages()), sessions)
-        except (sqlite3.Error, KeyError, TypeError, ValueError) as error:
+        except _UNSTORABLE as error:
             raise StoreError(
                 f"{self!r}: cannot read the stored state ({type(error).__name__}: {error}); "
                 "restore the file from a backup or move it away to start empty"
@@ -299,7 +299,7 @@ class SqliteStore:
             return MessageLog.replay(
                 connection.execute(_SELECT_LOG), connection.execute(_SELECT_MESSAGE_KEYS)
             )
-        except (sqlite3.Error, KeyError, TypeError, ValueError, struct.error) as error:
+        except (*_UNSTORABLE, struct.error) as error:
             raise StoreError(
                 f"{self!r}: cannot read the message log ({type(error).__name__}: {error}); "
                 "restore the file from a backup or move it away to start empty"

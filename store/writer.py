@@ -3,11 +3,12 @@
 Theory of operation. `submit(ops, on_commit)` only appends to a deque and wakes the writer
 greenlet, so it never blocks. The writer runs when the gevent loop next schedules it (so
 every submission made in the same loop iteration joins the batch), waits until the oldest
-pending submission is `max_delay` old (or `max_batch_ops` ops are pending; with the default
-0 it does not wait), takes whole submissions up to `max_batch_ops` ops, and applies them as
-ONE transaction. After the commit the callbacks of the batch run in the writer greenlet, in
-submission order; this is where the broker sends PUBACK/PUBREC for messages it has made
-durable (write-ahead). Submissions that arrive meanwhile form the next batch.
+pending submission is `max_delay` old, or `lazy_delay` when every pending submission is
+lazy (see `submit`), or until `max_batch_ops` ops are pending or `flush()` is called, takes
+whole submissions up to `max_batch_ops` ops, and applies them as ONE transaction. After
+the commit the callbacks of the batch run in the writer greenlet, in submission order;
+this is where the broker sends PUBACK/PUBREC for messages it has made durable
+(write-ahead). Submissions that arrive meanwhile form the next batch.
 
 Where the commit runs depends on the store. One that waits for the disk on commit
 (`commits_wait_for_disk`, SQLite with synchronous=full) commits in gevent's thread pool,
@@ -45,11 +46,21 @@ Callback = Callable[[], None]
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0
-MAINTENANCE_RETRY_DELAY = 5.0
-# How long lazy submissions may gather before they are committed (see `submit`): a
+MAINTENANCE_RETRY_DELAY = 5.0  # seconds without maintenance after a failed attempt
+# Seconds lazy submissions may gather before they are committed (see `submit`): a
 # subscriber's QoS 1 acknowledgements, say. Committing each small batch of them at once
 # cost the loop a commit per round trip to the subscriber.
-LAZY_DELAY = 0.05  # seconds without maintenance after a failed attempt
+LAZY_DELAY = 0.05
+
+
+def _catching(call: Callable[..., None], *args: object) -> Exception | None:
+    """`call(*args)`, returning its error instead of raising it, so that gevent does not
+    print it as an unhandled thread-pool failure when this runs in a pool thread."""
+    try:
+        call(*args)
+    except Exception as error:
+        return error
+    return None
 
 
 class StoreWriter:
@@ -191,9 +202,9 @@ class StoreWriter:
         attempt = 1
         while True:
             if self._store.commits_wait_for_disk:
-                error = gevent.get_hub().threadpool.apply(self._apply_catching, (ops,))
+                error = gevent.get_hub().threadpool.apply(_catching, (self._store.apply, ops))
             else:
-                error = self._apply_catching(ops)
+                error = _catching(self._store.apply, ops)
             if error is None:
                 self.transactions += 1
                 self.committed_ops += len(ops)
@@ -210,18 +221,9 @@ class StoreWriter:
             delay = min(delay * 2, MAX_RETRY_DELAY)
             attempt += 1
 
-    def _apply_catching(self, ops: list[Op]) -> Exception | None:
-        # The error is returned, not raised, so that gevent does not print it as an
-        # unhandled thread-pool failure when this runs in a pool thread.
-        try:
-            self._store.apply(ops)
-        except Exception as error:
-            return error
-        return None
-
     def _maintain(self) -> None:
         """Run the store's upkeep in the thread pool; commits wait, the loop does not."""
-        error = gevent.get_hub().threadpool.apply(self._maintain_catching)
+        error = gevent.get_hub().threadpool.apply(_catching, (self._store.maintain,))
         if error is not None:
             self._maintenance_paused_until = time.monotonic() + MAINTENANCE_RETRY_DELAY
             logger.error(
@@ -231,13 +233,6 @@ class StoreWriter:
                 MAINTENANCE_RETRY_DELAY,
                 error,
             )
-
-    def _maintain_catching(self) -> Exception | None:
-        try:
-            self._store.maintain()
-        except Exception as error:
-            return error
-        return None
 
     def _run_callback(self, on_commit: Callback) -> None:
         try:
