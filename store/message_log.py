@@ -51,6 +51,7 @@ _HEADER_LENGTH = struct.Struct("<I")
 _NONE_LIVE: dict[int, tuple[int, StoredDelivery, int]] = {}  # for lookups of unknown clients
 PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
 _PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
+PayloadLength = Callable[[list[Any]], int | None]  # a record's payload length, if it has one
 
 
 def _with_mark(entry: StoredDelivery, mark: tuple[int, str] | None) -> StoredDelivery:
@@ -90,7 +91,7 @@ def put_record(client_id: str, seq: int, entry: StoredDelivery) -> list[Any]:
     ]
 
 
-def _delivery_from_put(record: list[Any], payload: bytes) -> StoredDelivery:
+def delivery_from_put(record: list[Any], payload: bytes) -> StoredDelivery:
     (
         _kind,
         _client_id,
@@ -136,19 +137,27 @@ def encode_batch(records: Iterable[list[Any]], payloads: Iterable[Any]) -> bytes
     return b"".join((_HEADER_LENGTH.pack(len(header)), header, *payloads))
 
 
-def decode_batch(blob: bytes) -> Iterator[tuple[list[Any], bytes | None]]:
-    """The records of a batch blob, each with its payload (None for all but put records)."""
+def put_payload_length(record: list[Any]) -> int | None:
+    return record[_PUT_PAYLOAD_LENGTH] if record[0] == PUT else None
+
+
+def decode_batch(
+    blob: bytes, payload_length: PayloadLength = put_payload_length
+) -> Iterator[tuple[list[Any], bytes | None]]:
+    """The records of a batch blob, each with its payload (None for records without one:
+    all but put records, unless `payload_length` says otherwise)."""
     (header_length,) = _HEADER_LENGTH.unpack_from(blob)
     offset = _HEADER_LENGTH.size
     records = orjson.loads(blob[offset : offset + header_length])
     offset += header_length
     for record in records:
-        if record[0] == PUT:
-            end = offset + record[_PUT_PAYLOAD_LENGTH]
+        length = payload_length(record)
+        if length is None:
+            yield record, None
+        else:
+            end = offset + length
             yield record, bytes(blob[offset:end])
             offset = end
-        else:
-            yield record, None
     if offset != len(blob):
         raise ValueError(f"a log batch has {len(blob) - offset} bytes after its last payload")
 
@@ -209,7 +218,7 @@ class MessageLog:
             old = messages.get(seq)
             if old is not None:
                 self._forget(client_id, seq, old[0])
-            messages[seq] = (batch, _delivery_from_put(record, payload), -1)
+            messages[seq] = (batch, delivery_from_put(record, payload), -1)
             self._members[batch] = self._members.get(batch, 0) + 1
         elif kind == MARK:
             if record[2] in self.live.get(client_id, ()):

@@ -22,6 +22,7 @@ from store import (
     MarkInFlight,
     MemoryStore,
     Op,
+    ProcessStore,
     PutMessage,
     PutRetained,
     PutSession,
@@ -345,9 +346,10 @@ def _sqlite_path(tmp_path: Path) -> Path:
 def test_open_store_kinds(tmp_path: Path) -> None:
     assert isinstance(open_store("memory", tmp_path), MemoryStore)
     store = open_store("sqlite", tmp_path / "new" / "dir")
-    assert isinstance(store, SqliteStore)
+    assert isinstance(store, ProcessStore)
     assert store.path == tmp_path / "new" / "dir" / SQLITE_FILE_NAME
     store.close()
+    assert (tmp_path / "new" / "dir" / SQLITE_FILE_NAME).is_file()
     with pytest.raises(StoreError, match="unknown store kind 'redis'"):
         open_store("redis", tmp_path)
     with pytest.raises(StoreError, match="synchronous"):

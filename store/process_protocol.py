@@ -1,0 +1,42 @@
+"""Frames on the socket between the broker and its store process (`store.process_store`).
+
+A frame is a 4-byte little-endian body length, a 1-byte kind, then the body. The broker sends
+one request and waits for its answer before the next, so frames never interleave. The same
+functions serve both ends: the broker's gevent socket and the store process's plain one have
+the same `sendall`/`recv_into`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+_HEADER = struct.Struct("<IB")
+
+# Requests (broker -> store process); bodies: APPLY an op batch (store.op_codec), others none.
+APPLY, LOAD, CLOSE = 1, 2, 3
+# Answers (store process -> broker); bodies: DONE to LOAD a snapshot (store.op_codec), FAILED
+# the error message (UTF-8), others none. READY is sent once, when the store is open.
+READY, DONE, FAILED = 10, 11, 12
+
+
+def send_frame(sock: Any, kind: int, body: bytes = b"") -> None:
+    sock.sendall(b"".join((_HEADER.pack(len(body), kind), body)))
+
+
+def receive_frame(sock: Any) -> tuple[int, bytearray]:
+    """The next frame's (kind, body); EOFError if the other end closed the socket."""
+    length, kind = _HEADER.unpack(_receive_exactly(sock, _HEADER.size))
+    return kind, _receive_exactly(sock, length)
+
+
+def _receive_exactly(sock: Any, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    received = 0
+    while received < size:
+        count = sock.recv_into(view[received:])
+        if count == 0:
+            raise EOFError("the other end closed the socket")
+        received += count
+    return buffer

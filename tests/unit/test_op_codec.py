@@ -1,0 +1,61 @@
+"""The op codec: every op and every snapshot comes back from its bytes as it was sent."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.base import Op, SessionMeta, Snapshot, StoredSession
+from store.op_codec import decode_ops, decode_snapshot, encode_ops, encode_snapshot
+from tests.unit.test_sqlite_store import META, QUEUED, V5_MESSAGE, ops
+from tests.unit.test_store_records import deliveries, messages, metas
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, max_size=12))
+def test_op_batches_round_trip(batch: list[Op]) -> None:
+    assert decode_ops(encode_ops(batch)) == batch
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(messages, max_size=4),
+    st.dictionaries(
+        st.sampled_from(["c1", "c2", "c3"]),
+        st.tuples(metas, st.lists(deliveries(), max_size=4)),
+        max_size=3,
+    ),
+)
+def test_snapshots_round_trip(
+    retained: list, sessions: dict[str, tuple[SessionMeta, list]]
+) -> None:
+    snapshot = Snapshot(
+        retained=retained,
+        sessions={
+            client_id: StoredSession(meta, list(enumerate(entries, start=1)))
+            for client_id, (meta, entries) in sessions.items()
+        },
+    )
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+
+
+def test_an_infinite_session_expiry_survives_json() -> None:
+    snapshot = Snapshot(retained=[V5_MESSAGE], sessions={"c": StoredSession(META, [(7, QUEUED)])})
+    decoded = decode_snapshot(encode_snapshot(snapshot))
+    assert decoded.sessions["c"].meta.expiry_interval == META.expiry_interval == float("inf")
+    assert decoded.sessions["c"].messages == [(7, QUEUED)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x05\x00\x00\x00[1,2]",
+        b'\x0b\x00\x00\x00[["what"]]',
+        b'\x0e\x00\x00\x00[["put","c"]]',
+    ],
+)
+def test_bytes_that_are_not_an_op_batch_raise_value_error(data: bytes) -> None:
+    with pytest.raises(ValueError, match=r"not an op batch|after its last payload"):
+        decode_ops(data)
