@@ -48,24 +48,13 @@ from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 
 _HEADER_LENGTH = struct.Struct("<I")
-_NONE_LIVE: dict[int, tuple[int, StoredDelivery, int]] = {}  # for lookups of unknown clients
+# What the index keeps of a live message: the batch holding its put record, that record and
+# payload, and while that batch is being built, the record's position in it.
+_Live = tuple[int, list[Any], bytes, int]
+_NONE_LIVE: dict[int, _Live] = {}  # for lookups of unknown clients
 PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
 _PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
 PayloadLength = Callable[[list[Any]], int | None]  # a record's payload length, if it has one
-
-
-def _with_mark(entry: StoredDelivery, mark: tuple[int, str] | None) -> StoredDelivery:
-    """`entry` as stored last: with the packet id and stage of its latest mark, if any."""
-    if mark is None:
-        return entry
-    return StoredDelivery(
-        message=entry.message,
-        qos=entry.qos,
-        retain=entry.retain,
-        subscription_ids=entry.subscription_ids,
-        packet_id=mark[0],
-        stage=mark[1],
-    )
 
 
 def put_record(client_id: str, seq: int, entry: StoredDelivery) -> list[Any]:
@@ -156,6 +145,8 @@ def decode_batch(
             yield record, None
         else:
             end = offset + length
+            if end > len(blob):
+                raise ValueError("a log batch ends inside a payload")
             yield record, bytes(blob[offset:end])
             offset = end
     if offset != len(blob):
@@ -167,9 +158,7 @@ class MessageLog:
 
     def __init__(self, next_batch: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # client id -> seq -> (the batch holding its put record, the delivery as put, and
-        # while that batch is being built, the put record's position in it)
-        self.live: dict[str, dict[int, tuple[int, StoredDelivery, int]]] = {}
+        self.live: dict[str, dict[int, _Live]] = {}  # client id -> seq -> see _Live
         self._marks: dict[tuple[str, int], tuple[int, str]] = {}  # latest (packet id, stage)
         self.table: dict[str, set[int]] = {}  # seqs stored as session_messages rows
         self._members: dict[int, int] = {}  # batch -> how many live messages it holds
@@ -218,7 +207,7 @@ class MessageLog:
             old = messages.get(seq)
             if old is not None:
                 self._forget(client_id, seq, old[0])
-            messages[seq] = (batch, delivery_from_put(record, payload), -1)
+            messages[seq] = (batch, record, payload, -1)
             self._members[batch] = self._members.get(batch, 0) + 1
         elif kind == MARK:
             if record[2] in self.live.get(client_id, ()):
@@ -226,15 +215,17 @@ class MessageLog:
         elif kind == DELETE:
             self._remove(client_id, record[2])
         elif kind == DELETE_SESSION:
-            for seq, (put_batch, _entry, _position) in self.live.pop(client_id, {}).items():
-                self._forget(client_id, seq, put_batch)
+            for seq, live in self.live.pop(client_id, {}).items():
+                self._forget(client_id, seq, live[0])
         else:
             raise ValueError(f"unknown log record kind {kind!r}")
 
     # Applying ops -------------------------------------------------------------------------
     # Each returns True when the log took the op; False means: apply it to the table.
 
-    def put(self, client_id: str, seq: int, entry: StoredDelivery) -> bool:
+    def put(self, client_id: str, seq: int, record: list[Any], payload: bytes) -> bool:
+        """`record` is the message's put record (`put_record`); the log keeps it, and marks
+        it in place while its batch is being built."""
         if self.table and seq in self.table.get(client_id, ()):
             return False  # replacing a compacted message: it stays in the table
         messages = self.live.get(client_id)
@@ -244,12 +235,12 @@ class MessageLog:
             old = messages.get(seq)
             if old is not None:  # put again: the newer record wins
                 if old[0] == self.next_batch:
-                    self._pending[old[2]] = None
+                    self._pending[old[3]] = None
                 else:  # the older put is stored: cancel it there, whatever becomes of this one
                     self._pending.append(([DELETE, client_id, seq], None))
                 self._forget(client_id, seq, old[0])
-        messages[seq] = (self.next_batch, entry, len(self._pending))
-        self._pending.append((put_record(client_id, seq, entry), entry.message.payload))
+        messages[seq] = (self.next_batch, record, payload, len(self._pending))
+        self._pending.append((record, payload))
         return True
 
     def mark(self, client_id: str, seq: int, packet_id: int, stage: str) -> bool:
@@ -258,9 +249,7 @@ class MessageLog:
             return False
         self._marks[(client_id, seq)] = (packet_id, stage)
         if live[0] == self.next_batch:  # put in this batch: write it as marked instead
-            pending = self._pending[live[2]]
-            assert pending is not None
-            pending[0][-2:] = [packet_id, stage]
+            live[1][-2:] = [packet_id, stage]
         else:
             self._pending.append(([MARK, client_id, seq, packet_id, stage], None))
         return True
@@ -270,7 +259,7 @@ class MessageLog:
         if live is None:
             return False
         if live[0] == self.next_batch:  # put in this batch: neither record needs writing
-            self._pending[live[2]] = None
+            self._pending[live[3]] = None
         else:
             self._pending.append(([DELETE, client_id, seq], None))
         self._forget(client_id, seq, live[0])
@@ -282,10 +271,10 @@ class MessageLog:
         messages = self.live.pop(client_id, None)
         if not messages:
             return
-        for seq, (batch, _entry, position) in messages.items():
-            if batch == self.next_batch:
-                self._pending[position] = None
-            self._forget(client_id, seq, batch)
+        for seq, live in messages.items():
+            if live[0] == self.next_batch:
+                self._pending[live[3]] = None
+            self._forget(client_id, seq, live[0])
         self._pending.append(([DELETE_SESSION, client_id], None))
 
     def take_batch(self) -> tuple[int, bytes] | None:
@@ -359,7 +348,7 @@ class MessageLog:
             for client_id, seq in self._keys.get(batch, ()):
                 live = self.live.get(client_id, {}).get(seq)
                 if live is not None and live[0] == batch:
-                    moving.append((client_id, seq, self._latest(client_id, seq, live[1])))
+                    moving.append((client_id, seq, self._latest(client_id, seq, live)))
             batch += 1
         for client_id, seq, _entry in moving:
             self._remove(client_id, seq)
@@ -369,18 +358,23 @@ class MessageLog:
     def messages(self) -> Iterator[tuple[str, int, StoredDelivery]]:
         """Every message living in the log, with its latest state."""
         for client_id, messages in self.live.items():
-            for seq, (_batch, entry, _position) in messages.items():
-                yield client_id, seq, self._latest(client_id, seq, entry)
+            for seq, live in messages.items():
+                yield client_id, seq, self._latest(client_id, seq, live)
 
-    def _latest(self, client_id: str, seq: int, entry: StoredDelivery) -> StoredDelivery:
-        return _with_mark(entry, self._marks.get((client_id, seq)))
+    def _latest(self, client_id: str, seq: int, live: _Live) -> StoredDelivery:
+        """The message as stored last: with the packet id and stage of its latest mark."""
+        record = live[1]
+        mark = self._marks.get((client_id, seq))
+        if mark is not None:
+            record = [*record[:-2], *mark]
+        return delivery_from_put(record, live[2])
 
     def table_deleted(self, client_id: str, seq: int) -> None:
         seqs = self.table.get(client_id)
         if seqs is not None:
             seqs.discard(seq)
 
-    def _pop_live(self, client_id: str, seq: int) -> tuple[int, StoredDelivery, int] | None:
+    def _pop_live(self, client_id: str, seq: int) -> _Live | None:
         messages = self.live.get(client_id)
         if messages is None:
             return None

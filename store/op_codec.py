@@ -124,28 +124,43 @@ def _payload_length(record: list[Any]) -> int | None:
     return put_payload_length(record)
 
 
+def op_records(ops: Sequence[Op]) -> list[_Encoded]:
+    """Each op as its record and payload (None for records without one)."""
+    encoders = _ENCODERS
+    return [encoders[type(op)](op) for op in ops]
+
+
 def encode_ops(ops: Sequence[Op]) -> bytes:
     records: list[list[Any]] = []
     payloads: list[Any] = []
-    encoders = _ENCODERS
-    for op in ops:
-        record, payload = encoders[type(op)](op)
+    for record, payload in op_records(ops):
         records.append(record)
         if payload is not None:
             payloads.append(payload)
     return encode_batch(records, payloads)
 
 
-def decode_ops(data: bytes) -> list[Op]:
-    """The ops `encode_ops` was given; ValueError (or KeyError, TypeError) if `data` is not
-    such a batch."""
+def decode_records(data: bytes | bytearray) -> list[tuple[list[Any], bytes | None]]:
+    """The records and payloads of an `encode_ops` batch; ValueError if `data` is not one.
+    Only the framing is checked: `op_from_record` checks each record."""
     try:
-        return [
-            _DECODERS[record[0]](record, payload)
-            for record, payload in decode_batch(data, _payload_length)
-        ]
+        return list(decode_batch(data, _payload_length))
     except (IndexError, KeyError, TypeError, struct.error) as error:
         raise ValueError(f"not an op batch: {type(error).__name__}: {error}") from error
+
+
+def op_from_record(record: list[Any], payload: bytes | None) -> Op:
+    try:
+        return _DECODERS[record[0]](record, payload)
+    except (IndexError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"not an op record: {record!r:.200} ({type(error).__name__}: {error})"
+        ) from error
+
+
+def decode_ops(data: bytes | bytearray) -> list[Op]:
+    """The ops `encode_ops` was given; ValueError if `data` is not such a batch."""
+    return [op_from_record(record, payload) for record, payload in decode_records(data)]
 
 
 def encode_snapshot(snapshot: Snapshot) -> bytes:

@@ -50,8 +50,9 @@ from store.base import (
     StoredSession,
     StoreError,
 )
-from store.message_log import MessageLog
+from store.message_log import DELETE, DELETE_SESSION, MARK, PUT, MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
+from store.op_codec import decode_records, op_from_record, op_records
 from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
@@ -163,12 +164,31 @@ class SqliteStore:
         return f"SqliteStore('{self.path}')"
 
     def apply(self, ops: Sequence[Op]) -> None:
-        if not ops:
+        try:
+            records = op_records(ops)
+        except (KeyError, TypeError, ValueError) as error:
+            raise StoreError(
+                f"{self!r}: could not apply a batch of {len(ops)} operations, nothing of it "
+                f"was written: {type(error).__name__}: {error}"
+            ) from error
+        self._apply_records(records)
+
+    def apply_encoded(self, batch: bytes | bytearray) -> None:
+        """`apply(decode_ops(batch))` for a batch from `store.op_codec.encode_ops`, without
+        building the ops: the store process applies what the broker sends this way."""
+        try:
+            records = decode_records(batch)
+        except ValueError as error:
+            raise StoreError(f"{self!r}: {error}; nothing of it was written") from error
+        self._apply_records(records)
+
+    def _apply_records(self, records: list[tuple[list[Any], Any]]) -> None:
+        if not records:
             return
         connection = self._open_connection()
-        failure = f"could not apply a batch of {len(ops)} operations, nothing of it was written"
+        failure = f"could not apply a batch of {len(records)} operations, nothing of it was written"
         with self._writing(connection, failure):
-            table_ops = self._log_message_ops(ops)
+            table_ops = self._log_message_records(records)
             written = self._write_log_batch(connection)
             for op_type, run in groupby(table_ops, type):
                 same_type_ops = list(run)
@@ -177,27 +197,27 @@ class SqliteStore:
             self._drop_dead_batches(connection)
         self._wal_bytes += written + _PAGE * (2 + len(table_ops))
 
-    def _log_message_ops(self, ops: Sequence[Op]) -> list[Op]:
+    def _log_message_records(self, records: list[tuple[list[Any], Any]]) -> list[Op]:
         """Hand the message ops to the log; return, in order, the ops for the tables: all
         others, and message ops about messages compacted into session_messages."""
         log = self._log
         put, mark, delete = log.put, log.mark, log.delete  # bound once: the per-message path
         table_ops: list[Op] = []
-        for op in ops:
-            op_type = type(op)
-            if op_type is PutMessage:
-                if put(op.client_id, op.seq, op.entry):
+        for record, payload in records:
+            kind = record[0]
+            if kind == PUT:
+                if put(record[1], record[2], record, payload):
                     continue
-            elif op_type is MarkInFlight:
-                if mark(op.client_id, op.seq, op.packet_id, op.stage):
+            elif kind == MARK:
+                if mark(record[1], record[2], record[3], record[4]):
                     continue
-            elif op_type is DeleteMessage:
-                if delete(op.client_id, op.seq):
+            elif kind == DELETE:
+                if delete(record[1], record[2]):
                     continue
-                log.table_deleted(op.client_id, op.seq)
-            elif op_type is DeleteSession:
-                log.delete_session(op.client_id)
-            table_ops.append(op)
+                log.table_deleted(record[1], record[2])
+            elif kind == DELETE_SESSION:
+                log.delete_session(record[1])
+            table_ops.append(op_from_record(record, payload))
         return table_ops
 
     def _write_log_batch(self, connection: sqlite3.Connection) -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from store.base import StoreError
-from store.op_codec import decode_ops, encode_snapshot
+from store.op_codec import encode_snapshot
 from store.process_protocol import (
     APPLY,
     CLOSE,
@@ -70,7 +70,7 @@ class _Server:
 
     def _answer(self, kind: int, body: bytearray) -> bytes:
         if kind == APPLY:
-            self._store.apply(decode_ops(body))
+            self._store.apply_encoded(body)
             return b""
         if kind == LOAD:
             return encode_snapshot(self._store.load())

@@ -23,6 +23,10 @@ def _queued(number: int) -> StoredDelivery:
     return StoredDelivery(message=message, qos=1, retain=False)
 
 
+def _put(log: MessageLog, client_id: str, seq: int, entry: StoredDelivery) -> bool:
+    return log.put(client_id, seq, put_record(client_id, seq, entry), entry.message.payload)
+
+
 def _replayed(batches: list[tuple[int, bytes]]) -> dict[tuple[str, int], StoredDelivery]:
     log = MessageLog.replay(batches, [])
     return {(client_id, seq): entry for client_id, seq, entry in log.messages()}
@@ -52,8 +56,8 @@ def test_an_unknown_record_kind_is_refused() -> None:
 
 def test_ops_of_one_batch_become_one_blob_that_replays_to_the_same_state() -> None:
     log = MessageLog()
-    assert log.put("c", 1, _queued(1))
-    assert log.put("c", 2, _queued(2))
+    assert _put(log, "c", 1, _queued(1))
+    assert _put(log, "c", 2, _queued(2))
     assert log.mark("c", 1, 10, "await_puback")
     batch = log.take_batch()
     assert batch is not None and batch[0] == 1
@@ -69,7 +73,7 @@ def test_ops_of_one_batch_become_one_blob_that_replays_to_the_same_state() -> No
 
 def test_a_message_put_and_deleted_within_one_batch_writes_nothing() -> None:
     log = MessageLog()
-    log.put("c", 1, _queued(1))
+    _put(log, "c", 1, _queued(1))
     log.mark("c", 1, 5, "await_puback")
     log.delete("c", 1)
     assert log.take_batch() is None
@@ -78,7 +82,7 @@ def test_a_message_put_and_deleted_within_one_batch_writes_nothing() -> None:
 
 def test_a_mark_within_the_batch_of_its_put_is_written_into_the_put_record() -> None:
     log = MessageLog()
-    log.put("c", 1, _queued(1))
+    _put(log, "c", 1, _queued(1))
     log.mark("c", 1, 5, "await_pubrec")
     batch = log.take_batch()
     assert batch is not None
@@ -91,16 +95,16 @@ def test_ops_about_messages_not_in_the_log_are_left_to_the_table() -> None:
     log = MessageLog.replay([], [("c", 7)])
     assert not log.mark("c", 7, 1, "await_puback")
     assert not log.delete("c", 7)
-    assert not log.put("c", 7, _queued(7))  # a compacted message stays in the table
+    assert not _put(log, "c", 7, _queued(7))  # a compacted message stays in the table
     assert not log.mark("c", 8, 1, "await_puback")  # unknown anywhere
     assert log.take_batch() is None
 
 
 def test_batches_are_dropped_from_the_oldest_once_their_messages_are_gone() -> None:
     log = MessageLog()
-    log.put("c", 1, _queued(1))
+    _put(log, "c", 1, _queued(1))
     log.take_batch()  # batch 1
-    log.put("c", 2, _queued(2))
+    _put(log, "c", 2, _queued(2))
     log.take_batch()  # batch 2
     log.delete("c", 2)
     log.take_batch()  # batch 3: the delete of 2
@@ -115,11 +119,11 @@ def test_batches_are_dropped_from_the_oldest_once_their_messages_are_gone() -> N
 
 def test_delete_session_forgets_the_clients_messages_and_is_replayed() -> None:
     log = MessageLog()
-    log.put("gone", 1, _queued(1))
-    log.put("kept", 1, _queued(1))
+    _put(log, "gone", 1, _queued(1))
+    _put(log, "kept", 1, _queued(1))
     first = log.take_batch()
     log.delete_session("gone")
-    log.put("gone", 2, _queued(2))  # a new session of the same client id
+    _put(log, "gone", 2, _queued(2))  # a new session of the same client id
     second = log.take_batch()
     assert first is not None and second is not None
     expected = {("kept", 1): _queued(1), ("gone", 2): _queued(2)}
@@ -130,12 +134,12 @@ def test_delete_session_forgets_the_clients_messages_and_is_replayed() -> None:
 def test_compaction_moves_the_oldest_live_messages_with_their_latest_state() -> None:
     now = [1000.0]
     log = MessageLog(clock=lambda: now[0])
-    log.put("offline", 1, _queued(1))
+    _put(log, "offline", 1, _queued(1))
     log.take_batch()  # batch 1
-    log.put("offline", 2, _queued(2))
+    _put(log, "offline", 2, _queued(2))
     log.take_batch()  # batch 2
     for seq in range(10, 20):
-        log.put("online", seq, _queued(seq))
+        _put(log, "online", seq, _queued(seq))
     log.take_batch()  # batch 3
     assert not log.compaction_due(0, min_age=0)  # everything is live: nothing to gain
     for seq in range(10, 20):
@@ -159,9 +163,9 @@ def test_compaction_moves_the_oldest_live_messages_with_their_latest_state() -> 
 
 def test_a_message_put_again_and_deleted_in_a_later_batch_stays_deleted() -> None:
     log = MessageLog()
-    log.put("c", 1, _queued(1))
+    _put(log, "c", 1, _queued(1))
     first = log.take_batch()
-    log.put("c", 1, _queued(1))  # replaced: its first put record is stored in batch 1
+    _put(log, "c", 1, _queued(1))  # replaced: its first put record is stored in batch 1
     log.delete("c", 1)
     second = log.take_batch()
     assert first is not None and second is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -47,15 +49,21 @@ def test_an_infinite_session_expiry_survives_json() -> None:
     assert decoded.sessions["c"].messages == [(7, QUEUED)]
 
 
+def _framed(header: bytes, payloads: bytes = b"") -> bytes:
+    return struct.pack("<I", len(header)) + header + payloads
+
+
 @pytest.mark.parametrize(
     "data",
     [
-        b"",
-        b"\x05\x00\x00\x00[1,2]",
-        b'\x0b\x00\x00\x00[["what"]]',
-        b'\x0e\x00\x00\x00[["put","c"]]',
+        b"",  # no header
+        _framed(b"[1,2]"),  # records that are not lists
+        _framed(b'[["what"]]'),  # an unknown kind
+        _framed(b'[["put","c"]]'),  # a put record cut short
+        _framed(b'[["delete","c",1]]', b"extra"),  # bytes after the last payload
+        _framed(b'[["retain","t",10]]', b"short"),  # a payload cut short
     ],
 )
 def test_bytes_that_are_not_an_op_batch_raise_value_error(data: bytes) -> None:
-    with pytest.raises(ValueError, match=r"not an op batch|after its last payload"):
+    with pytest.raises(ValueError, match=r"not an op|after its last payload|inside a payload"):
         decode_ops(data)
