@@ -159,11 +159,8 @@ class Snapshot:
 
 
 class Store(Protocol):
-    """A durable store. Not thread-safe: one caller at a time (the `StoreWriter`)."""
-
-    # True when a commit waits for the disk (an fsync): the writer then commits in a worker
-    # thread; otherwise commits are quick enough to run on the event loop.
-    commits_wait_for_disk: bool
+    """A durable store. Not thread-safe: one caller at a time (the `StoreWriter`). A call may
+    yield to the gevent loop while it waits (`ProcessStore` waits for its store process)."""
 
     def apply(self, ops: Sequence[Op]) -> None:
         """Apply `ops` in order in one transaction; raise `StoreError` and change nothing on
@@ -171,13 +168,6 @@ class Store(Protocol):
 
     def load(self) -> Snapshot:
         """Everything stored; raise `StoreError` if it cannot be read."""
-
-    def needs_maintenance(self) -> bool:
-        """Whether `maintain` has work (compaction, a checkpoint)."""
-
-    def maintain(self) -> None:
-        """Background upkeep that may wait for the disk; the writer runs it in a worker
-        thread between commits. Raises `StoreError` on failure, with nothing lost."""
 
     def close(self) -> None:
         """Release the store; further calls are errors."""

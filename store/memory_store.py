@@ -45,8 +45,6 @@ _OP_TYPES = (
 class MemoryStore:
     """A `Store` in dicts: retained by topic, session metadata and messages by client id."""
 
-    commits_wait_for_disk = False
-
     def __init__(self) -> None:
         self._retained: dict[str, Message] = {}
         self._sessions: dict[str, SessionMeta] = {}
@@ -103,12 +101,6 @@ class MemoryStore:
         if orphans:
             logger.warning("%r: skipped the messages of %d unknown sessions", self, len(orphans))
         return Snapshot(retained=list(self._retained.values()), sessions=sessions)
-
-    def needs_maintenance(self) -> bool:
-        return False
-
-    def maintain(self) -> None:
-        self._check_open()
 
     def close(self) -> None:
         self._closed = True

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -48,13 +48,13 @@ from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 
 _HEADER_LENGTH = struct.Struct("<I")
-# What the index keeps of a live message: the batch holding its put record, that record and
-# payload, and while that batch is being built, the record's position in it.
+# What the index keeps of a live message: the batch holding its put record, that record (with
+# the packet id and stage of its latest mark: marks update it in place) and payload, and
+# while that batch is being built, the record's position in it.
 _Live = tuple[int, list[Any], bytes, int]
 _NONE_LIVE: dict[int, _Live] = {}  # for lookups of unknown clients
 PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
 _PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
-PayloadLength = Callable[[list[Any]], int | None]  # a record's payload length, if it has one
 
 
 def put_record(client_id: str, seq: int, entry: StoredDelivery) -> list[Any]:
@@ -126,31 +126,34 @@ def encode_batch(records: Iterable[list[Any]], payloads: Iterable[Any]) -> bytes
     return b"".join((_HEADER_LENGTH.pack(len(header)), header, *payloads))
 
 
-def put_payload_length(record: list[Any]) -> int | None:
-    return record[_PUT_PAYLOAD_LENGTH] if record[0] == PUT else None
+PAYLOAD_LENGTH_AT = {PUT: _PUT_PAYLOAD_LENGTH}  # record kind -> index of its payload length
 
 
 def decode_batch(
-    blob: bytes, payload_length: PayloadLength = put_payload_length
-) -> Iterator[tuple[list[Any], bytes | None]]:
-    """The records of a batch blob, each with its payload (None for records without one:
-    all but put records, unless `payload_length` says otherwise)."""
+    blob: bytes | bytearray, payload_length_at: Mapping[str, int] = PAYLOAD_LENGTH_AT
+) -> list[tuple[list[Any], bytes | None]]:
+    """The records of a batch blob, each with its payload (None for records of a kind that
+    `payload_length_at` does not list)."""
     (header_length,) = _HEADER_LENGTH.unpack_from(blob)
-    offset = _HEADER_LENGTH.size
-    records = orjson.loads(blob[offset : offset + header_length])
-    offset += header_length
+    offset = _HEADER_LENGTH.size + header_length
+    records = orjson.loads(blob[_HEADER_LENGTH.size : offset])
+    size = len(blob)
+    decoded: list[tuple[list[Any], bytes | None]] = []
+    append = decoded.append  # bound once: this runs per record in the store process
+    length_at = payload_length_at.get
     for record in records:
-        length = payload_length(record)
-        if length is None:
-            yield record, None
+        at = length_at(record[0])
+        if at is None:
+            append((record, None))
         else:
-            end = offset + length
-            if end > len(blob):
+            end = offset + record[at]
+            if end > size:
                 raise ValueError("a log batch ends inside a payload")
-            yield record, bytes(blob[offset:end])
+            append((record, bytes(blob[offset:end])))
             offset = end
-    if offset != len(blob):
-        raise ValueError(f"a log batch has {len(blob) - offset} bytes after its last payload")
+    if offset != size:
+        raise ValueError(f"a log batch has {size - offset} bytes after its last payload")
+    return decoded
 
 
 class MessageLog:
@@ -159,7 +162,6 @@ class MessageLog:
     def __init__(self, next_batch: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.live: dict[str, dict[int, _Live]] = {}  # client id -> seq -> see _Live
-        self._marks: dict[tuple[str, int], tuple[int, str]] = {}  # latest (packet id, stage)
         self.table: dict[str, set[int]] = {}  # seqs stored as session_messages rows
         self._members: dict[int, int] = {}  # batch -> how many live messages it holds
         # batch -> the keys of its put records; some may be dead or put again later
@@ -191,7 +193,7 @@ class MessageLog:
             if not log._sizes:
                 log.head = batch
             log.next_batch = batch + 1
-            records = list(decode_batch(blob))
+            records = decode_batch(blob)
             keys = [(record[1], record[2]) for record, _ in records if record[0] == PUT]
             log._written(batch, len(blob), keys)
             for record, payload in records:
@@ -210,8 +212,9 @@ class MessageLog:
             messages[seq] = (batch, record, payload, -1)
             self._members[batch] = self._members.get(batch, 0) + 1
         elif kind == MARK:
-            if record[2] in self.live.get(client_id, ()):
-                self._marks[(client_id, record[2])] = (record[3], record[4])
+            live = self.live.get(client_id, _NONE_LIVE).get(record[2])
+            if live is not None:
+                live[1][-2:] = record[3:5]
         elif kind == DELETE:
             self._remove(client_id, record[2])
         elif kind == DELETE_SESSION:
@@ -247,10 +250,8 @@ class MessageLog:
         live = self.live.get(client_id, _NONE_LIVE).get(seq)
         if live is None:
             return False
-        self._marks[(client_id, seq)] = (packet_id, stage)
-        if live[0] == self.next_batch:  # put in this batch: write it as marked instead
-            live[1][-2:] = [packet_id, stage]
-        else:
+        live[1][-2:] = [packet_id, stage]  # in this batch, the put is written as marked
+        if live[0] != self.next_batch:
             self._pending.append(([MARK, client_id, seq, packet_id, stage], None))
         return True
 
@@ -348,7 +349,7 @@ class MessageLog:
             for client_id, seq in self._keys.get(batch, ()):
                 live = self.live.get(client_id, {}).get(seq)
                 if live is not None and live[0] == batch:
-                    moving.append((client_id, seq, self._latest(client_id, seq, live)))
+                    moving.append((client_id, seq, delivery_from_put(live[1], live[2])))
             batch += 1
         for client_id, seq, _entry in moving:
             self._remove(client_id, seq)
@@ -359,15 +360,7 @@ class MessageLog:
         """Every message living in the log, with its latest state."""
         for client_id, messages in self.live.items():
             for seq, live in messages.items():
-                yield client_id, seq, self._latest(client_id, seq, live)
-
-    def _latest(self, client_id: str, seq: int, live: _Live) -> StoredDelivery:
-        """The message as stored last: with the packet id and stage of its latest mark."""
-        record = live[1]
-        mark = self._marks.get((client_id, seq))
-        if mark is not None:
-            record = [*record[:-2], *mark]
-        return delivery_from_put(record, live[2])
+                yield client_id, seq, delivery_from_put(live[1], live[2])
 
     def table_deleted(self, client_id: str, seq: int) -> None:
         seqs = self.table.get(client_id)
@@ -390,8 +383,6 @@ class MessageLog:
 
     def _forget(self, client_id: str, seq: int, batch: int) -> None:
         """Account for a message that left the log (its entry is already out of `live`)."""
-        if self._marks:
-            self._marks.pop((client_id, seq), None)
         if batch == self.next_batch:
             return  # not written yet: take_batch counts the puts that are left
         self._members[batch] -= 1

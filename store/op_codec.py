@@ -43,11 +43,11 @@ from store.message_log import (
     DELETE,
     DELETE_SESSION,
     MARK,
+    PAYLOAD_LENGTH_AT,
     PUT,
     decode_batch,
     delivery_from_put,
     encode_batch,
-    put_payload_length,
     put_record,
 )
 from store.records import decode_properties, encode_properties, meta_from_record, meta_to_record
@@ -118,10 +118,7 @@ _DECODERS: dict[str, Callable[[list[Any], Any], Op]] = {
 }
 
 
-def _payload_length(record: list[Any]) -> int | None:
-    if record[0] == RETAIN:
-        return record[_RETAIN_PAYLOAD_LENGTH]
-    return put_payload_length(record)
+_PAYLOAD_LENGTH_AT = {**PAYLOAD_LENGTH_AT, RETAIN: _RETAIN_PAYLOAD_LENGTH}
 
 
 def op_records(ops: Sequence[Op]) -> list[_Encoded]:
@@ -144,7 +141,7 @@ def decode_records(data: bytes | bytearray) -> list[tuple[list[Any], bytes | Non
     """The records and payloads of an `encode_ops` batch; ValueError if `data` is not one.
     Only the framing is checked: `op_from_record` checks each record."""
     try:
-        return list(decode_batch(data, _payload_length))
+        return decode_batch(data, _PAYLOAD_LENGTH_AT)
     except (IndexError, KeyError, TypeError, struct.error) as error:
         raise ValueError(f"not an op batch: {type(error).__name__}: {error}") from error
 

@@ -4,7 +4,8 @@ Why: applying ops to `SqliteStore` (the message log's index, the SQL) cost the b
 event loop about 6 µs per message to a persistent session, a fifth of its time under QoS 1
 load. In a process of its own that work runs on another core; the loop only encodes the ops
 (`store.op_codec`, about 1 µs per message) and writes them to a socket. The store's upkeep
-(checkpoints, compaction) runs there too, so `needs_maintenance` is always False here.
+(checkpoints, compaction) runs there too, between batches, and so does every fsync:
+`synchronous = "full"` makes commits wait for the disk but never blocks the loop.
 
 The `StoreWriter` calls `apply` from its greenlet; waiting for the answer yields to the
 gevent loop (a gevent socket), so clients are served meanwhile and the next batch gathers.
@@ -47,8 +48,6 @@ _PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so the child imports t
 
 class ProcessStore:
     """A `Store` whose `SqliteStore` runs in a child process (see the module docstring)."""
-
-    commits_wait_for_disk = False  # waiting for the store process yields to the loop
 
     def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
         self.path = path
@@ -113,12 +112,6 @@ class ProcessStore:
 
     def load(self) -> Snapshot:
         return decode_snapshot(self._request(LOAD))
-
-    def needs_maintenance(self) -> bool:
-        return False  # the store process does its own upkeep between batches
-
-    def maintain(self) -> None:
-        """Nothing to do here: see `needs_maintenance`."""
 
     def close(self) -> None:
         if self._closed:

@@ -15,14 +15,12 @@ deferred to checkpoints. A power cut or kernel crash may lose the last batches c
 before it (the file stays consistent). `synchronous="full"` fsyncs each commit, for
 power-loss durability at a higher commit latency (docs/persistence.md has measured figures).
 
-Commits with `synchronous="normal"` write to the page cache only, so the `StoreWriter` runs them
-on the event loop (`commits_wait_for_disk` is False); the WAL is checkpointed, with its
-fsyncs, by `maintain()` in a worker thread (`wal_autocheckpoint` is off).
+The broker runs this store in a process of its own (`store.store_process`), which applies
+the batches the broker encodes (`apply_encoded`) and calls `maintain()` between them: the WAL
+is checkpointed there, with its fsyncs (`wal_autocheckpoint` is off), and the log compacted.
 
 The connection uses `locking_mode=EXCLUSIVE`: once open, no other process can read or write
-the file, so two brokers cannot share a data directory. The connection is made with
-`check_same_thread=False` because the `StoreWriter` runs `apply` in gevent's thread pool; it
-must be used by one thread at a time.
+the file, so two brokers cannot share a data directory.
 """
 
 from __future__ import annotations
@@ -131,13 +129,10 @@ class SqliteStore:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StoreError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = Path(path)
-        self.commits_wait_for_disk = synchronous == "full"
         if self.path.exists() and not self.path.is_file():
             raise StoreError(f"{self.path} is not a regular file; give the store a file path")
         try:
-            connection = sqlite3.connect(
-                self.path, timeout=_LOCK_TIMEOUT, isolation_level=None, check_same_thread=False
-            )
+            connection = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT, isolation_level=None)
         except sqlite3.Error as error:
             raise StoreError(f"cannot open the store {self.path}: {error}") from error
         try:
@@ -246,8 +241,8 @@ class SqliteStore:
         )
 
     def maintain(self) -> None:
-        """Compact the log if it is due, then checkpoint the WAL (this may fsync: the writer
-        runs it in a worker thread, between commits)."""
+        """Compact the log if it is due, then checkpoint the WAL (this may fsync: the store
+        process runs it between batches)."""
         connection = self._open_connection()
         if self._log.compaction_due(COMPACT_BYTES, COMPACT_MIN_AGE):
             with self._writing(connection, "compaction failed, nothing was lost"):

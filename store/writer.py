@@ -10,16 +10,12 @@ the commit the callbacks of the batch run in the writer greenlet, in submission 
 this is where the broker sends PUBACK/PUBREC for messages it has made durable
 (write-ahead). Submissions that arrive meanwhile form the next batch.
 
-Where the commit runs depends on the store. One that waits for the disk on commit
-(`commits_wait_for_disk`, SQLite with synchronous=full) commits in gevent's thread pool,
-so the loop (which the broker does not monkey-patch) keeps serving clients meanwhile. The
-default SQLite store's commit only appends one row to the WAL in the page cache, so it runs
-on the loop: handing it to a thread cost more than the commit itself (a pool thread must
-win the GIL from the busy loop twice per commit; measured: with an empty task in the pool,
-QoS 1 delivery to a persistent subscriber fell by a fifth). Work that may wait for the disk
-(WAL checkpoints, compaction) is the store's `maintain()`, which the writer runs in the
-thread pool between commits when `needs_maintenance()` says so; a failure there is logged
-and retried after MAINTENANCE_RETRY_DELAY, as nothing is lost by waiting.
+The writer calls `Store.apply` from its greenlet. The SQLite store runs in a process of its
+own (`store.process_store`): `apply` sends the batch and yields to the loop until the answer
+comes, so clients are served meanwhile and the next batch gathers; the disk is never waited
+for on the loop. (gevent's thread pool is not used: a pool thread must win the GIL from the
+busy loop twice per task; measured: with an empty task per commit in the pool, QoS 1
+delivery to a persistent subscriber fell by a fifth.)
 
 A failed commit is logged (naming the store and the failure) and retried with exponential
 backoff, the batch unchanged, until it succeeds; no callback of the batch runs before that.
@@ -46,21 +42,10 @@ Callback = Callable[[], None]
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0
-MAINTENANCE_RETRY_DELAY = 5.0  # seconds without maintenance after a failed attempt
 # Seconds lazy submissions may gather before they are committed (see `submit`): a
 # subscriber's QoS 1 acknowledgements, say. Committing each small batch of them at once
 # cost the loop a commit per round trip to the subscriber.
 LAZY_DELAY = 0.05
-
-
-def _catching(call: Callable[..., None], *args: object) -> Exception | None:
-    """`call(*args)`, returning its error instead of raising it, so that gevent does not
-    print it as an unhandled thread-pool failure when this runs in a pool thread."""
-    try:
-        call(*args)
-    except Exception as error:
-        return error
-    return None
 
 
 class StoreWriter:
@@ -88,7 +73,6 @@ class StoreWriter:
         self._closing = False
         self.transactions = 0  # commits made, for statistics and tests
         self.committed_ops = 0
-        self._maintenance_paused_until = 0.0
         self._greenlet = gevent.spawn(self._run)
 
     def submit(
@@ -162,11 +146,6 @@ class StoreWriter:
             for _ops, on_commit, _lazy in batch:
                 if on_commit is not None:
                     self._run_callback(on_commit)
-            if (
-                time.monotonic() >= self._maintenance_paused_until
-                and self._store.needs_maintenance()
-            ):
-                self._maintain()
 
     def _wait_until_due(self) -> None:
         """Let the pending submissions gather until they are due: at once on flush or when
@@ -197,42 +176,28 @@ class StoreWriter:
         return batch
 
     def _commit(self, ops: list[Op]) -> None:
-        """Apply `ops` in one transaction in the thread pool, retrying until it succeeds."""
+        """Apply `ops` in one transaction, retrying until it succeeds."""
         delay = FIRST_RETRY_DELAY
         attempt = 1
         while True:
-            if self._store.commits_wait_for_disk:
-                error = gevent.get_hub().threadpool.apply(_catching, (self._store.apply, ops))
-            else:
-                error = _catching(self._store.apply, ops)
-            if error is None:
-                self.transactions += 1
-                self.committed_ops += len(ops)
-                return
-            logger.error(
-                "store %r: commit of %d operations failed (attempt %d), retrying in %.2f s: %s",
-                self._store,
-                len(ops),
-                attempt,
-                delay,
-                error,
-            )
-            gevent.sleep(delay)
-            delay = min(delay * 2, MAX_RETRY_DELAY)
-            attempt += 1
-
-    def _maintain(self) -> None:
-        """Run the store's upkeep in the thread pool; commits wait, the loop does not."""
-        error = gevent.get_hub().threadpool.apply(_catching, (self._store.maintain,))
-        if error is not None:
-            self._maintenance_paused_until = time.monotonic() + MAINTENANCE_RETRY_DELAY
-            logger.error(
-                "store %r: maintenance (checkpoint, compaction) failed, nothing was lost; "
-                "retrying in %.0f s: %s",
-                self._store,
-                MAINTENANCE_RETRY_DELAY,
-                error,
-            )
+            try:
+                self._store.apply(ops)
+            except Exception as error:  # StoreError, or a bug: either way, retry and say so
+                logger.error(
+                    "store %r: commit of %d operations failed (attempt %d), retrying in %.2f s: %s",
+                    self._store,
+                    len(ops),
+                    attempt,
+                    delay,
+                    error,
+                )
+                gevent.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+                attempt += 1
+                continue
+            self.transactions += 1
+            self.committed_ops += len(ops)
+            return
 
     def _run_callback(self, on_commit: Callback) -> None:
         try:

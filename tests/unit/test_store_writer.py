@@ -1,5 +1,5 @@
-"""StoreWriter: group commit, callbacks after commit in order, where commits and maintenance
-run, retries, flush, crash safety."""
+"""StoreWriter: group commit, callbacks after commit in order, commits that yield, retries,
+flush, crash safety."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,48 +39,30 @@ def _delivery(number: int) -> StoredDelivery:
 
 
 class RecordingStore(MemoryStore):
-    """A MemoryStore that records each transaction and maintenance, can fail, can be slow."""
+    """A MemoryStore that records each transaction, can fail, can be slow: `apply_seconds`
+    blocks the thread, `yield_seconds` yields to the loop (as ProcessStore waits)."""
 
     def __init__(
-        self,
-        failures: int = 0,
-        apply_seconds: float = 0.0,
-        commits_wait_for_disk: bool = False,
-        maintenance_due: bool = False,
-        maintenance_failures: int = 0,
+        self, failures: int = 0, apply_seconds: float = 0.0, yield_seconds: float = 0.0
     ) -> None:
         super().__init__()
-        self.commits_wait_for_disk = commits_wait_for_disk
         self.batches: list[list[Op]] = []
-        self.threads: set[int] = set()
         self.failures_left = failures
         self.apply_seconds = apply_seconds
-        self.maintenance_due = maintenance_due
-        self.maintenance_failures_left = maintenance_failures
-        self.maintenance_threads: list[int] = []
+        self.yield_seconds = yield_seconds
         self.closed = False
 
     def __repr__(self) -> str:
         return "RecordingStore()"
 
     def apply(self, ops: Sequence[Op]) -> None:
-        self.threads.add(threading.get_ident())
-        time.sleep(self.apply_seconds)  # a real sleep: blocks whatever thread runs it
+        time.sleep(self.apply_seconds)
+        gevent.sleep(self.yield_seconds)
         if self.failures_left:
             self.failures_left -= 1
             raise StoreError("disk full (simulated)")
         super().apply(ops)
         self.batches.append(list(ops))
-
-    def needs_maintenance(self) -> bool:
-        return self.maintenance_due
-
-    def maintain(self) -> None:
-        self.maintenance_threads.append(threading.get_ident())
-        if self.maintenance_failures_left:
-            self.maintenance_failures_left -= 1
-            raise StoreError("checkpoint failed (simulated)")
-        self.maintenance_due = False
 
     def close(self) -> None:
         self.closed = True
@@ -175,58 +156,26 @@ def _loop_ticks_during_commit(store: RecordingStore) -> tuple[list[float], float
     return ticks, submit_seconds
 
 
-def test_commits_that_wait_for_the_disk_run_in_the_thread_pool() -> None:
-    store = RecordingStore(apply_seconds=0.2, commits_wait_for_disk=True)
+def test_a_commit_that_waits_for_its_store_lets_the_loop_run() -> None:
+    store = RecordingStore(yield_seconds=0.2)
     ticks, submit_seconds = _loop_ticks_during_commit(store)
-    assert submit_seconds < 0.05  # submit never waits for the disk
+    assert submit_seconds < 0.05  # submit never waits for the store
     assert len(ticks) == 10 and ticks[-1] - ticks[0] < 0.19  # the loop ran during the commit
-    assert threading.get_ident() not in store.threads
-
-
-def test_commits_that_do_not_wait_for_the_disk_run_on_the_loop() -> None:
-    store = RecordingStore(apply_seconds=0.05)
-    _ticks, submit_seconds = _loop_ticks_during_commit(store)
-    assert submit_seconds < 0.05  # submit still only queues
-    assert store.threads == {threading.get_ident()}
     assert store.batches == [[PutSession("c", META), PutSession("d", META)]]
 
 
-def test_maintenance_runs_in_the_thread_pool_after_a_commit_when_due() -> None:
-    store = RecordingStore(maintenance_due=True)
+def test_submissions_during_a_commit_form_the_next_batch() -> None:
+    store = RecordingStore(yield_seconds=0.05)
     writer = StoreWriter(store)
+    writer.submit([PutSession("a", META)])
+    gevent.sleep(0.01)  # the writer is now waiting for the store
+    writer.submit([PutSession("b", META)])
     writer.submit([PutSession("c", META)])
     writer.flush(timeout=5)
-    writer.flush(timeout=5)  # the writer maintains before it takes the next batch
-    assert len(store.maintenance_threads) == 1
-    assert threading.get_ident() not in store.maintenance_threads
-    writer.submit([PutSession("d", META)])
-    writer.flush(timeout=5)
-    assert len(store.maintenance_threads) == 1  # not due any more
-    writer.close()
-
-
-def test_failed_maintenance_is_logged_and_retried_after_a_pause(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(writer_module, "MAINTENANCE_RETRY_DELAY", 0.1)
-    store = RecordingStore(maintenance_due=True, maintenance_failures=1)
-    writer = StoreWriter(store)
-    done: list[str] = []
-    with caplog.at_level(logging.ERROR, logger="store.writer"):
-        writer.submit([PutSession("c", META)], lambda: done.append("c"))
-        writer.flush(timeout=5)
-        writer.flush(timeout=5)  # the writer maintains before it takes the next batch
-        writer.submit([PutSession("d", META)], lambda: done.append("d"))
-        writer.flush(timeout=5)  # within the pause: no second attempt
-        assert len(store.maintenance_threads) == 1
-        gevent.sleep(0.15)
-        writer.submit([PutSession("e", META)])
-        writer.flush(timeout=5)
-        writer.flush(timeout=5)
-    assert len(store.maintenance_threads) == 2 and not store.maintenance_due
-    assert done == ["c", "d"]  # commits and acknowledgements went on meanwhile
-    [failure] = [r.getMessage() for r in caplog.records if "maintenance" in r.getMessage()]
-    assert "RecordingStore()" in failure and "checkpoint failed" in failure
+    assert store.batches == [
+        [PutSession("a", META)],
+        [PutSession("b", META), PutSession("c", META)],
+    ]
     writer.close()
 
 
