@@ -48,9 +48,9 @@ from store.base import (
     StoredSession,
     StoreError,
 )
-from store.message_log import DELETE, DELETE_SESSION, MARK, PUT, MessageLog
+from store.message_log import DELETE_SESSION, PUT, MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
-from store.op_codec import decode_records, op_from_record, op_records
+from store.op_codec import DELETES, MARKS, decode_records, op_records, ops_from_record, pairs
 from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
@@ -201,18 +201,23 @@ class SqliteStore:
         for record, payload in records:
             kind = record[0]
             if kind == PUT:
-                if put(record[1], record[2], record, payload):
-                    continue
-            elif kind == MARK:
-                if mark(record[1], record[2], record[3], record[4]):
-                    continue
-            elif kind == DELETE:
-                if delete(record[1], record[2]):
-                    continue
-                log.table_deleted(record[1], record[2])
-            elif kind == DELETE_SESSION:
-                log.delete_session(record[1])
-            table_ops.append(op_from_record(record, payload))
+                if not put(record[1], record[2], record, payload):
+                    table_ops.extend(ops_from_record(record, payload))
+            elif kind == MARKS:
+                client_id, stage = record[1], record[2]
+                for seq, packet_id in pairs(record[3]):
+                    if not mark(client_id, seq, packet_id, stage):
+                        table_ops.append(MarkInFlight(client_id, seq, packet_id, stage))
+            elif kind == DELETES:
+                client_id = record[1]
+                for seq in record[2]:
+                    if not delete(client_id, seq):
+                        log.table_deleted(client_id, seq)
+                        table_ops.append(DeleteMessage(client_id, seq))
+            else:
+                if kind == DELETE_SESSION:
+                    log.delete_session(record[1])
+                table_ops.extend(ops_from_record(record, payload))
         return table_ops
 
     def _write_log_batch(self, connection: sqlite3.Connection) -> int:
