@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from hooks.events import Message
+from hooks.events import stored_message
 from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 
@@ -100,16 +100,16 @@ def delivery_from_put(record: list[Any], payload: bytes) -> StoredDelivery:
         packet_id,
         stage,
     ) = record
-    message = Message(
-        topic=topic,
-        payload=payload,
-        qos=msg_qos,
-        retain=msg_retain,
-        publisher=publisher,
-        username=username,
-        timestamp=timestamp,
-        properties=decode_properties(properties),
-        message_id=message_id,
+    message = stored_message(
+        topic,
+        payload,
+        msg_qos,
+        msg_retain,
+        publisher,
+        username,
+        timestamp,
+        decode_properties(properties),
+        message_id,
     )
     return StoredDelivery(
         message=message,
@@ -356,11 +356,12 @@ class MessageLog:
             self.table.setdefault(client_id, set()).add(seq)
         return moving
 
-    def messages(self) -> Iterator[tuple[str, int, StoredDelivery]]:
-        """Every message living in the log, with its latest state."""
+    def messages(self) -> Iterator[tuple[str, int, list[Any], bytes]]:
+        """Every message living in the log: client id, seq, put record (with its latest
+        mark) and payload (`delivery_from_put` makes a `StoredDelivery` of the last two)."""
         for client_id, messages in self.live.items():
             for seq, live in messages.items():
-                yield client_id, seq, delivery_from_put(live[1], live[2])
+                yield client_id, seq, live[1], live[2]
 
     def table_deleted(self, client_id: str, seq: int) -> None:
         seqs = self.table.get(client_id)

@@ -27,12 +27,15 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import gc
 import math
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from operator import itemgetter
 from typing import Any
 
-from hooks.events import Message
+from hooks.events import Message, stored_message
 from store.base import (
     DeleteMessage,
     DeleteRetained,
@@ -42,6 +45,7 @@ from store.base import (
     PutMessage,
     PutRetained,
     PutSession,
+    SessionMeta,
     Snapshot,
     StoredSession,
 )
@@ -60,6 +64,7 @@ RETAIN, UNRETAIN, SESSION, MARKS, DELETES = "retain", "unretain", "session", "ma
 _RETAIN_PAYLOAD_LENGTH = 2  # index of payload_length in a retain record
 
 _Encoded = tuple[list[Any], Any]  # a record and its payload (None when it has none)
+StoredRecord = tuple[int, list[Any], bytes]  # a stored message: seq, put record, payload
 
 
 def _retain_record(message: Message) -> list[Any]:
@@ -81,16 +86,16 @@ def _message_from_retain(record: list[Any], payload: bytes) -> Message:
     _kind, topic, _length, qos, retain, publisher, username, timestamp, properties, message_id = (
         record
     )
-    return Message(
-        topic=topic,
-        payload=payload,
-        qos=qos,
-        retain=retain,
-        publisher=publisher,
-        username=username,
-        timestamp=timestamp,
-        properties=decode_properties(properties),
-        message_id=message_id,
+    return stored_message(
+        topic,
+        payload,
+        qos,
+        retain,
+        publisher,
+        username,
+        timestamp,
+        decode_properties(properties),
+        message_id,
     )
 
 
@@ -190,23 +195,45 @@ def decode_ops(data: bytes | bytearray) -> list[Op]:
     ]
 
 
-def encode_snapshot(snapshot: Snapshot) -> bytes:
-    ops: list[Op] = [PutRetained(message) for message in snapshot.retained]
-    for client_id, session in snapshot.sessions.items():
-        ops.append(PutSession(client_id, session.meta))
-        ops.extend(PutMessage(client_id, seq, entry) for seq, entry in session.messages)
-    return encode_ops(ops)
+def encode_snapshot(
+    retained: Iterable[Message],
+    sessions: Mapping[str, SessionMeta],
+    messages: Mapping[str, list[StoredRecord]],
+) -> bytes:
+    """A snapshot as bytes, built from stored records: `messages` maps a client id to its
+    messages as (seq, put record, payload), in any order (they go out in seq order)."""
+    records = op_records([PutRetained(message) for message in retained])
+    for client_id, meta in sessions.items():
+        records.extend(op_records([PutSession(client_id, meta)]))
+        queued = sorted(messages.get(client_id, ()), key=itemgetter(0))
+        records.extend((record, payload) for _seq, record, payload in queued)
+    return encode_batch([record for record, _ in records], [p for _, p in records if p is not None])
 
 
-def decode_snapshot(data: bytes) -> Snapshot:
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a snapshot is built or decoded: a million new
+    objects that all stay alive made it run over and over (4.1 s instead of 1.8 s to decode
+    200,000 queued messages)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def decode_snapshot(data: bytes | bytearray) -> Snapshot:
     snapshot = Snapshot(retained=[], sessions={})
-    for op in decode_ops(data):
-        if type(op) is PutRetained:
-            snapshot.retained.append(op.message)
-        elif type(op) is PutSession:
-            snapshot.sessions[op.client_id] = StoredSession(op.meta, [])
-        elif type(op) is PutMessage:
-            snapshot.sessions[op.client_id].messages.append((op.seq, op.entry))
-        else:
-            raise ValueError(f"a snapshot holds only puts, not {type(op).__name__}")
+    with gc_paused():
+        for op in decode_ops(data):
+            if type(op) is PutRetained:
+                snapshot.retained.append(op.message)
+            elif type(op) is PutSession:
+                snapshot.sessions[op.client_id] = StoredSession(op.meta, [])
+            elif type(op) is PutMessage:
+                snapshot.sessions[op.client_id].messages.append((op.seq, op.entry))
+            else:
+                raise ValueError(f"a snapshot holds only puts, not {type(op).__name__}")
     return snapshot

@@ -28,11 +28,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from store.base import (
     DeleteMessage,
@@ -44,18 +46,25 @@ from store.base import (
     PutRetained,
     PutSession,
     Snapshot,
-    StoredDelivery,
-    StoredSession,
     StoreError,
 )
 from store.message_log import DELETE_SESSION, PUT, MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
-from store.op_codec import DELETES, MARKS, decode_records, op_records, ops_from_record, pairs
+from store.op_codec import (
+    DELETES,
+    MARKS,
+    StoredRecord,
+    decode_records,
+    decode_snapshot,
+    encode_snapshot,
+    op_records,
+    ops_from_record,
+    pairs,
+)
 from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     META_COLUMNS,
-    delivery_from_record,
     delivery_to_record,
     message_from_record,
     message_to_record,
@@ -101,10 +110,34 @@ _MARK_IN_FLIGHT = (
 )
 _SELECT_RETAINED = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM retained ORDER BY topic"
 _SELECT_SESSIONS = f"SELECT client_id, {', '.join(META_COLUMNS)} FROM sessions"
-_SELECT_MESSAGES = (
-    f"SELECT client_id, seq, {', '.join(DELIVERY_COLUMNS)} FROM session_messages "
-    "ORDER BY client_id, seq"
-)
+_SELECT_MESSAGES = f"SELECT client_id, seq, {', '.join(DELIVERY_COLUMNS)} FROM session_messages"
+
+
+def _message_of_row(row: Sequence[Any]) -> tuple[str, int, list[Any], bytes]:
+    """A `_SELECT_MESSAGES` row as (client id, seq, put record, payload)."""
+    (client_id, seq, topic, payload, msg_qos, msg_retain, publisher, username, timestamp) = row[:9]
+    properties, message_id, qos, retain, subscription_ids, packet_id, stage = row[9:]
+    record = [
+        PUT,
+        client_id,
+        seq,
+        len(payload),
+        topic,
+        msg_qos,
+        bool(msg_retain),
+        publisher,
+        username,
+        timestamp,
+        properties,
+        message_id,
+        qos,
+        bool(retain),
+        orjson.loads(subscription_ids) if subscription_ids else [],
+        packet_id,
+        stage,
+    ]
+    return client_id, seq, record, bytes(payload)
+
 
 # For each op type, the statements that apply a run of such ops, and each statement's rows.
 _Statement = tuple[str, Callable[[Any], tuple[Any, ...]]]
@@ -277,18 +310,27 @@ class SqliteStore:
             raise StoreError(f"{self!r}: {failure}: {type(error).__name__}: {error}") from error
 
     def load(self) -> Snapshot:
+        return decode_snapshot(self.load_encoded())
+
+    def load_encoded(self) -> bytes:
+        """Everything stored, as `store.op_codec.encode_snapshot` bytes (what the store
+        process answers to LOAD), made from the stored records without building objects of
+        the messages: a restart with a deep offline queue spent seconds on that."""
         connection = self._open_connection()
         try:
             retained = [message_from_record(row) for row in connection.execute(_SELECT_RETAINED)]
             sessions = {
-                row[0]: StoredSession(meta_from_record(row[1:]), [])
-                for row in connection.execute(_SELECT_SESSIONS)
+                row[0]: meta_from_record(row[1:]) for row in connection.execute(_SELECT_SESSIONS)
             }
-            table_rows = (
-                (row[0], row[1], delivery_from_record(row[2:]))
-                for row in connection.execute(_SELECT_MESSAGES)
-            )
-            orphans = self._attach_messages(chain(table_rows, self._log.messages()), sessions)
+            messages: dict[str, list[StoredRecord]] = {client_id: [] for client_id in sessions}
+            table_rows = (_message_of_row(row) for row in connection.execute(_SELECT_MESSAGES))
+            orphans = 0
+            for client_id, seq, record, payload in chain(table_rows, self._log.messages()):
+                queue = messages.get(client_id)
+                if queue is None:
+                    orphans += 1
+                else:
+                    queue.append((seq, record, payload))
         except _UNSTORABLE as error:
             raise StoreError(
                 f"{self!r}: cannot read the stored state ({type(error).__name__}: {error}); "
@@ -296,23 +338,7 @@ class SqliteStore:
             ) from error
         if orphans:
             logger.warning("%r: skipped %d messages of unknown sessions", self, orphans)
-        return Snapshot(retained=retained, sessions=sessions)
-
-    @staticmethod
-    def _attach_messages(
-        messages: Iterable[tuple[str, int, StoredDelivery]], sessions: dict[str, StoredSession]
-    ) -> int:
-        """Add each message to its session, in seq order; return how many had no session."""
-        orphans = 0
-        for client_id, seq, entry in messages:
-            session = sessions.get(client_id)
-            if session is None:
-                orphans += 1
-                continue
-            session.messages.append((seq, entry))
-        for session in sessions.values():
-            session.messages.sort(key=lambda seq_and_entry: seq_and_entry[0])
-        return orphans
+        return encode_snapshot(retained, sessions, messages)
 
     def _replay_log(self, connection: sqlite3.Connection) -> MessageLog:
         try:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from store.base import StoreError
-from store.op_codec import encode_snapshot
+from store.op_codec import gc_paused
 from store.process_protocol import (
     APPLY,
     CLOSE,
@@ -73,7 +73,8 @@ class _Server:
             self._store.apply_encoded(body)
             return b""
         if kind == LOAD:
-            return encode_snapshot(self._store.load())
+            with gc_paused():
+                return self._store.load_encoded()
         raise ValueError(f"unknown request kind {kind}")
 
     def _maintain_if_due(self) -> None:
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     with socket.socket(fileno=args.socket_fd) as sock:
         try:
-            store = SqliteStore(args.path, synchronous=args.synchronous)
+            with gc_paused():  # opening replays the message log into its index
+                store = SqliteStore(args.path, synchronous=args.synchronous)
         except StoreError as error:
             send_frame(sock, FAILED, str(error).encode())
             return 1

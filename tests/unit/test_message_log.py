@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from hooks.events import Message
 from store.base import StoredDelivery
-from store.message_log import MessageLog, decode_batch, encode_batch, put_record
+from store.message_log import (
+    MessageLog,
+    decode_batch,
+    delivery_from_put,
+    encode_batch,
+    put_record,
+)
 from tests.unit.test_store_records import deliveries
 
 
@@ -27,9 +33,16 @@ def _put(log: MessageLog, client_id: str, seq: int, entry: StoredDelivery) -> bo
     return log.put(client_id, seq, put_record(client_id, seq, entry), entry.message.payload)
 
 
+def _messages(log: MessageLog) -> dict[tuple[str, int], StoredDelivery]:
+    return {
+        (client_id, seq): delivery_from_put(record, payload)
+        for client_id, seq, record, payload in log.messages()
+    }
+
+
 def _replayed(batches: list[tuple[int, bytes]]) -> dict[tuple[str, int], StoredDelivery]:
     log = MessageLog.replay(batches, [])
-    return {(client_id, seq): entry for client_id, seq, entry in log.messages()}
+    return _messages(log)
 
 
 @settings(max_examples=60, deadline=None)
@@ -38,9 +51,7 @@ def test_put_records_round_trip_with_their_payloads(entries: list[StoredDelivery
     records = [put_record("c", seq, entry) for seq, entry in enumerate(entries)]
     blob = encode_batch(records, [entry.message.payload for entry in entries])
     log = MessageLog.replay([(1, blob)], [])
-    assert dict(((c, seq), entry) for c, seq, entry in log.messages()) == {
-        ("c", seq): entry for seq, entry in enumerate(entries)
-    }
+    assert _messages(log) == {("c", seq): entry for seq, entry in enumerate(entries)}
 
 
 def test_a_batch_with_bytes_after_its_last_payload_is_refused() -> None:
@@ -127,7 +138,7 @@ def test_delete_session_forgets_the_clients_messages_and_is_replayed() -> None:
     second = log.take_batch()
     assert first is not None and second is not None
     expected = {("kept", 1): _queued(1), ("gone", 2): _queued(2)}
-    assert {(c, seq): entry for c, seq, entry in log.messages()} == expected
+    assert _messages(log) == expected
     assert _replayed([first, second]) == expected
 
 
