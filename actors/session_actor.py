@@ -290,7 +290,20 @@ class SessionActor(GeventActor):
     def _store_in_flight(self, packet_id: int, delivery: Delivery) -> None:
         if self._stored:
             stage = self.state.inflight[packet_id].stage.value
-            self._ops.append(MarkInFlight(self.state.client_id, delivery.seq, packet_id, stage))
+            last = self._ops[-1] if self._ops else None
+            if type(last) is MarkInFlight and last.stage == stage:  # one op per run
+                last.marks.append((delivery.seq, packet_id))
+            else:
+                self._ops.append(
+                    MarkInFlight(self.state.client_id, stage, [(delivery.seq, packet_id)])
+                )
+
+    def _store_deleted(self, seq: int) -> None:
+        last = self._ops[-1] if self._ops else None
+        if type(last) is DeleteMessage:  # one op per run
+            last.seqs.append(seq)
+        else:
+            self._ops.append(DeleteMessage(self.state.client_id, [seq]))
 
     def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
         if delivery.wire is not None and self._version < 5:
@@ -329,7 +342,7 @@ class SessionActor(GeventActor):
             elif delivery is not None:
                 completed = True
                 if delivery.seq and self._stored:
-                    self._ops.append(DeleteMessage(self.state.client_id, delivery.seq))
+                    self._store_deleted(delivery.seq)
                 if report_acked:
                     self._hooks.run(
                         _MESSAGE_ACKED,
@@ -486,8 +499,9 @@ class SessionActor(GeventActor):
         dropped = self.state.dropped
         self._context.stats.deliveries_dropped += len(dropped)
         if self._stored:
-            client_id = self.state.client_id
-            self._ops.extend(DeleteMessage(client_id, d.seq) for d, _ in dropped if d.seq)
+            for delivery, _reason in dropped:
+                if delivery.seq:
+                    self._store_deleted(delivery.seq)
         if self._hooks.has(HookPoint.MESSAGE_DROPPED):
             for delivery, reason in dropped:
                 self._hooks.run(

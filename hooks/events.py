@@ -86,21 +86,21 @@ def new_message(  # noqa: PLR0917 - positional on purpose: one call per PUBLISH
     broker's hot path (one message per PUBLISH) that was the largest single cost, so the
     client actor fills the slots directly. The object is as immutable as any other.
     """
-    message = _new_object(Message)
-    _set_topic(message, topic)
-    _set_payload(message, payload)
-    _set_qos(message, qos)
-    _set_retain(message, retain)
-    _set_publisher(message, publisher)
-    _set_username(message, username)
-    _set_timestamp(message, _now())
-    _set_properties(message, properties)
-    _set_message_id(message, next_message_id())
-    _set_wire(message, wire)
-    return message
+    return stored_message(
+        topic,
+        payload,
+        qos,
+        retain,
+        publisher,
+        username,
+        _now(),
+        properties,
+        next_message_id(),
+        wire,
+    )
 
 
-def stored_message(  # noqa: PLR0917 - positional on purpose: one call per restored message
+def stored_message(  # noqa: PLR0917 - positional on purpose, as new_message
     topic: str,
     payload: bytes,
     qos: int,
@@ -110,9 +110,11 @@ def stored_message(  # noqa: PLR0917 - positional on purpose: one call per resto
     timestamp: float,
     properties: dict[int, Any],
     message_id: int,
+    wire: bytes | None = None,
 ) -> Message:
-    """A `Message` read back from the store, as fast as `new_message`: a restart restores
-    every queued message of every persistent session."""
+    """A `Message` with every field given, built as fast as `new_message` builds one: for
+    messages read back from the store (a restart restores every queued message of every
+    persistent session)."""
     message = _new_object(Message)
     _set_topic(message, topic)
     _set_payload(message, payload)
@@ -123,7 +125,7 @@ def stored_message(  # noqa: PLR0917 - positional on purpose: one call per resto
     _set_timestamp(message, timestamp)
     _set_properties(message, properties)
     _set_message_id(message, message_id)
-    _set_wire(message, None)
+    _set_wire(message, wire)
     return message
 
 

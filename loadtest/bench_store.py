@@ -1,14 +1,15 @@
 """Cost of the store's hot path per message op, without the broker, in its two halves.
 
-Each round makes one transaction of N `PutMessage` (queued), one of N `MarkInFlight` and one
-of N `DeleteMessage` for the same messages, as a persistent subscriber's traffic produces
-them, and times separately what the broker's event loop does with each (`encode_ops`) and
-what the store process does with the bytes (`SqliteStore.apply_encoded`). The deletes also
-drop the log rows that hold nothing live any more.
+Each round makes one transaction of N `PutMessage` (queued), one `MarkInFlight` and one
+`DeleteMessage` of the same N messages, as a persistent subscriber's traffic produces them,
+and times separately what the broker's event loop does with each (`encode_ops`) and what
+the store process does with the bytes (`SqliteStore.apply_encoded`). The deletes also drop
+the log rows that hold nothing live any more.
 
     python -m loadtest.bench_store [--rounds 300] [--batch 300] [--payload 64]
 
-Prints microseconds per op for each kind and half. Uses a temporary directory, no network.
+Prints microseconds per message for each kind and half. Uses a temporary directory, no
+network.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def run(rounds: int, batch: int, payload_size: int) -> dict[str, float]:
                     PutMessage("sub", seq, StoredDelivery(message=message, qos=1, retain=False))
                     for seq in seqs
                 ],
-                "mark": [MarkInFlight("sub", seq, 1 + seq % 65535, "await_puback") for seq in seqs],
-                "delete": [DeleteMessage("sub", seq) for seq in seqs],
+                "mark": [
+                    MarkInFlight("sub", "await_puback", [(seq, 1 + seq % 65535) for seq in seqs])
+                ],
+                "delete": [DeleteMessage("sub", list(seqs))],
             }
             for kind, ops in transactions.items():
                 started = time.perf_counter()
@@ -74,7 +77,7 @@ def main() -> None:
         logger.info(
             "  %s: %s",
             where,
-            ", ".join(f"{kind} {costs[(kind, half)]:.2f} us/op" for kind in KINDS),
+            ", ".join(f"{kind} {costs[(kind, half)]:.2f} us/message" for kind in KINDS),
         )
 
 

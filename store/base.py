@@ -117,22 +117,25 @@ class PutMessage:
 
 @dataclass(slots=True)
 class MarkInFlight:
-    """Record that stored message `seq` went in flight, or moved on, with `packet_id` at `stage`.
+    """Record that stored messages went in flight, or moved on, at `stage`: `marks` holds a
+    (seq, packet_id) pair for each.
 
     Cheaper than a `PutMessage` of the whole delivery (no payload is rewritten); a no-op
-    when the message is no longer stored.
+    for a message that is no longer stored. One op holds a run of them (a session's sends
+    of one drain): an object per message cost the broker's loop more than the mark itself.
     """
 
     client_id: str
-    seq: int
-    packet_id: int
     stage: str  # one of IN_FLIGHT_STAGES
+    marks: list[tuple[int, int]]
 
 
 @dataclass(slots=True)
 class DeleteMessage:
+    """Delete stored messages `seqs` of a session (acknowledged, dropped); a run per op."""
+
     client_id: str
-    seq: int
+    seqs: list[int]
 
 
 Op = (

@@ -66,14 +66,15 @@ class MemoryStore:
         match op:
             case PutMessage(client_id, seq, entry):
                 self._messages.setdefault(client_id, {})[seq] = entry
-            case MarkInFlight(client_id, seq, packet_id, stage):
+            case MarkInFlight(client_id, stage, marks):
                 messages = self._messages.get(client_id, {})
-                entry = messages.get(seq)
-                if entry is not None:
-                    messages[seq] = replace(entry, packet_id=packet_id, stage=stage)
-            case DeleteMessage(client_id, seq):
-                messages = self._messages.get(client_id)
-                if messages is not None:
+                for seq, packet_id in marks:
+                    entry = messages.get(seq)
+                    if entry is not None:
+                        messages[seq] = replace(entry, packet_id=packet_id, stage=stage)
+            case DeleteMessage(client_id, seqs):
+                messages = self._messages.get(client_id, {})
+                for seq in seqs:
                     messages.pop(seq, None)
             case PutRetained(message):
                 self._retained[message.topic] = message

@@ -6,9 +6,8 @@ stored message; this format costs about 1 µs. It is the message log's batch for
 (`store.message_log`): a JSON list of records followed by the payloads of the records that
 carry one, with the log's put record for PutMessage and these for the others:
 
-    ["marks", client_id, stage, [seq, packet_id, seq, packet_id, ...]]
-                                                 # a run of MarkInFlight of one client, stage
-    ["deletes", client_id, [seq, ...]]           # a run of DeleteMessage of one client
+    ["marks", client_id, stage, [seq, packet_id, seq, packet_id, ...]]  # MarkInFlight
+    ["deletes", client_id, [seq, ...]]           # DeleteMessage
     ["retain", topic, payload_length, msg_qos, msg_retain, publisher, username, timestamp,
      properties, message_id]                     # PutRetained
     ["unretain", topic]                          # DeleteRetained
@@ -16,8 +15,9 @@ carry one, with the log's put record for PutMessage and these for the others:
      next_packet_id, subscriptions, awaiting_rel]  # PutSession, the columns of sessions
     ["delete_session", client_id]                # DeleteSession
 
-A subscriber's marks and acknowledgements come in runs (one per session drain), and two
-numbers per message cost far less to encode and decode than a record each.
+A MarkInFlight or DeleteMessage holds a run of messages (a session's sends or
+acknowledgements of one drain): two numbers per message cost far less to encode and decode
+than a record each.
 
 A snapshot travels as the ops that would store it: PutRetained for each retained message,
 then PutSession and the PutMessage ops of each session in seq order.
@@ -32,6 +32,7 @@ import math
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -104,26 +105,29 @@ def _session_record(op: PutSession) -> list[Any]:
     return [SESSION, op.client_id, protocol_version, None if math.isinf(expiry) else expiry, *rest]
 
 
-_ENCODERS: dict[type, Callable[[Any], _Encoded]] = {  # MarkInFlight, DeleteMessage: runs
+_ENCODERS: dict[type, Callable[[Any], _Encoded]] = {
     PutMessage: lambda op: (put_record(op.client_id, op.seq, op.entry), op.entry.message.payload),
+    MarkInFlight: lambda op: (
+        [MARKS, op.client_id, op.stage, list(chain.from_iterable(op.marks))],
+        None,
+    ),
+    DeleteMessage: lambda op: ([DELETES, op.client_id, op.seqs], None),
     PutRetained: lambda op: (_retain_record(op.message), op.message.payload),
     DeleteRetained: lambda op: ([UNRETAIN, op.topic], None),
     PutSession: lambda op: (_session_record(op), None),
     DeleteSession: lambda op: ([DELETE_SESSION, op.client_id], None),
 }
 
-_DECODERS: dict[str, Callable[[list[Any], Any], list[Op]]] = {
-    PUT: lambda r, payload: [PutMessage(r[1], r[2], delivery_from_put(r, payload))],
-    MARKS: lambda r, _payload: [
-        MarkInFlight(r[1], seq, packet_id, r[2]) for seq, packet_id in pairs(r[3])
-    ],
-    DELETES: lambda r, _payload: [DeleteMessage(r[1], seq) for seq in r[2]],
-    RETAIN: lambda r, payload: [PutRetained(_message_from_retain(r, payload))],
-    UNRETAIN: lambda r, _payload: [DeleteRetained(r[1])],
-    SESSION: lambda r, _payload: [
-        PutSession(r[1], meta_from_record([r[2], math.inf if r[3] is None else r[3], *r[4:]]))
-    ],
-    DELETE_SESSION: lambda r, _payload: [DeleteSession(r[1])],
+_DECODERS: dict[str, Callable[[list[Any], Any], Op]] = {
+    PUT: lambda r, payload: PutMessage(r[1], r[2], delivery_from_put(r, payload)),
+    MARKS: lambda r, _payload: MarkInFlight(r[1], r[2], list(pairs(r[3]))),
+    DELETES: lambda r, _payload: DeleteMessage(r[1], r[2]),
+    RETAIN: lambda r, payload: PutRetained(_message_from_retain(r, payload)),
+    UNRETAIN: lambda r, _payload: DeleteRetained(r[1]),
+    SESSION: lambda r, _payload: PutSession(
+        r[1], meta_from_record([r[2], math.inf if r[3] is None else r[3], *r[4:]])
+    ),
+    DELETE_SESSION: lambda r, _payload: DeleteSession(r[1]),
 }
 
 
@@ -137,27 +141,9 @@ _PAYLOAD_LENGTH_AT = {**PAYLOAD_LENGTH_AT, RETAIN: _RETAIN_PAYLOAD_LENGTH}
 
 
 def op_records(ops: Sequence[Op]) -> list[_Encoded]:
-    """The ops as records with their payloads (None for records without one): one record
-    per op, except that a run of marks or deletes of one client is one record."""
-    records: list[_Encoded] = []
-    run: list[Any] | None = None  # the marks or deletes record that the next op may join
+    """Each op as its record and payload (None for records without one)."""
     encoders = _ENCODERS
-    for op in ops:
-        kind = type(op)
-        if kind is DeleteMessage:
-            if run is None or run[0] != DELETES or run[1] != op.client_id:
-                run = [DELETES, op.client_id, []]
-                records.append((run, None))
-            run[2].append(op.seq)
-        elif kind is MarkInFlight:
-            if run is None or run[0] != MARKS or run[1] != op.client_id or run[2] != op.stage:
-                run = [MARKS, op.client_id, op.stage, []]
-                records.append((run, None))
-            run[3] += (op.seq, op.packet_id)
-        else:
-            run = None
-            records.append(encoders[kind](op))
-    return records
+    return [encoders[type(op)](op) for op in ops]
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -172,14 +158,14 @@ def encode_ops(ops: Sequence[Op]) -> bytes:
 
 def decode_records(data: bytes | bytearray) -> list[tuple[list[Any], bytes | None]]:
     """The records and payloads of an `encode_ops` batch; ValueError if `data` is not one.
-    Only the framing is checked: `ops_from_record` checks each record."""
+    Only the framing is checked: `op_from_record` checks each record."""
     try:
         return decode_batch(data, _PAYLOAD_LENGTH_AT)
     except (IndexError, KeyError, TypeError, struct.error) as error:
         raise ValueError(f"not an op batch: {type(error).__name__}: {error}") from error
 
 
-def ops_from_record(record: list[Any], payload: bytes | None) -> list[Op]:
+def op_from_record(record: list[Any], payload: bytes | None) -> Op:
     try:
         return _DECODERS[record[0]](record, payload)
     except (IndexError, KeyError, TypeError, ValueError) as error:
@@ -190,9 +176,7 @@ def ops_from_record(record: list[Any], payload: bytes | None) -> list[Op]:
 
 def decode_ops(data: bytes | bytearray) -> list[Op]:
     """The ops `encode_ops` was given; ValueError if `data` is not such a batch."""
-    return [
-        op for record, payload in decode_records(data) for op in ops_from_record(record, payload)
-    ]
+    return [op_from_record(record, payload) for record, payload in decode_records(data)]
 
 
 def encode_snapshot(

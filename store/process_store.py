@@ -135,8 +135,9 @@ class ProcessStore:
         assert self._socket is not None
         try:
             send_frame(self._socket, kind, body)
-        except OSError:
-            self._receive()  # says how the process ended
+        except OSError as error:
+            self._receive()  # the process is gone: this raises, saying how it ended
+            raise StoreError(f"{self!r}: cannot reach the store process: {error}") from error
         answer, answer_body = self._receive()
         if answer == FAILED:
             raise StoreError(answer_body.decode(errors="replace"))

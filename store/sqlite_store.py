@@ -57,8 +57,8 @@ from store.op_codec import (
     decode_records,
     decode_snapshot,
     encode_snapshot,
+    op_from_record,
     op_records,
-    ops_from_record,
     pairs,
 )
 from store.records import (
@@ -139,18 +139,26 @@ def _message_of_row(row: Sequence[Any]) -> tuple[str, int, list[Any], bytes]:
     return client_id, seq, record, bytes(payload)
 
 
-# For each op type, the statements that apply a run of such ops, and each statement's rows.
-_Statement = tuple[str, Callable[[Any], tuple[Any, ...]]]
+# For each op type, the statements that apply a run of such ops, and each statement's rows
+# for one op.
+_Statement = tuple[str, Callable[[Any], list[tuple[Any, ...]]]]
 _STATEMENTS: dict[type, tuple[_Statement, ...]] = {
-    PutMessage: ((_PUT_MESSAGE, lambda op: (op.client_id, op.seq, *delivery_to_record(op.entry))),),
-    MarkInFlight: ((_MARK_IN_FLIGHT, lambda op: (op.packet_id, op.stage, op.client_id, op.seq)),),
-    DeleteMessage: ((_DELETE_MESSAGE, lambda op: (op.client_id, op.seq)),),
-    PutRetained: ((_PUT_RETAINED, lambda op: message_to_record(op.message)),),
-    DeleteRetained: (("DELETE FROM retained WHERE topic = ?", lambda op: (op.topic,)),),
-    PutSession: ((_PUT_SESSION, lambda op: (op.client_id, *meta_to_record(op.meta))),),
+    PutMessage: (
+        (_PUT_MESSAGE, lambda op: [(op.client_id, op.seq, *delivery_to_record(op.entry))]),
+    ),
+    MarkInFlight: (
+        (
+            _MARK_IN_FLIGHT,
+            lambda op: [(packet_id, op.stage, op.client_id, seq) for seq, packet_id in op.marks],
+        ),
+    ),
+    DeleteMessage: ((_DELETE_MESSAGE, lambda op: [(op.client_id, seq) for seq in op.seqs]),),
+    PutRetained: ((_PUT_RETAINED, lambda op: [message_to_record(op.message)]),),
+    DeleteRetained: (("DELETE FROM retained WHERE topic = ?", lambda op: [(op.topic,)]),),
+    PutSession: ((_PUT_SESSION, lambda op: [(op.client_id, *meta_to_record(op.meta))]),),
     DeleteSession: (
-        ("DELETE FROM sessions WHERE client_id = ?", lambda op: (op.client_id,)),
-        ("DELETE FROM session_messages WHERE client_id = ?", lambda op: (op.client_id,)),
+        ("DELETE FROM sessions WHERE client_id = ?", lambda op: [(op.client_id,)]),
+        ("DELETE FROM session_messages WHERE client_id = ?", lambda op: [(op.client_id,)]),
     ),
 }
 
@@ -220,8 +228,8 @@ class SqliteStore:
             written = self._write_log_batch(connection)
             for op_type, run in groupby(table_ops, type):
                 same_type_ops = list(run)
-                for sql, row in _STATEMENTS[op_type]:
-                    connection.executemany(sql, map(row, same_type_ops))
+                for sql, rows in _STATEMENTS[op_type]:
+                    connection.executemany(sql, chain.from_iterable(map(rows, same_type_ops)))
             self._drop_dead_batches(connection)
         self._wal_bytes += written + _PAGE * (2 + len(table_ops))
 
@@ -235,22 +243,27 @@ class SqliteStore:
             kind = record[0]
             if kind == PUT:
                 if not put(record[1], record[2], record, payload):
-                    table_ops.extend(ops_from_record(record, payload))
+                    table_ops.append(op_from_record(record, payload))
             elif kind == MARKS:
                 client_id, stage = record[1], record[2]
-                for seq, packet_id in pairs(record[3]):
-                    if not mark(client_id, seq, packet_id, stage):
-                        table_ops.append(MarkInFlight(client_id, seq, packet_id, stage))
+                in_table = [
+                    (seq, packet_id)
+                    for seq, packet_id in pairs(record[3])
+                    if not mark(client_id, seq, packet_id, stage)
+                ]
+                if in_table:
+                    table_ops.append(MarkInFlight(client_id, stage, in_table))
             elif kind == DELETES:
                 client_id = record[1]
-                for seq in record[2]:
-                    if not delete(client_id, seq):
-                        log.table_deleted(client_id, seq)
-                        table_ops.append(DeleteMessage(client_id, seq))
+                in_table = [seq for seq in record[2] if not delete(client_id, seq)]
+                for seq in in_table:
+                    log.table_deleted(client_id, seq)
+                if in_table:
+                    table_ops.append(DeleteMessage(client_id, in_table))
             else:
                 if kind == DELETE_SESSION:
                     log.delete_session(record[1])
-                table_ops.extend(ops_from_record(record, payload))
+                table_ops.append(op_from_record(record, payload))
         return table_ops
 
     def _write_log_batch(self, connection: sqlite3.Connection) -> int:

@@ -250,10 +250,10 @@ def test_in_flight_entry_equality_includes_the_stage() -> None:
 
 
 def test_only_qos1_sends_and_acknowledgements_may_be_committed_lazily() -> None:
-    qos1_sent = MarkInFlight("c", 1, 7, "await_puback")
-    acknowledged = DeleteMessage("c", 1)
+    qos1_sent = MarkInFlight("c", "await_puback", [(1, 7)])
+    acknowledged = DeleteMessage("c", [1])
     assert may_commit_lazily([qos1_sent, acknowledged])
     assert may_commit_lazily([])
-    assert not may_commit_lazily([qos1_sent, MarkInFlight("c", 2, 8, "await_pubrec")])
-    assert not may_commit_lazily([acknowledged, MarkInFlight("c", 2, 8, "await_pubcomp")])
+    assert not may_commit_lazily([qos1_sent, MarkInFlight("c", "await_pubrec", [(2, 8)])])
+    assert not may_commit_lazily([acknowledged, MarkInFlight("c", "await_pubcomp", [(2, 8)])])
     assert not may_commit_lazily([acknowledged, DeleteSession("c")])

@@ -122,8 +122,8 @@ def test_put_message_replaces_the_same_seq(stores: Stores) -> None:
 def test_mark_in_flight_sets_packet_id_and_stage_and_keeps_the_message(stores: Stores) -> None:
     """What the broker writes when a stored delivery is sent or its QoS 2 stage moves on."""
     stores.store.apply([PutSession("c", META), PutMessage("c", 7, QUEUED)])
-    stores.store.apply([MarkInFlight("c", 7, 300, "await_pubrec")])
-    stores.store.apply([MarkInFlight("c", 7, 300, "await_pubcomp"), MarkInFlight("c", 8, 1, "x")])
+    stores.store.apply([MarkInFlight("c", "await_pubrec", [(7, 300)])])
+    stores.store.apply([MarkInFlight("c", "await_pubcomp", [(7, 300), (8, 1)])])
     [(seq, entry)] = stores.reopen().load().sessions["c"].messages
     assert (seq, entry.packet_id, entry.stage) == (7, 300, "await_pubcomp")
     assert (entry.message, entry.qos, entry.subscription_ids) == (V5_MESSAGE, 1, (17, 3))
@@ -148,7 +148,7 @@ def test_delete_session_deletes_its_messages_and_put_session_keeps_them(stores: 
 
 def test_deletes_of_unknown_keys_are_no_ops(stores: Stores) -> None:
     stores.store.apply([PutRetained(V5_MESSAGE)])
-    stores.store.apply([DeleteRetained("nope"), DeleteMessage("x", 1), DeleteSession("x")])
+    stores.store.apply([DeleteRetained("nope"), DeleteMessage("x", [1]), DeleteSession("x")])
     snapshot = stores.reopen().load()
     assert snapshot.retained == [V5_MESSAGE]
     assert snapshot.sessions == {}
@@ -162,7 +162,7 @@ def test_ops_apply_in_order_within_a_batch(stores: Stores) -> None:
             DeleteRetained("r"),
             PutSession("c", META),
             PutMessage("c", 1, QUEUED),
-            DeleteMessage("c", 1),
+            DeleteMessage("c", [1]),
             PutMessage("c", 1, IN_FLIGHT),
         ]
     )
@@ -208,11 +208,10 @@ ops = st.one_of(
     st.builds(
         MarkInFlight,
         clients,
-        seqs,
-        st.integers(1, 65535),
         st.sampled_from(["await_puback", "await_pubrec", "await_pubcomp"]),
+        st.lists(st.tuples(seqs, st.integers(1, 65535)), max_size=3),
     ),
-    st.builds(DeleteMessage, clients, seqs),
+    st.builds(DeleteMessage, clients, st.lists(seqs, max_size=3)),
 )
 # After a batch: nothing, maintain() with compaction forced, or a restart of the store.
 between_batches = st.sampled_from(["nothing", "compact", "reopen"])
@@ -266,8 +265,8 @@ def test_the_message_ops_of_one_commit_are_one_log_row(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStore(path)
     store.apply([PutSession("c", META), *(PutMessage("c", seq, QUEUED) for seq in range(50))])
-    store.apply([MarkInFlight("c", seq, seq + 1, "await_puback") for seq in range(50)])
-    store.apply([DeleteMessage("c", seq) for seq in range(49)])
+    store.apply([MarkInFlight("c", "await_puback", [(seq, seq + 1) for seq in range(50)])])
+    store.apply([DeleteMessage("c", list(range(49)))])
     store.close()
     # Three commits, three log rows (the acknowledged messages do not free the first two
     # while seq 49 lives); session_messages is only written by compaction.
@@ -275,7 +274,7 @@ def test_the_message_ops_of_one_commit_are_one_log_row(tmp_path: Path) -> None:
     store = SqliteStore(path)
     [(seq, entry)] = store.load().sessions["c"].messages
     assert (seq, entry.packet_id, entry.stage) == (49, 50, "await_puback")
-    store.apply([DeleteMessage("c", 49)])
+    store.apply([DeleteMessage("c", [49])])
     store.close()
     assert _rows(path, "message_log") == 0  # every batch held only dead messages: dropped
 
@@ -289,7 +288,7 @@ def test_maintain_compacts_dead_batches_pinned_by_an_offline_queue(
     store.apply([PutMessage("offline", 2, IN_FLIGHT)])
     for seq in range(10, 20):  # a client online meanwhile: its messages come and go
         store.apply([PutMessage("online", seq, QUEUED)])
-        store.apply([DeleteMessage("online", seq)])
+        store.apply([DeleteMessage("online", [seq])])
     monkeypatch.setattr(sqlite_store, "COMPACT_BYTES", 1000)
     assert not store.needs_maintenance()  # the offline queue is still young
     monkeypatch.setattr(sqlite_store, "COMPACT_MIN_AGE", 0.0)
@@ -297,7 +296,7 @@ def test_maintain_compacts_dead_batches_pinned_by_an_offline_queue(
     store.maintain()
     assert not store.needs_maintenance()
     # Both offline messages are table rows now; changes to them go to the table.
-    store.apply([MarkInFlight("offline", 1, 77, "await_puback"), DeleteMessage("offline", 2)])
+    store.apply([MarkInFlight("offline", "await_puback", [(1, 77)]), DeleteMessage("offline", [2])])
     store.close()
     assert (_rows(path, "message_log"), _rows(path, "session_messages")) == (0, 1)
     store = SqliteStore(path)
@@ -317,8 +316,8 @@ def test_a_failed_commit_leaves_the_log_as_it_was(tmp_path: Path) -> None:
     store.apply([PutSession("c", META), PutMessage("c", 1, QUEUED)])
     unstorable = Message(topic="bad", payload=b"", properties={38: {"not": "a list"}})
     with pytest.raises(StoreError, match="nothing of it was written"):
-        store.apply([PutMessage("c", 2, QUEUED), DeleteMessage("c", 1), PutRetained(unstorable)])
-    store.apply([MarkInFlight("c", 1, 5, "await_puback")])  # 1 is still there, 2 never was
+        store.apply([PutMessage("c", 2, QUEUED), DeleteMessage("c", [1]), PutRetained(unstorable)])
+    store.apply([MarkInFlight("c", "await_puback", [(1, 5)])])  # 1 is still there, 2 never was
     messages = store.load().sessions["c"].messages
     store.close()
     assert [(seq, entry.packet_id) for seq, entry in messages] == [(1, 5)]
