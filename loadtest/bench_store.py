@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     costs = run(args.rounds, args.batch, args.payload)
-    logger.info("%d ops per transaction, %d-byte payloads:", args.batch, args.payload)
+    logger.info("%d messages per transaction, %d-byte payloads:", args.batch, args.payload)
     for half, where in HALVES.items():
         logger.info(
             "  %s: %s",
