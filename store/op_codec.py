@@ -9,7 +9,7 @@ carry one, with the log's put record for PutMessage and these for the others:
     ["marks", client_id, stage, [seq, packet_id, seq, packet_id, ...]]  # MarkInFlight
     ["deletes", client_id, [seq, ...]]           # DeleteMessage
     ["retain", topic, payload_length, msg_qos, msg_retain, publisher, username, timestamp,
-     properties, message_id]                     # PutRetained
+     properties, message_id]     # PutRetained: the columns of retained (store.records)
     ["unretain", topic]                          # DeleteRetained
     ["session", client_id, protocol_version, expiry_interval (null: never), disconnected_at,
      next_packet_id, subscriptions, awaiting_rel]  # PutSession, the columns of sessions
@@ -36,7 +36,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from hooks.events import Message, stored_message
+from hooks.events import Message
 from store.base import (
     DeleteMessage,
     DeleteRetained,
@@ -59,7 +59,7 @@ from store.message_log import (
     encode_batch,
     put_record,
 )
-from store.records import decode_properties, encode_properties, meta_from_record, meta_to_record
+from store.records import message_from_record, message_to_record, meta_from_record, meta_to_record
 
 RETAIN, UNRETAIN, SESSION, MARKS, DELETES = "retain", "unretain", "session", "marks", "deletes"
 _RETAIN_PAYLOAD_LENGTH = 2  # index of payload_length in a retain record
@@ -69,35 +69,12 @@ StoredRecord = tuple[int, list[Any], bytes]  # a stored message: seq, put record
 
 
 def _retain_record(message: Message) -> list[Any]:
-    return [
-        RETAIN,
-        message.topic,
-        len(message.payload),
-        message.qos,
-        message.retain,
-        message.publisher,
-        message.username,
-        message.timestamp,
-        encode_properties(message.properties) if message.properties else None,
-        message.message_id,
-    ]
+    topic, payload, *rest = message_to_record(message)
+    return [RETAIN, topic, len(payload), *rest]
 
 
 def _message_from_retain(record: list[Any], payload: bytes) -> Message:
-    _kind, topic, _length, qos, retain, publisher, username, timestamp, properties, message_id = (
-        record
-    )
-    return stored_message(
-        topic,
-        payload,
-        qos,
-        retain,
-        publisher,
-        username,
-        timestamp,
-        decode_properties(properties),
-        message_id,
-    )
+    return message_from_record([record[1], payload, *record[3:]])
 
 
 def _session_record(op: PutSession) -> list[Any]:

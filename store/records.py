@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from hooks.events import Message
+from hooks.events import Message, stored_message
 from store.base import SessionMeta, StoredDelivery, StoredSubscription
 
 MESSAGE_COLUMNS = (
@@ -106,16 +106,16 @@ def message_to_record(message: Message) -> tuple[Any, ...]:
 
 def message_from_record(record: Sequence[Any]) -> Message:
     topic, payload, qos, retain, publisher, username, timestamp, properties, message_id = record
-    return Message(
-        topic=topic,
-        payload=bytes(payload),
-        qos=qos,
-        retain=bool(retain),
-        publisher=publisher,
-        username=username,
-        timestamp=timestamp,
-        properties=decode_properties(properties),
-        message_id=message_id,
+    return stored_message(
+        topic,
+        bytes(payload),
+        qos,
+        bool(retain),
+        publisher,
+        username,
+        timestamp,
+        decode_properties(properties),
+        message_id,
     )
 
 

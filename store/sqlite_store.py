@@ -34,8 +34,6 @@ from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from store.base import (
     DeleteMessage,
     DeleteRetained,
@@ -48,7 +46,7 @@ from store.base import (
     Snapshot,
     StoreError,
 )
-from store.message_log import DELETE_SESSION, PUT, MessageLog
+from store.message_log import DELETE_SESSION, PUT, MessageLog, put_record
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
 from store.op_codec import (
     DELETES,
@@ -65,6 +63,7 @@ from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     META_COLUMNS,
+    delivery_from_record,
     delivery_to_record,
     message_from_record,
     message_to_record,
@@ -115,28 +114,9 @@ _SELECT_MESSAGES = f"SELECT client_id, seq, {', '.join(DELIVERY_COLUMNS)} FROM s
 
 def _message_of_row(row: Sequence[Any]) -> tuple[str, int, list[Any], bytes]:
     """A `_SELECT_MESSAGES` row as (client id, seq, put record, payload)."""
-    (client_id, seq, topic, payload, msg_qos, msg_retain, publisher, username, timestamp) = row[:9]
-    properties, message_id, qos, retain, subscription_ids, packet_id, stage = row[9:]
-    record = [
-        PUT,
-        client_id,
-        seq,
-        len(payload),
-        topic,
-        msg_qos,
-        bool(msg_retain),
-        publisher,
-        username,
-        timestamp,
-        properties,
-        message_id,
-        qos,
-        bool(retain),
-        orjson.loads(subscription_ids) if subscription_ids else [],
-        packet_id,
-        stage,
-    ]
-    return client_id, seq, record, bytes(payload)
+    client_id, seq = row[0], row[1]
+    entry = delivery_from_record(row[2:])
+    return client_id, seq, put_record(client_id, seq, entry), entry.message.payload
 
 
 # For each op type, the statements that apply a run of such ops, and each statement's rows
