@@ -4,10 +4,11 @@ Message ops (queued, in flight, acknowledged) go to the message log, one row per
 (`store.message_log`); messages that stay long enough are compacted into `session_messages`
 by `maintain()`. Retained messages and session metadata are plain rows.
 
-Opening never writes before the file has been checked (`store.migrations.check_schema`): a
-file that is not SQLite, another program's database, or a schema newer than this code is
-refused with a `StoreError` and left byte for byte as it was. Then the journal is switched to
-WAL and the schema migrated forward.
+Opening never writes before the file has been checked (`check_store_file`, then
+`store.migrations.check_schema`): an empty (0-byte) file, a file that is not SQLite, another
+program's database, or a schema newer than this code is refused with a `StoreError` and left
+byte for byte as it was. Then the journal is switched to WAL and the schema migrated forward.
+Only a missing file makes a new store.
 
 Durability: `synchronous="normal"` (the default) makes every committed batch survive a kill of
 the broker process (SIGKILL, OOM): the WAL is written before COMMIT returns, only its fsync is
@@ -26,7 +27,9 @@ the file, so two brokers cannot share a data directory.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import stat
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -119,6 +122,53 @@ def _message_of_row(row: Sequence[Any]) -> tuple[str, int, list[Any], bytes]:
     return client_id, seq, put_record(client_id, seq, entry), entry.message.payload
 
 
+# SQLite's side files of a store: its WAL, or a rollback journal (the -shm is only an index).
+_SIDE_FILE_SUFFIXES = ("-wal", "-journal")
+
+
+def check_store_file(path: Path) -> None:
+    """Refuse, before SQLite opens it, a `path` that exists but cannot be a store: not a
+    regular file, or empty. SQLite would take an empty file for a new database (and delete
+    a WAL next to it on close), so a truncated store would silently start empty and be
+    overwritten. Only a missing file makes a new store."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise StoreError(
+            f"cannot open the store {path}: {error}; check the path and its permissions"
+        ) from error
+    if not stat.S_ISREG(status.st_mode):
+        raise StoreError(f"{path} is not a regular file; give the store a file path")
+    if status.st_size == 0:
+        raise StoreError(_empty_file_message(path))
+
+
+def _empty_file_message(path: Path) -> str:
+    side_files = []
+    for suffix in _SIDE_FILE_SUFFIXES:
+        side = path.with_name(path.name + suffix)
+        try:
+            size = os.stat(side).st_size
+        except OSError:
+            continue
+        if size:
+            side_files.append(f"{side} ({size} bytes)")
+    if not side_files:
+        return (
+            f"{path} is empty (0 bytes), so it holds no store; it was left untouched. To "
+            "start with an empty store, move or delete it, or point the broker at a new "
+            "data directory (--data-dir)"
+        )
+    return (
+        f"{path} is empty (0 bytes), so it holds no store, but {' and '.join(side_files)} "
+        "next to it may hold the data of one; all were left untouched. To start with an "
+        "empty store, move them away together (keep them to recover that data), or point "
+        "the broker at a new data directory (--data-dir)"
+    )
+
+
 # For each op type, the statements that apply a run of such ops, and each statement's rows
 # for one op.
 _Statement = tuple[str, Callable[[Any], list[tuple[Any, ...]]]]
@@ -150,8 +200,7 @@ class SqliteStore:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StoreError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.path = Path(path)
-        if self.path.exists() and not self.path.is_file():
-            raise StoreError(f"{self.path} is not a regular file; give the store a file path")
+        check_store_file(self.path)  # before sqlite3 creates or reads anything
         try:
             connection = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT, isolation_level=None)
         except sqlite3.Error as error:

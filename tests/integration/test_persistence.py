@@ -188,6 +188,39 @@ def test_unusable_store_file_exits_non_zero_and_is_left_untouched(
     assert path.read_bytes() == before
 
 
+def test_an_empty_store_file_stops_the_broker_and_a_new_data_directory_starts(
+    tmp_path: Path,
+) -> None:
+    # SQLite takes a 0-byte file for a new database: the broker used to start empty and
+    # overwrite the file. It must refuse it like any other unusable store file.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    path = data_dir / "broker-store.sqlite3"
+    path.write_bytes(b"")
+    try:
+        started = _broker(tmp_path, data_dir)
+    except RuntimeError as failure:
+        log = str(failure)
+    else:
+        started.stop()
+        pytest.fail(f"the broker started on an empty store file:\n{started.log()}")
+    assert "broker exited with 1" in log
+    assert f"ERROR actors.main: cannot open the store: {path} is empty (0 bytes)" in log
+    assert "move or delete it, or point the broker at a new data directory (--data-dir)" in log
+    assert "Traceback" not in log
+    assert "ready:" not in log
+    assert path.stat().st_size == 0
+    assert sorted(p.name for p in data_dir.iterdir()) == [path.name]  # no -wal, -shm
+
+    fresh_dir = tmp_path / "fresh"
+    broker = _broker(tmp_path, fresh_dir)
+    try:
+        assert "restored 0 retained messages and 0 sessions" in broker.log()
+        assert (fresh_dir / "broker-store.sqlite3").stat().st_size > 0
+    finally:
+        assert broker.stop() == 0
+
+
 def test_persistent_subscriber_gets_suback_before_retained_messages(tmp_path: Path) -> None:
     """SUBACK waits for the subscription's commit; retained messages must still follow it."""
     broker = _broker(tmp_path, tmp_path / "data")

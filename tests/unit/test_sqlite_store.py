@@ -398,6 +398,43 @@ def test_another_programs_database_is_refused_and_left_untouched(tmp_path: Path)
     _refused_and_untouched(path, "another program")
 
 
+def _side_files(path: Path) -> list[str]:
+    return sorted(p.name for p in path.parent.glob(path.name + "-*"))
+
+
+def test_an_empty_file_is_refused_before_sqlite_touches_it(tmp_path: Path) -> None:
+    # SQLite takes a 0-byte file for a new database: a truncated store would start empty.
+    path = _sqlite_path(tmp_path)
+    path.write_bytes(b"")
+    _refused_and_untouched(path, r"is empty \(0 bytes\), so it holds no store")
+    with pytest.raises(StoreError, match="move or delete it") as raised:
+        open_store("sqlite", tmp_path)  # through the store process, as the broker opens it
+    assert str(path) in str(raised.value)
+    assert "--data-dir" in str(raised.value)
+    assert path.stat().st_size == 0
+    assert _side_files(path) == []  # no -wal, -shm or -journal: SQLite never opened it
+
+
+def test_an_empty_file_next_to_a_wal_is_refused_and_the_wal_kept(tmp_path: Path) -> None:
+    # The WAL of an open store (checkpoints are off) holds its data; SQLite would delete it
+    # when it took the empty main file for a new database.
+    live = SqliteStore(tmp_path / "live.sqlite3")
+    live.apply([PutRetained(V5_MESSAGE)])
+    wal = (tmp_path / "live.sqlite3-wal").read_bytes()
+    live.close()
+    path = _sqlite_path(tmp_path)
+    path.write_bytes(b"")
+    wal_path = path.with_name(path.name + "-wal")
+    wal_path.write_bytes(wal)
+    with pytest.raises(StoreError, match="is empty") as raised:
+        SqliteStore(path)
+    assert f"{wal_path} ({len(wal)} bytes)" in str(raised.value)
+    assert "move them away together" in str(raised.value)
+    assert path.stat().st_size == 0
+    assert wal_path.read_bytes() == wal
+    assert _side_files(path) == [wal_path.name]
+
+
 def test_a_store_in_use_by_another_broker_is_refused(tmp_path: Path) -> None:
     first = SqliteStore(_sqlite_path(tmp_path))
     with pytest.raises(StoreError, match="locked"):
