@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import pykka
 from gevent.server import StreamServer
 
 from actors.config import BrokerConfig
 from actors.connection import serve_connection
 from actors.context import BrokerContext
 from actors.dispatch import Dispatcher, Route
-from actors.messages import CloseConnection
+from actors.listener import Listener
+from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor
@@ -46,6 +48,7 @@ LISTEN_BACKLOG = 1024
 # On shutdown the store commits everything submitted before it closes; this bounds the wait
 # (a healthy store needs far less: a commit of 5000 operations takes about 10 ms).
 STORE_CLOSE_TIMEOUT = 30.0
+REAUTHORIZE_TIMEOUT = 10.0  # seconds a reload waits for one session's re-authorisation
 
 
 class Broker:
@@ -92,12 +95,13 @@ class Broker:
             context.hooks,
             context.stats,
             context.persistence,
+            loss_log=context.loss_log,
         )
         sessions = self._restore_sessions(snapshot)
         context.registry = SessionRegistryActor.start(context, sessions)
         self._actors = [context.registry, context.retainer, context.router]
         listener = self.config.listener
-        self._server = StreamServer(
+        self._server = Listener(
             (listener.host, listener.port),
             lambda sock, address: serve_connection(sock, address, context),
             backlog=LISTEN_BACKLOG,
@@ -166,15 +170,41 @@ class Broker:
         return sessions
 
     def reload(self) -> None:
-        """SIGHUP: plugins re-read their files; connections stay up."""
+        """SIGHUP: plugins re-read their files; connections stay up.
+
+        Then every session re-checks its subscriptions and undelivered messages against the
+        ACL: a subscription the new rules deny is revoked, and its routes are gone from the
+        route table before the "re-authorised" line is logged.
+        """
         logger.info("reloading plugins")
         reload_plugins(self._plugins)
+        started = time.monotonic()
+        registry = self.context.registry
+        sessions = list(registry.proxy().sessions.get().values())
+        answers = [s.ask(Reauthorize(), block=False) for s in sessions if s.is_alive()]
+        revoked = 0
+        for answer in answers:
+            try:
+                revoked += answer.get(timeout=REAUTHORIZE_TIMEOUT)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                continue  # the session ended meanwhile: nothing left to revoke
+        self.context.router.ask(Sync(), timeout=REAUTHORIZE_TIMEOUT)  # routes removed
+        logger.info(
+            "re-authorised the subscriptions of %d sessions in %.3f s: %d revoked",
+            len(answers),
+            time.monotonic() - started,
+            revoked,
+        )
 
     def stop(self, timeout: float = 3.0) -> None:
         if self._server is not None:
             self._server.close()  # stop accepting; handlers of open connections keep running
         clients = list(self.context.live_clients)
-        logger.info("shutting down: closing %d connections", len(clients))
+        logger.info(
+            "shutting down: closing %d connections (%d counted as connected)",
+            len(clients),
+            self.context.stats.connections,
+        )
         for client in clients:
             tell_if_alive(client, CloseConnection(DisconnectReason.SERVER_SHUTDOWN))
         deadline = time.monotonic() + timeout

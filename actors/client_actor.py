@@ -13,8 +13,10 @@ Phases, and what each accepts:
 - CONNECTED: PUBLISH QoS 0/1 are routed from here (hook `client.authorize`), QoS 2 and all
   acknowledgements go to the session actor, which owns that state; a second CONNECT is a
   protocol violation [MQTT-3.1.0-2].
-- CLOSED: the will is published unless the client sent DISCONNECT [MQTT-3.1.2-8/10]; the
-  session is detached; the actor stops.
+- CLOSED: the will is published unless the client sent DISCONNECT [MQTT-3.1.2-8/10], if
+  the client may publish it then (`actors.authorization`); the session is detached; the
+  `client.disconnected` hook and the connection counter run once; the actor stops. Every
+  way a connection ends comes through `_end`, also a failing handler (`on_failure`).
 
 One `PacketsReceived` (one socket read) is handled as a batch: its publishes are routed
 together, and all replies leave in one socket write (`after_drain`).
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+from actors.authorization import is_broker_topic, may_publish
 from actors.connection import ACK_OF_PACKET, Connection
 from actors.context import BrokerContext
 from actors.messages import (
@@ -108,6 +111,7 @@ class ClientActor(GeventActor):
         self._will: Message | None = None
         self._session: Any = None
         self._held: list[Any] = []  # packets received while CONNECTING
+        self._held_bytes = 0  # the input they came from, reported to the Intake once handled
         self._out: list[bytes] = []
         # Work collected from one batch of packets, flushed in order by `_flush_batch`.
         self._to_route: list[Message] = []
@@ -121,7 +125,7 @@ class ClientActor(GeventActor):
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, PacketsReceived):
-            self._packets(message.packets)
+            self._received(message)
         elif isinstance(message, SessionAttached):
             self._attached(message)
         elif isinstance(message, ConnectionLost):
@@ -135,7 +139,19 @@ class ClientActor(GeventActor):
             self._transport.write(b"".join(self._out))
             self._out.clear()
 
+    def on_failure(self, *_exc_info: Any) -> None:
+        # pykka has logged the traceback and stopped the actor; the connection still ends
+        # the way every connection does (will, session, hook, counters).
+        self._end(DisconnectReason.SERVER_ERROR)
+
     # ----- packets ----------------------------------------------------------------------
+
+    def _received(self, received: PacketsReceived) -> None:
+        self._packets(received.packets)
+        if self.phase is Phase.CONNECTING:
+            self._held_bytes += received.size  # reported once the held packets are handled
+        else:
+            self._connection.intake.done(len(received.packets), received.size)
 
     def _packets(self, packets: list[Any]) -> None:
         phase = self.phase
@@ -175,14 +191,16 @@ class ClientActor(GeventActor):
         if pubacks:
             self._out.extend(pubacks)
         self._pubacks = []
+        # The session may have stopped (taken over, terminated): then these go nowhere, and
+        # its CloseConnection is on its way to this actor.
         if self._to_session_qos2:
-            self._session.tell(InboundQos2(self._to_session_qos2))
+            tell_if_alive(self._session, InboundQos2(self._to_session_qos2))
             self._to_session_qos2 = []
         if self._acks:
-            self._session.tell(Acknowledged(self._acks))
+            tell_if_alive(self._session, Acknowledged(self._acks))
             self._acks = []
         if self._releases:
-            self._session.tell(Released(self._releases))
+            tell_if_alive(self._session, Released(self._releases))
             self._releases = []
 
     def _publish(self, packet: Publish) -> None:
@@ -210,6 +228,8 @@ class ClientActor(GeventActor):
         allowed = not self._check_acl or self._authorized(
             AuthorizeAction.PUBLISH, topic, packet.qos
         )
+        if allowed and topic.startswith("$") and is_broker_topic(topic):
+            allowed = False  # only the broker writes to $SYS, whatever the ACL says
         if packet.qos == 2:
             if not allowed:
                 self._denied(message)
@@ -225,8 +245,7 @@ class ClientActor(GeventActor):
             self._pubacks.append(encode_ack(_PUBACK, packet.packet_id, code, self._version))
 
     def _denied(self, message: Message) -> None:
-        logger.info("%s: publish to %r denied", self._name(), message.topic)
-        self._context.dispatcher.dropped(message, DropReason.NOT_AUTHORIZED)
+        self._context.dispatcher.dropped(message, DropReason.NOT_AUTHORIZED)  # logs it
 
     def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
         self._acks.append((ACK_OF_PACKET[type(packet)], packet.packet_id))
@@ -335,6 +354,11 @@ class ClientActor(GeventActor):
             return
         if packet.will is not None:
             will = packet.will
+            if self._version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
+                # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
+                # is checked again (and dropped) when it would be published.
+                self._refuse(ReasonCode.NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
+                return
             self._will = Message(
                 topic=will.topic,
                 payload=will.payload,
@@ -381,6 +405,8 @@ class ClientActor(GeventActor):
         held, self._held = self._held, []
         if held:
             self._packets(held)
+        held_bytes, self._held_bytes = self._held_bytes, 0
+        self._connection.intake.done(len(held), held_bytes)
 
     # ----- closing ----------------------------------------------------------------------
 
@@ -413,8 +439,13 @@ class ClientActor(GeventActor):
         )
 
     def _close(self, reason: DisconnectReason) -> None:
+        if self._end(reason):
+            self.stop()
+
+    def _end(self, reason: DisconnectReason) -> bool:
+        """Everything a connection's end does, once; False if it had already ended."""
         if self.phase is Phase.CLOSED:
-            return
+            return False
         self._connection.session = None
         was_connected = self.phase is Phase.CONNECTED
         if was_connected:
@@ -422,14 +453,15 @@ class ClientActor(GeventActor):
         self.phase = Phase.CLOSED
         if self._will is not None and reason.publishes_will:
             # The will goes out on any close not preceded by DISCONNECT [MQTT-3.1.2-8].
-            self._context.dispatcher.publish([self._will])
+            self._publish_will(self._will)
         self._will = None
         self.after_drain()
         self._transport.on_error = None  # the transport outlives us in the reader: no cycle
         self._transport.close()
+        self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
-        if self._session is not None:
-            self._session.tell(Detach(self.actor_ref, reason))
+        # The session may already have stopped (a clean-start takeover terminated it).
+        tell_if_alive(self._session, Detach(self.actor_ref, reason))
         if was_connected and self._client is not None:
             if reason in (DisconnectReason.CLIENT_DISCONNECT, DisconnectReason.SOCKET_CLOSED):
                 logger.info("%s disconnected: %s", self._name(), reason.value)
@@ -439,7 +471,15 @@ class ClientActor(GeventActor):
                     HookPoint.CLIENT_DISCONNECTED,
                     ClientDisconnected(client=self._client, reason=reason),
                 )
-        self.stop()
+        return True
+
+    def _publish_will(self, will: Message) -> None:
+        """Publish the will if the client may publish it now (the ACL may have changed)."""
+        assert self._client is not None
+        if may_publish(self._hooks, self._client, will.topic, will.qos):
+            self._context.dispatcher.publish([will])
+        else:
+            self._denied(will)
 
     def _name(self) -> str:
         if self._client is not None:

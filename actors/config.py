@@ -34,7 +34,11 @@ class LimitsConfig:
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
     max_client_id_length: int = 65535
     max_topic_levels: int = 128
-    max_write_buffer: int = 4_194_304  # bytes waiting for a slow socket before QoS 0 is dropped
+    # bytes waiting for a slow socket before QoS 0 to it is dropped and reads from it pause
+    max_write_buffer: int = 4_194_304
+    # a connection's input the actors have not handled yet, beyond which its reads pause
+    max_unprocessed_packets: int = 1000
+    max_unprocessed_bytes: int = 1_048_576
     # seconds a persistent session is kept after its client went away; 0 = forever
     session_expiry: float = 7200.0
 
@@ -99,6 +103,10 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         )
     if not 1 <= config.limits.max_inflight <= 65535:
         raise ConfigError("[limits] max_inflight must be 1..65535")
+    if config.limits.max_unprocessed_packets < 1 or config.limits.max_unprocessed_bytes < 1:
+        raise ConfigError(
+            "[limits] max_unprocessed_packets and max_unprocessed_bytes must be at least 1"
+        )
     if config.limits.max_awaiting_rel < 1:
         raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
     if config.store.kind not in ("sqlite", "memory", "none"):

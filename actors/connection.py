@@ -4,9 +4,17 @@ One `recv` of up to 64 KiB may hold hundreds of packets; the decoder frames them
 reader sends them to the client actor as ONE `PacketsReceived` message, so an actor hop
 costs once per read, not once per packet.
 
-The reader also enforces the two read deadlines: the CONNECT must arrive within
-`limits.connect_timeout`, and afterwards some packet must arrive within 1.5 times the
-keep-alive the client asked for [MQTT-3.1.2-24], from the moment it decodes the CONNECT.
+The reader also enforces the two read deadlines: the CONNECT must be complete within
+`limits.connect_timeout` of the accept, however its bytes dribble in, and afterwards some
+packet must arrive within 1.5 times the keep-alive the client asked for [MQTT-3.1.2-24],
+from the moment it decodes the CONNECT.
+
+It bounds what one client can make the broker hold (docs/security.md): it yields after every
+read, so a client whose socket always has data cannot hold the loop; it stops reading while
+the actors have not handled `limits.max_unprocessed_packets` / `max_unprocessed_bytes` of its
+input (`actors.intake`), and while more than `limits.max_write_buffer` bytes wait for the
+client to read them. TCP then pushes back on the client; throttling is logged, at most one
+line per second per reason.
 
 A read holding only PUBACK/PUBREC/PUBCOMP from a connected client goes straight to the
 client's session actor, which owns the in-flight window those acknowledge: on the QoS 1/2
@@ -20,9 +28,11 @@ from __future__ import annotations
 import logging
 import time
 
+import gevent
 from gevent import socket
 
 from actors.context import BrokerContext
+from actors.intake import Intake
 from actors.messages import Acknowledged, ConnectionLost, PacketsReceived
 from actors.runtime import tell_if_alive
 from actors.session_state import Ack
@@ -37,18 +47,38 @@ logger = logging.getLogger(__name__)
 READ_SIZE = 65536
 ACK_OF_PACKET = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
 CLOSE_WAIT_TIMEOUT = 5.0  # seconds the reader waits for the client actor to close the socket
+PAUSE_TICK = 1.0  # seconds between checks of a paused reader's connection
 
 
 class Connection:
     """Per-socket reader state shared with the client actor (which sets `idle_timeout`)."""
 
-    __slots__ = ("accepted", "decoder", "idle_timeout", "peer", "session", "sock", "transport")
+    __slots__ = (
+        "accepted",
+        "decoder",
+        "idle_timeout",
+        "intake",
+        "peer",
+        "session",
+        "sock",
+        "transport",
+        "write_limit",
+    )
 
-    def __init__(self, sock: socket.socket, peer: str, max_packet_size: int) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        max_packet_size: int,
+        intake: Intake,
+        write_limit: int,
+    ) -> None:
         self.sock = sock
         self.peer = peer
         self.transport = Transport(sock, peer)
         self.decoder = PacketDecoder(max_packet_size=max_packet_size)
+        self.intake = intake
+        self.write_limit = write_limit  # bytes waiting for the client before reads pause
         self.session: object = None  # the SessionActor ref while the client is connected
         self.accepted = False  # a CONNECT arrived: the keep-alive deadline applies from now
         self.idle_timeout: float | None = None  # 1.5 x keep-alive; None for keep-alive 0
@@ -68,6 +98,7 @@ def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext
     """StreamServer handler: runs in the greenlet gevent gives each accepted socket."""
     from actors.client_actor import ClientActor  # noqa: PLC0415 (import cycle: client -> connection)
 
+    accepted_at = time.monotonic()
     peer = f"{address[0]}:{address[1]}"
     if len(context.live_clients) >= context.config.listener.max_connections:
         logger.warning(
@@ -78,51 +109,133 @@ def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext
         sock.close()
         return
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    connection = Connection(sock, peer, context.limits.max_packet_size)
+    limits = context.limits
+    connection = Connection(
+        sock,
+        peer,
+        limits.max_packet_size,
+        Intake(limits.max_unprocessed_packets, limits.max_unprocessed_bytes),
+        limits.max_write_buffer,
+    )
     client = ClientActor.start(connection, context)
-    reason, error, detail = _read_loop(connection, client, context.limits.connect_timeout)
+    reader = _Reader(connection, client, context, accepted_at + limits.connect_timeout)
+    reason, error, detail = reader.run()
     tell_if_alive(client, ConnectionLost(reason, error, detail))
     # gevent's server closes the socket when this handler returns: wait until the client
     # actor has written its last words (CONNACK 0x01, a 5.0 DISCONNECT) and closed it.
     connection.transport.wait_closed(timeout=CLOSE_WAIT_TIMEOUT)
 
 
-def _read_loop(
-    connection: Connection, client: object, connect_timeout: float
-) -> tuple[DisconnectReason, MqttError | None, str]:
-    sock = connection.sock
-    decoder = connection.decoder
-    last_read = time.monotonic()
-    sock.settimeout(connect_timeout)
-    while True:
-        try:
-            data = sock.recv(READ_SIZE)
-        except TimeoutError:
-            expired = _deadline_passed(connection, last_read)
-            if expired is not None:
-                return expired
-            continue
-        except OSError as error:
-            return DisconnectReason.SOCKET_CLOSED, None, str(error)
-        if not data:
-            return DisconnectReason.SOCKET_CLOSED, None, "closed by peer"
+Ending = tuple[DisconnectReason, MqttError | None, str]
+
+
+class _Reader:
+    """The read loop of one connection, with its deadlines and its two reasons to pause."""
+
+    __slots__ = ("_client", "_connect_deadline", "_connection", "_throttle_log")
+
+    def __init__(
+        self, connection: Connection, client: object, context: BrokerContext, deadline: float
+    ) -> None:
+        self._connection = connection
+        self._client = client
+        self._connect_deadline = deadline  # monotonic time by which the CONNECT must be in
+        self._throttle_log = context.throttle_log
+
+    def run(self) -> Ending:
+        connection = self._connection
+        sock = connection.sock
+        decoder = connection.decoder
+        intake = connection.intake
         last_read = time.monotonic()
-        if connection.accepted and sock.timeout != connection.idle_timeout:
+        while True:
+            if not self._arm_read_deadline():
+                return DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time"
+            try:
+                data = sock.recv(READ_SIZE)
+            except TimeoutError:
+                expired = _deadline_passed(connection, last_read)
+                if expired is not None:
+                    return expired
+                continue
+            except OSError as error:
+                return DisconnectReason.SOCKET_CLOSED, None, str(error)
+            if not data:
+                return DisconnectReason.SOCKET_CLOSED, None, "closed by peer"
+            last_read = time.monotonic()
+            try:
+                packets = decoder.feed(data)
+            except MqttError as error:
+                return DisconnectReason.PROTOCOL_ERROR, error, str(error)
+            if packets:
+                intake.add(len(packets), len(data))
+                if not _hand_over(connection, self._client, packets, len(data)):
+                    return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"
+            # Let the actors handle this read before the next: a client whose socket always
+            # has data must not hold the loop (gevent never preempts a greenlet).
+            gevent.sleep(0)
+            ending = self._pause_while_behind()
+            if ending is not None:
+                return ending
+
+    def _arm_read_deadline(self) -> bool:
+        """Set the socket timeout for the next read; False if the CONNECT deadline passed."""
+        connection = self._connection
+        sock = connection.sock
+        if not connection.accepted:
+            # The CONNECT timeout runs from accept, whatever bytes arrive before a complete
+            # CONNECT: a client dribbling bytes cannot hold a connection open.
+            remaining = self._connect_deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            sock.settimeout(remaining)
+        elif sock.timeout != connection.idle_timeout:
             sock.settimeout(connection.idle_timeout)
-        try:
-            packets = decoder.feed(data)
-        except MqttError as error:
-            return DisconnectReason.PROTOCOL_ERROR, error, str(error)
-        if packets and not _hand_over(connection, client, packets):
-            return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"
+        return True
+
+    def _pause_while_behind(self) -> Ending | None:
+        """Stop reading while the actors are behind on this client's input, or while the
+        client does not read what the broker sends it; TCP then slows the client down."""
+        connection = self._connection
+        intake = connection.intake
+        transport = connection.transport
+        if intake.full() and not intake.closed:
+            self._throttle_log.note(
+                "throttled reads (input not handled yet)",
+                1,
+                f"pausing reads from {connection.peer}: {intake.packets} packets / "
+                f"{intake.bytes} bytes not handled yet (limits.max_unprocessed_packets / "
+                "max_unprocessed_bytes)",
+            )
+            while not intake.wait(PAUSE_TICK):
+                if transport.closed:
+                    return DisconnectReason.SOCKET_CLOSED, None, "closed while paused"
+        limit = connection.write_limit
+        if transport.backlog_bytes > limit and not transport.closed:
+            self._throttle_log.note(
+                "throttled reads (client not reading)",
+                1,
+                f"pausing reads from {connection.peer}: {transport.backlog_bytes} bytes wait "
+                f"for it to read them (limits.max_write_buffer = {limit})",
+            )
+            waited = 0.0
+            while not transport.wait_flushed(PAUSE_TICK):
+                waited += PAUSE_TICK
+                idle_timeout = connection.idle_timeout
+                if idle_timeout is not None and waited >= idle_timeout:
+                    return (
+                        DisconnectReason.KEEPALIVE_TIMEOUT,
+                        None,
+                        f"read nothing of {transport.backlog_bytes} waiting bytes for "
+                        f"{waited:.0f} s",
+                    )
+        return None
 
 
-def _deadline_passed(
-    connection: Connection, last_read: float
-) -> tuple[DisconnectReason, None, str] | None:
+def _deadline_passed(connection: Connection, last_read: float) -> Ending | None:
     """After a read timeout: why to close, or None after re-arming the socket's timeout."""
     if not connection.accepted:
-        return DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time"
+        return None  # the loop checks the connect deadline before every read
     limit = connection.idle_timeout
     if limit is None:
         connection.sock.settimeout(None)  # keep-alive 0: no deadline [MQTT-3.1.2-23]
@@ -134,14 +247,13 @@ def _deadline_passed(
     return None
 
 
-def _hand_over(connection: Connection, client: object, packets: list) -> bool:
+def _hand_over(connection: Connection, client: object, packets: list, size: int) -> bool:
     """Tell the packets to the client actor (or acks to the session); False if it is gone."""
     if not connection.accepted and isinstance(packets[0], Connect):
         connection.connect_received(packets[0].keepalive)
-        connection.sock.settimeout(connection.idle_timeout)
     session = connection.session
     if session is not None and all(type(p) in ACK_OF_PACKET for p in packets):
         acks = [(ACK_OF_PACKET[type(p)], p.packet_id) for p in packets]
-        if tell_if_alive(session, Acknowledged(acks)):  # type: ignore[arg-type]
+        if tell_if_alive(session, Acknowledged(acks, connection.intake, size)):  # type: ignore[arg-type]
             return True
-    return tell_if_alive(client, PacketsReceived(packets))  # type: ignore[arg-type]
+    return tell_if_alive(client, PacketsReceived(packets, size))  # type: ignore[arg-type]

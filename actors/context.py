@@ -6,12 +6,14 @@ here so publishers can read it directly; only the router actor changes it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
+from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from router.route_table import RouteTable
 
@@ -28,6 +30,13 @@ class BrokerContext:
     registry: Any = None  # ActorRef[SessionRegistryActor]
     dispatcher: Dispatcher | None = None
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
+    # Paused reads (one line per second per reason) and lost messages (per drop reason).
+    throttle_log: RateLimitedLog = field(
+        default_factory=lambda: RateLimitedLog(logging.getLogger("actors.throttle"))
+    )
+    loss_log: RateLimitedLog = field(
+        default_factory=lambda: RateLimitedLog(logging.getLogger("actors.losses"))
+    )
 
     @property
     def limits(self) -> LimitsConfig:

@@ -25,8 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from actors.losses import report_loss
 from actors.messages import Deliver, StoreRetained
 from actors.persistence import Persistence, stored_delivery
+from actors.rate_limited_log import RateLimitedLog
 from actors.runtime import tell_if_alive
 from actors.session_state import Delivery, SubscriptionOptions
 from actors.stats import BrokerStats
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
+_NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
 PLAN_CACHE_SIZE = 4096  # topics whose fan-out plan is kept until the route table changes
 
 
@@ -100,8 +103,11 @@ class Dispatcher:
         hooks: Any,
         stats: BrokerStats,
         persistence: Persistence,
+        *,
+        loss_log: RateLimitedLog,
     ) -> None:
         self._routes = routes
+        self._loss_log = loss_log
         self._retainer = retainer
         self._hooks = hooks
         self._stats = stats
@@ -198,7 +204,10 @@ class Dispatcher:
         return delivered
 
     def dropped(self, message: Message, reason: DropReason) -> None:
-        """Count a message that will not be routed and tell the message.dropped hook."""
+        """Count a message that will not be routed, log it, and tell the message.dropped hook."""
         self._stats.messages_dropped += 1
+        if reason is not _NO_SUBSCRIBERS:
+            where = f"from {message.publisher!r} on {message.topic!r}"
+            report_loss(self._loss_log, reason, 1, where)
         if self._hooks.has(_MESSAGE_DROPPED):
             self._hooks.run(_MESSAGE_DROPPED, MessageDropped(message=message, reason=reason))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -48,6 +49,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def raise_fd_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: every connection holds a descriptor.
+
+    Logs the limit the broker runs with (INFO), or a WARNING naming the limit it is left with
+    and how to raise it.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        logger.info(
+            "file descriptor limit: %s (RLIMIT_NOFILE soft limit already at the hard limit)",
+            _limit_text(soft),
+        )
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as error:
+        logger.warning(
+            "file descriptor limit: %s (could not raise RLIMIT_NOFILE to the hard limit %s: %s); "
+            "connections are refused once about that many are open: raise the limit with "
+            "`ulimit -n` before starting the broker (LimitNOFILE= under systemd)",
+            _limit_text(soft),
+            _limit_text(hard),
+            error,
+        )
+        return
+    logger.info(
+        "file descriptor limit: %s (RLIMIT_NOFILE raised from %s to the hard limit)",
+        _limit_text(hard),
+        _limit_text(soft),
+    )
+
+
+def _limit_text(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {
@@ -68,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("configuration error: %s", error)
         return 2
     logging.getLogger().setLevel(config.log_level.upper())
+    raise_fd_limit()
     broker = Broker(config)
     try:
         broker.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.intake import Intake
 from actors.session_state import Ack, Delivery, SubscriptionOptions
 from actors.transport import Transport
 from hooks.events import ClientInfo, DisconnectReason
@@ -22,6 +23,7 @@ from mqtt.packets import Packet, Subscription
 @dataclass(slots=True)
 class PacketsReceived:
     packets: list[Packet]
+    size: int  # bytes they were decoded from; the handler reports both to the Intake
 
 
 @dataclass(slots=True)
@@ -102,6 +104,13 @@ class SessionExpired:
 
 
 @dataclass(slots=True)
+class Reauthorize:
+    """Asked of every session after a plugin reload: drop what the ACL now denies.
+
+    The answer is the number of subscriptions revoked."""
+
+
+@dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
 
@@ -111,6 +120,10 @@ class Acknowledged:
     """PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order."""
 
     acks: list[tuple[Ack, int]]
+    # Set when the reader told these straight to the session: the session reports the
+    # batch handled to the connection's Intake (`size` bytes).
+    intake: Intake | None = None
+    size: int = 0
     urgent = True  # handled before queued deliveries: it frees in-flight slots
 
 
@@ -165,6 +178,11 @@ class RemoveRoutes:
 @dataclass(slots=True)
 class RoutesChanged:
     token: Any
+
+
+@dataclass(slots=True)
+class Sync:
+    """Asked of an actor: answered once everything told to it before has been handled."""
 
 
 # ----- session actor / dispatcher -> retainer actor -----------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from actors.messages import AddRoutes, RemoveRoutes, RoutesChanged
+from actors.messages import AddRoutes, RemoveRoutes, RoutesChanged, Sync
 from actors.runtime import GeventActor, tell_if_alive
 from router.route_table import RouteTable
 
@@ -23,6 +23,8 @@ class RouterActor(GeventActor):
         self._table = table
 
     def on_receive(self, message: Any) -> None:
+        if isinstance(message, Sync):
+            return  # the mailbox is FIFO: every change told before is applied
         if isinstance(message, AddRoutes):
             for topic_filter, route in message.routes:
                 self._table.add(topic_filter, message.client_id, route)

@@ -27,8 +27,10 @@ from typing import Any
 
 import gevent
 
+from actors.authorization import may_read
 from actors.context import BrokerContext
 from actors.dispatch import Route
+from actors.losses import report_loss
 from actors.messages import (
     Acknowledged,
     AddRoutes,
@@ -37,6 +39,7 @@ from actors.messages import (
     Deliver,
     Detach,
     InboundQos2,
+    Reauthorize,
     Released,
     RemoveRoutes,
     RoutesChanged,
@@ -114,8 +117,8 @@ class SessionActor(GeventActor):
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
 
-    def on_receive(self, message: Any) -> None:
-        _MESSAGE_HANDLERS[type(message)](self, message)
+    def on_receive(self, message: Any) -> Any:
+        return _MESSAGE_HANDLERS[type(message)](self, message)
 
     def after_drain(self) -> None:
         if self._ops:
@@ -169,6 +172,10 @@ class SessionActor(GeventActor):
             # so its will is published [MQTT-3.1.4-2].
             tell_if_alive(previous, CloseConnection(DisconnectReason.TAKEN_OVER))
         self._out.clear()
+        if attach.session_present:
+            # Whoever resumes the session gets only what its own identity may read: the
+            # subscriptions and queued messages are re-checked against the ACL for it.
+            self._reauthorize(attach.client)
         self._client = attach.client
         self._client_ref = attach.client_ref
         self._transport = attach.transport
@@ -195,6 +202,59 @@ class SessionActor(GeventActor):
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
         if self._hooks.has(point):
             self._hooks.run(point, SessionEvent(client_id=self.state.client_id))
+
+    def _reauthorize_on_reload(self, _request: Reauthorize) -> int:
+        if self._client is None:
+            return 0  # restored from the store and not resumed yet: checked on resume
+        return len(self._reauthorize(self._client))
+
+    def _reauthorize(self, client: ClientInfo) -> list[str]:
+        """Drop the subscriptions and undelivered messages the ACL denies `client`."""
+        if not self._hooks.has(HookPoint.CLIENT_AUTHORIZE):
+            return []
+        decided: dict[tuple[str, int], bool] = {}
+
+        def readable(topic: str, qos: int) -> bool:
+            answer = decided.get((topic, qos))
+            if answer is None:
+                answer = decided[topic, qos] = may_read(self._hooks, client, topic, qos)
+            return answer
+
+        owner = self._client
+        if owner is not None and owner.username != client.username:
+            logger.warning(
+                "session %r of user %r taken by user %r: its subscriptions and queued "
+                "messages are re-authorised for the new user",
+                self.state.client_id,
+                owner.username,
+                client.username,
+            )
+        revoked = self.state.keep_readable(readable)
+        if revoked:
+            logger.warning(
+                "session %r: the ACL denies user %r %d of its subscriptions; revoked: %s",
+                self.state.client_id,
+                client.username,
+                len(revoked),
+                ", ".join(repr(f) for f in revoked[:10]) + (" ..." if len(revoked) > 10 else ""),
+            )
+            self._stored_subscriptions = None
+            if self._stored:
+                self._ops.append(self._meta_op())
+            self._context.router.tell(
+                RemoveRoutes(self.state.client_id, revoked, session=self.actor_ref)
+            )
+            if self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
+                for topic_filter in revoked:
+                    self._hooks.run(
+                        HookPoint.SESSION_UNSUBSCRIBED,
+                        SessionUnsubscribed(
+                            client_id=self.state.client_id, topic_filter=topic_filter
+                        ),
+                    )
+        if self.state.dropped:
+            self._report_dropped()
+        return revoked
 
     def _detach(self, detach: Detach) -> None:
         if detach.client_ref is not self._client_ref:
@@ -354,6 +414,8 @@ class SessionActor(GeventActor):
                     )
         if completed and self._transport is not None:
             self._send_window()
+        if acknowledged.intake is not None:
+            acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
     # ----- incoming QoS 2 -------------------------------------------------------------
 
@@ -498,6 +560,12 @@ class SessionActor(GeventActor):
     def _report_dropped(self) -> None:
         dropped = self.state.dropped
         self._context.stats.deliveries_dropped += len(dropped)
+        counts: dict[DropReason, int] = {}
+        for _delivery, reason in dropped:
+            counts[reason] = counts.get(reason, 0) + 1
+        for reason, count in counts.items():
+            where = f"for client {self.state.client_id!r}"
+            report_loss(self._context.loss_log, reason, count, where)
         if self._stored:
             for delivery, _reason in dropped:
                 if delivery.seq:
@@ -515,7 +583,7 @@ class SessionActor(GeventActor):
 
 # Messages a session handles, and the method for each: class-level, so an idle session
 # holds no per-instance table of bound methods.
-_MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
+_MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Deliver: SessionActor._deliver,
     Acknowledged: SessionActor._acknowledged,
     InboundQos2: SessionActor._inbound_qos2,
@@ -527,4 +595,5 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Detach: SessionActor._detach,
     Terminate: SessionActor._terminate,
     SessionExpired: SessionActor._expired,
+    Reauthorize: SessionActor._reauthorize_on_reload,
 }

@@ -22,6 +22,7 @@ re-sent PUBLISH with the same id is acknowledged but not routed twice [MQTT-4.3.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple
@@ -212,3 +213,34 @@ class SessionState:
 
     def unsubscribe(self, topic_filter: str) -> bool:
         return self.subscriptions.pop(topic_filter, None) is not None
+
+    # ----- re-authorisation -----------------------------------------------------------
+
+    def keep_readable(self, may_read: Callable[[str, int], bool]) -> list[str]:
+        """Drop what the client may no longer read; returns the revoked topic filters.
+
+        `may_read(topic filter or topic name, qos)` is the ACL's answer. Subscriptions it
+        denies are removed; so are queued messages and in-flight ones the client has not
+        received yet (awaiting PUBACK or PUBREC), recorded in `dropped` as NOT_AUTHORIZED.
+        A QoS 2 message awaiting PUBCOMP stays: the client has it, only PUBREL is left.
+        """
+        revoked = [f for f, o in self.subscriptions.items() if not may_read(f, o.qos)]
+        for topic_filter in revoked:
+            del self.subscriptions[topic_filter]
+        denied = DropReason.NOT_AUTHORIZED
+        for packet_id, entry in list(self.inflight.items()):
+            delivery = entry.delivery
+            if entry.stage is not Stage.AWAIT_PUBCOMP and not may_read(
+                delivery.message.topic, delivery.qos
+            ):
+                del self.inflight[packet_id]
+                self.dropped.append((delivery, denied))
+        if self.queue:
+            kept: deque[Delivery] = deque()
+            for delivery in self.queue:
+                if may_read(delivery.message.topic, delivery.qos):
+                    kept.append(delivery)
+                else:
+                    self.dropped.append((delivery, denied))
+            self.queue = kept or None
+        return revoked

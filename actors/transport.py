@@ -94,6 +94,13 @@ class Transport:
             self._closed_event = gevent.event.Event()
         self._closed_event.wait(timeout)
 
+    def wait_flushed(self, timeout: float) -> bool:
+        """Block this greenlet until the backlog is written; False if `timeout` passed first."""
+        flusher = self._flusher
+        if flusher is not None and not self.closed:
+            flusher.join(timeout)
+        return self._flusher is None or self.closed
+
     def _close_now(self) -> None:
         if self.closed:
             return

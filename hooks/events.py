@@ -150,6 +150,7 @@ class DisconnectReason(Enum):
     SERVER_SHUTDOWN = "server_shutdown"
     NOT_AUTHORIZED = "not_authorized"  # CONNECT refused
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
+    SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
 
     @property
     def publishes_will(self) -> bool:

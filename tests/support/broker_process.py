@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,16 @@ class BrokerProcess:
 
 
 def start_broker(
-    tmp_dir: Path, config_text: str | None = None, extra_args: tuple[str, ...] = ()
+    tmp_dir: Path,
+    config_text: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> BrokerProcess:
+    """Start the broker; wait for its "ready" line. `preexec_fn` runs in the child before exec.
+
+    Only for a function that makes a system call or two (`resource.setrlimit`): it runs in
+    the forked child of a possibly threaded process, where taking a lock can deadlock.
+    """
     args = [sys.executable, "-m", "actors.main", "--port", "0", "--log-level", "info"]
     if config_text is not None:
         config_path = tmp_dir / "broker.toml"
@@ -46,7 +55,14 @@ def start_broker(
     log_path = tmp_dir / f"broker-{time.monotonic_ns()}.log"
     log_file = log_path.open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(args, cwd=ROOT, stdout=log_file, stderr=log_file, env=env)
+    process = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        stdout=log_file,
+        stderr=log_file,
+        env=env,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 (callers pass lock-free calls; see the docstring)
+    )
     log_file.close()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

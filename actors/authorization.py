@@ -1,0 +1,41 @@
+"""What a client may publish and read: the `client.authorize` hook plus the broker's own rule.
+
+The broker's rule: only the broker publishes to `$SYS` (and `$SYS/...`); a client's PUBLISH
+or will there is refused whatever the ACL says. Topics starting with `$` are reserved for the
+server [MQTT-4.7.2-1], and Mosquitto refuses client writes to `$SYS` the same way.
+
+Reading is asked of the ACL as a SUBSCRIBE: of a topic filter when a subscription is made or
+re-checked (on resume, on reload), and of a message's topic name (a filter that matches only
+itself) for messages already queued for a session whose subscriptions are re-checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hooks.events import AuthorizeAction, AuthorizeRequest, ClientInfo
+
+_PUBLISH = AuthorizeAction.PUBLISH
+_SUBSCRIBE = AuthorizeAction.SUBSCRIBE
+
+
+def is_broker_topic(topic: str) -> bool:
+    """True for `$SYS` and `$SYS/...`: topics only the broker publishes to."""
+    return topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")
+
+
+def may_publish(hooks: Any, client: ClientInfo, topic: str, qos: int) -> bool:
+    """Whether `client` may publish (or leave a will) on `topic`."""
+    if is_broker_topic(topic):
+        return False
+    request = AuthorizeRequest(client=client, action=_PUBLISH, topic=topic, qos=qos)
+    return bool(hooks.authorize(request))
+
+
+def may_read(hooks: Any, client: ClientInfo, topic_filter: str, qos: int) -> bool:
+    """Whether `client` may receive what `topic_filter` (or a topic name) matches."""
+    return bool(
+        hooks.authorize(
+            AuthorizeRequest(client=client, action=_SUBSCRIBE, topic=topic_filter, qos=qos)
+        )
+    )
