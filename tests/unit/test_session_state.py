@@ -351,3 +351,59 @@ def test_unsubscribe_reports_whether_the_filter_existed() -> None:
     assert state.unsubscribe("a/b") is True
     assert state.unsubscribe("a/b") is False
     assert state.subscriptions == {}
+
+
+# ----- re-authorisation (resume under another identity, ACL reload) ---------------------------
+
+
+def on_topic(topic: str, qos: int) -> Delivery:
+    return Delivery(Message(topic=topic, payload=topic.encode(), qos=qos), qos, False)
+
+
+def test_keep_readable_revokes_denied_filters_and_drops_what_was_not_received() -> None:
+    state = session(max_inflight=2)
+    state.subscribe("bob/#", SubscriptionOptions(qos=2))
+    state.subscribe("news/#", SubscriptionOptions(qos=1))
+    sent_qos1 = state.admit(on_topic("bob/a", 1), connected=True)
+    sent_qos2 = state.admit(on_topic("bob/b", 2), connected=True)
+    state.acknowledge(Ack.PUBREC, sent_qos2)  # received by the client: only PUBREL is left
+    state.admit(on_topic("bob/c", 1), connected=True)  # queued behind the full window
+    state.admit(on_topic("news/1", 1), connected=True)
+    asked: list[tuple[str, int]] = []
+
+    def may_read(topic: str, qos: int) -> bool:
+        asked.append((topic, qos))
+        return not topic.startswith("bob/")
+
+    revoked = state.keep_readable(may_read)
+
+    assert revoked == ["bob/#"]
+    assert list(state.subscriptions) == ["news/#"]
+    assert ("bob/#", 2) in asked  # a filter is asked with its granted QoS
+    assert sent_qos1 not in state.inflight
+    assert state.inflight[sent_qos2].stage is Stage.AWAIT_PUBCOMP  # kept: PUBREL still due
+    assert [d.message.topic for d in queued(state)] == ["news/1"]
+    assert [(d.message.topic, r) for d, r in state.dropped] == [
+        ("bob/a", DropReason.NOT_AUTHORIZED),
+        ("bob/c", DropReason.NOT_AUTHORIZED),
+    ]
+
+
+def test_keep_readable_with_everything_allowed_changes_nothing() -> None:
+    state = session(max_inflight=1)
+    state.subscribe("a/#", SubscriptionOptions(qos=1))
+    state.admit(on_topic("a/1", 1), connected=True)
+    state.admit(on_topic("a/2", 1), connected=True)
+    assert state.keep_readable(lambda _topic, _qos: True) == []
+    assert list(state.subscriptions) == ["a/#"]
+    assert len(state.inflight) == 1
+    assert [d.message.topic for d in queued(state)] == ["a/2"]
+    assert state.dropped == []
+
+
+def test_keep_readable_that_empties_the_queue_leaves_no_deque() -> None:
+    state = session(max_inflight=1)
+    state.admit(on_topic("x/1", 1), connected=True)
+    state.admit(on_topic("x/2", 1), connected=True)
+    state.keep_readable(lambda _topic, _qos: False)
+    assert state.queue is None and state.inflight == {}
