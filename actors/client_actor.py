@@ -111,7 +111,9 @@ class ClientActor(GeventActor):
         self._will: Message | None = None
         self._session: Any = None
         self._held: list[Any] = []  # packets received while CONNECTING
-        self._held_bytes = 0  # the input they came from, reported to the Intake once handled
+        # The input read while CONNECTING (the CONNECT's batch included), reported to the
+        # Intake once the held packets are handled.
+        self._held_input = (0, 0)  # (packets, bytes)
         self._out: list[bytes] = []
         # Work collected from one batch of packets, flushed in order by `_flush_batch`.
         self._to_route: list[Message] = []
@@ -149,7 +151,8 @@ class ClientActor(GeventActor):
     def _received(self, received: PacketsReceived) -> None:
         self._packets(received.packets)
         if self.phase is Phase.CONNECTING:
-            self._held_bytes += received.size  # reported once the held packets are handled
+            packets, size = self._held_input
+            self._held_input = (packets + len(received.packets), size + received.size)
         else:
             self._connection.intake.done(len(received.packets), received.size)
 
@@ -405,8 +408,8 @@ class ClientActor(GeventActor):
         held, self._held = self._held, []
         if held:
             self._packets(held)
-        held_bytes, self._held_bytes = self._held_bytes, 0
-        self._connection.intake.done(len(held), held_bytes)
+        (packets, size), self._held_input = self._held_input, (0, 0)
+        self._connection.intake.done(packets, size)
 
     # ----- closing ----------------------------------------------------------------------
 

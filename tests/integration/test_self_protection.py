@@ -293,3 +293,20 @@ def test_messages_lost_to_a_full_queue_are_logged_with_counts(
     dropped_first = int(first.split("dropped ")[1].split(" message")[0])
     dropped_later = int(summary.split("(queue_full): ")[1].split(" more")[0])
     assert dropped_first + dropped_later == 45  # 50 queued for an offline session of 5
+
+
+def test_intake_accounting_balances_so_a_bound_of_one_packet_still_serves(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """With room for one unhandled packet, every packet the reader counts must be reported
+    handled (the CONNECT's batch too), or the reader would pause for good."""
+    broker = broker_factory("[limits]\nmax_unprocessed_packets = 1\n", "--store", "none")
+    client = connect_raw(broker, unique("one-at-a-time"))
+    try:
+        for packet_id in range(1, 21):
+            client.send(Publish("intake/one", b"x", qos=1, packet_id=packet_id))
+            assert client.expect(timeout=2).packet_id == packet_id
+        client.send(PingReq())
+        assert isinstance(client.expect(timeout=2), PingResp)
+    finally:
+        client.close()
