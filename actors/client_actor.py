@@ -30,7 +30,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from actors.authorization import is_broker_topic, may_publish
+from actors.authorization import may_publish, may_read
 from actors.connection import ACK_OF_PACKET, Connection
 from actors.context import BrokerContext
 from actors.messages import (
@@ -50,8 +50,6 @@ from actors.runtime import GeventActor, tell_if_alive
 from actors.session_state import Ack
 from hooks.events import (
     AuthenticateRequest,
-    AuthorizeAction,
-    AuthorizeRequest,
     ClientConnect,
     ClientConnected,
     ClientDisconnected,
@@ -228,11 +226,10 @@ class ClientActor(GeventActor):
             packet.properties,
             packet.wire,
         )
-        allowed = not self._check_acl or self._authorized(
-            AuthorizeAction.PUBLISH, topic, packet.qos
+        # Without an ACL plugin only a `$` topic needs asking ($SYS is the broker's).
+        allowed = not (self._check_acl or topic.startswith("$")) or may_publish(
+            self._hooks, client, topic, packet.qos
         )
-        if allowed and topic.startswith("$") and is_broker_topic(topic):
-            allowed = False  # only the broker writes to $SYS, whatever the ACL says
         if packet.qos == 2:
             if not allowed:
                 self._denied(message)
@@ -276,9 +273,7 @@ class ClientActor(GeventActor):
             topic_filter = subscription.topic_filter
             if topic_filter.count("/") >= self._context.limits.max_topic_levels:
                 refused[index] = 0x80 if self._version < 5 else ReasonCode.TOPIC_FILTER_INVALID
-            elif check_acl and not self._authorized(
-                AuthorizeAction.SUBSCRIBE, topic_filter, subscription.qos
-            ):
+            elif check_acl and not may_read(self._hooks, client, topic_filter, subscription.qos):
                 logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
                 refused[index] = failure
         subscription_ids = packet.properties.get(0x0B)
@@ -310,11 +305,6 @@ class ClientActor(GeventActor):
         if packet.reason_code != 0x04:
             self._will = None
         self._close(DisconnectReason.CLIENT_DISCONNECT)
-
-    def _authorized(self, action: AuthorizeAction, topic: str, qos: int) -> bool:
-        assert self._client is not None
-        request = AuthorizeRequest(client=self._client, action=action, topic=topic, qos=qos)
-        return bool(self._hooks.authorize(request))
 
     # ----- CONNECT ----------------------------------------------------------------------
 
