@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hooks.events import AuthorizeAction, AuthorizeRequest, ClientInfo
+from core.client import ClientInfo
+from hooks.events import AuthorizeAction, AuthorizeRequest
 
 _PUBLISH = AuthorizeAction.PUBLISH
 _SUBSCRIBE = AuthorizeAction.SUBSCRIBE

@@ -32,7 +32,8 @@ from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistryActor, new_session_state
 from actors.stats import BrokerStats
-from hooks.events import DisconnectReason, skip_message_ids
+from core.message import skip_message_ids
+from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins

@@ -47,20 +47,18 @@ from actors.messages import (
     UnsubscribeRequest,
 )
 from actors.runtime import GeventActor, tell_if_alive
-from actors.session_state import Ack
+from core.client import ClientInfo
+from core.message import Message, new_message
+from core.reasons import DisconnectReason, DropReason
+from core.session_state import Ack
 from hooks.events import (
     AuthenticateRequest,
     ClientConnect,
     ClientConnected,
     ClientDisconnected,
-    ClientInfo,
     ClientSubscribe,
     ClientUnsubscribe,
-    DisconnectReason,
-    DropReason,
-    Message,
     TopicFilterRequest,
-    new_message,
 )
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack

@@ -35,9 +35,9 @@ from actors.context import BrokerContext
 from actors.intake import Intake
 from actors.messages import Acknowledged, ConnectionLost, PacketsReceived
 from actors.runtime import tell_if_alive
-from actors.session_state import Ack
 from actors.transport import Transport
-from hooks.events import DisconnectReason
+from core.reasons import DisconnectReason
+from core.session_state import Ack
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
 from mqtt.packets import Connect, PubAck, PubComp, PubRec

@@ -30,9 +30,11 @@ from actors.messages import Deliver, StoreRetained
 from actors.persistence import Persistence, stored_delivery
 from actors.rate_limited_log import RateLimitedLog
 from actors.runtime import tell_if_alive
-from actors.session_state import Delivery, SubscriptionOptions
 from actors.stats import BrokerStats
-from hooks.events import DropReason, Message, MessageDropped
+from core.message import Message
+from core.reasons import DropReason
+from core.session_state import Delivery, SubscriptionOptions
+from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode_publish
 from router.route_table import RouteTable

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from actors.rate_limited_log import RateLimitedLog
-from hooks.events import DropReason
+from core.reasons import DropReason
 
 # reason -> (log level, why, in words an operator can act on)
 _EXPLAINED: dict[DropReason, tuple[int, str]] = {

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.intake import Intake
-from actors.session_state import Ack, Delivery, SubscriptionOptions
 from actors.transport import Transport
-from hooks.events import ClientInfo, DisconnectReason
+from core.client import ClientInfo
+from core.reasons import DisconnectReason
+from core.session_state import Ack, Delivery, SubscriptionOptions
 from mqtt.errors import MqttError
 from mqtt.packets import Packet, Subscription
 

@@ -23,7 +23,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from actors.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
+from core.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
 from store.base import (
     DeleteMessage,
     MarkInFlight,

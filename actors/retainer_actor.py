@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.messages import Deliver, SendRetained, StoreRetained
 from actors.runtime import GeventActor, tell_if_alive
-from actors.session_state import Delivery
+from core.session_state import Delivery
 from router.retained_index import RetainedIndex
 
 

@@ -2,7 +2,7 @@
 
 It is the only place that changes the state of a client id: subscriptions, the outgoing
 in-flight window and queue, and the incoming QoS 2 packet ids awaiting PUBREL. The pure
-transitions live in `actors.session_state`; this actor turns their answers into bytes
+transitions live in `core.session_state`; this actor turns their answers into bytes
 written to the attached client's `Transport` (which never blocks) and into messages for the
 router and the retainer.
 
@@ -53,7 +53,10 @@ from actors.messages import (
 )
 from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
-from actors.session_state import (
+from actors.transport import Transport
+from core.client import ClientInfo
+from core.reasons import DisconnectReason, DropReason
+from core.session_state import (
     SEND_WITHOUT_ID,
     Ack,
     Delivery,
@@ -62,11 +65,7 @@ from actors.session_state import (
     SubscriptionOptions,
     TooManyAwaitingRelError,
 )
-from actors.transport import Transport
 from hooks.events import (
-    ClientInfo,
-    DisconnectReason,
-    DropReason,
     MessageAcked,
     MessageDelivered,
     MessageDropped,

@@ -19,7 +19,7 @@ from actors.context import BrokerContext
 from actors.messages import Attach, OpenSession, SessionEnded, Terminate
 from actors.runtime import GeventActor
 from actors.session_actor import SessionActor
-from actors.session_state import SessionState
+from core.session_state import SessionState
 
 logger = logging.getLogger(__name__)
 

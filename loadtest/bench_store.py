@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hooks.events import Message
+from core.message import Message
 from store import DeleteMessage, MarkInFlight, PutMessage, PutSession, SessionMeta, SqliteStore
 from store.base import StoredDelivery
 from store.op_codec import encode_ops

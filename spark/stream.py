@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from hooks.events import DisconnectReason
+from core.reasons import DisconnectReason
 from spark.event_schema import CORRUPT_RECORD_COLUMN, SPARK_TIMESTAMP_FORMAT, spark_schema
 from spark.session import build_session
 

@@ -18,7 +18,7 @@ The ops and `StoredDelivery` are built several times per QoS 1/2 message on the 
 hot path, so they are plain slotted dataclasses (a frozen one costs 2-3 times more to build);
 nothing mutates them after construction.
 
-These records mirror `actors.session_state` but do not import it: they are the storage
+These records mirror `core.session_state` but do not import it: they are the storage
 format, versioned with the schema, while the in-memory classes may change freely.
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hooks.events import Message
+from core.message import Message
 
-# Values of StoredDelivery.stage while in flight (the values of actors.session_state.Stage).
+# Values of StoredDelivery.stage while in flight (the values of core.session_state.Stage).
 IN_FLIGHT_STAGES = frozenset({"await_puback", "await_pubrec", "await_pubcomp"})
 
 
@@ -63,7 +63,7 @@ class SessionMeta:
 
 @dataclass(slots=True, kw_only=True)
 class StoredDelivery:
-    """A message queued for, or in flight to, one session (see `actors.session_state`)."""
+    """A message queued for, or in flight to, one session (see `core.session_state`)."""
 
     message: Message
     qos: int  # the QoS it goes out with

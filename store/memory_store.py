@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hooks.events import Message
+from core.message import Message
 from store.base import (
     DeleteMessage,
     DeleteRetained,

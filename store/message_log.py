@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from hooks.events import stored_message
+from core.message import stored_message
 from store.base import StoredDelivery
 from store.records import decode_properties, encode_properties
 

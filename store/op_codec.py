@@ -36,7 +36,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from hooks.events import Message
+from core.message import Message
 from store.base import (
     DeleteMessage,
     DeleteRetained,

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from hooks.events import Message, stored_message
+from core.message import Message, stored_message
 from store.base import SessionMeta, StoredDelivery, StoredSubscription
 
 MESSAGE_COLUMNS = (

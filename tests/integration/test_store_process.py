@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.events import Message
+from core.message import Message
 from store import SQLITE_FILE_NAME, DeleteRetained, ProcessStore, PutRetained, StoreError
 from tests.support.broker_process import start_broker
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.session_state import (
+from core.message import Message
+from core.reasons import DropReason
+from core.session_state import (
     DROPPED,
     QUEUED,
     SEND_WITHOUT_ID,
@@ -31,7 +33,6 @@ from actors.session_state import (
     SessionState,
     Stage,
 )
-from hooks.events import DropReason, Message
 
 # The stage an ack must find, and the stage it leads to (None: the delivery is complete).
 EXPECTED_TRANSITION = {

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hooks.events import DisconnectReason
+from core.reasons import DisconnectReason
 from spark.event_schema import event_record
 from spark.stream import (
     CLIENT_SESSIONS,

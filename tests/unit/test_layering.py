@@ -1,4 +1,5 @@
-"""Layering: the codec, router and hook bus are pure libraries (AST scan of their imports)."""
+"""Layering: the codec, core, router and hook bus are pure libraries, and the store and Spark
+depend on the core, not on the plugin API (AST scan of their imports)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "mqtt": frozenset({"socket", "gevent", "pykka", "asyncio", "threading", "select"}),
     "router": frozenset({"gevent", "pykka", "socket"}),
     "hooks": frozenset({"gevent", "pykka", "socket"}),
+    # The pure core is shared by everything below the actors: it depends on none of them.
+    "core": frozenset({"gevent", "pykka", "socket", "actors", "hooks", "store", "plugins"}),
+    # The plugin API (hooks/) is for plugins: the store and Spark need only the core types.
+    "store": frozenset({"hooks", "actors", "plugins"}),
+    "spark": frozenset({"hooks", "actors", "plugins", "gevent", "pykka"}),
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.events import Message
+from core.message import Message
 from store.base import StoredDelivery
 from store.message_log import (
     MessageLog,

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.persistence import may_commit_lazily, restored_state, session_meta, stored_delivery
-from actors.session_state import (
+from core.message import Message
+from core.session_state import (
     QUEUED,
     Ack,
     Delivery,
@@ -25,7 +26,6 @@ from actors.session_state import (
     Stage,
     SubscriptionOptions,
 )
-from hooks.events import Message
 from store.base import (
     IN_FLIGHT_STAGES,
     DeleteMessage,

@@ -9,7 +9,9 @@ import itertools
 
 import pytest
 
-from actors.session_state import (
+from core.message import Message
+from core.reasons import DropReason
+from core.session_state import (
     DROPPED,
     QUEUED,
     SEND_WITHOUT_ID,
@@ -21,7 +23,6 @@ from actors.session_state import (
     SubscriptionOptions,
     TooManyAwaitingRelError,
 )
-from hooks.events import DropReason, Message
 
 _numbers = itertools.count(1)
 

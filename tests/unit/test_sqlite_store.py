@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.events import Message
+from core.message import Message
 from store import (
     SQLITE_FILE_NAME,
     DeleteMessage,

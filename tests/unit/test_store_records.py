@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hooks.events import Message
+from core.message import Message
 from store.base import IN_FLIGHT_STAGES, SessionMeta, StoredDelivery, StoredSubscription
 from store.records import (
     DELIVERY_COLUMNS,

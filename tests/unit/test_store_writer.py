@@ -15,7 +15,7 @@ from pathlib import Path
 import gevent
 import pytest
 
-from hooks.events import Message
+from core.message import Message
 from store import (
     MemoryStore,
     Op,
@@ -276,7 +276,7 @@ CHILD = """
 import os, sys
 from pathlib import Path
 import gevent
-from hooks.events import Message
+from core.message import Message
 from store import PutMessage, PutSession, SessionMeta, SqliteStore, StoredDelivery
 from store.writer import StoreWriter
 

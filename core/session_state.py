@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple
 
-from hooks.events import DropReason, Message
+from core.message import Message
+from core.reasons import DropReason
 
 
 class Delivery(NamedTuple):
