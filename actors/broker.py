@@ -19,8 +19,8 @@ import gevent
 import pykka
 from gevent.server import StreamServer
 
+from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
-from actors.connection import serve_connection
 from actors.context import BrokerContext
 from actors.dispatch import Dispatcher, Route
 from actors.listener import Listener
@@ -104,11 +104,8 @@ class Broker:
         listener = self.config.listener
         self._server = Listener(
             (listener.host, listener.port),
-            lambda sock, address: serve_connection(sock, address, context),
+            lambda sock, address: accept_connection(sock, address, context),
             backlog=LISTEN_BACKLOG,
-            # A raw greenlet per connection: a pool's bookkeeping cost ~7% of a connect
-            # storm; the broker tracks its connections itself (live_clients, max_connections).
-            spawn=gevent.spawn_raw,
         )
         self._server.max_accept = 256
         self._server.start()

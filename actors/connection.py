@@ -1,66 +1,72 @@
-"""The read side of one client socket: a greenlet that reads, frames, and tells the client actor.
+"""The socket side of one client connection: reads and frames bytes, holds no greenlet.
 
-One `recv` of up to 64 KiB may hold hundreds of packets; the decoder frames them all and the
-reader sends them to the client actor as ONE `PacketsReceived` message, so an actor hop
-costs once per read, not once per packet.
+A read watcher on gevent's event loop calls `_on_readable` when the socket has data. One
+`recv` of up to 64 KiB may hold hundreds of packets; the decoder frames them all and the
+owner (the client actor) gets them as ONE batch, so an actor hop costs once per read, not
+once per packet. An idle connection holds no greenlet and no stack: two watchers, a timer,
+the socket and its decoder.
 
-The reader also enforces the two read deadlines: the CONNECT must be complete within
-`limits.connect_timeout` of the accept, however its bytes dribble in, and afterwards some
-packet must arrive within 1.5 times the keep-alive the client asked for [MQTT-3.1.2-24],
-from the moment it decodes the CONNECT.
+Deadlines: the CONNECT must be complete within `limits.connect_timeout` of the accept,
+however its bytes dribble in; once the channel has accepted it, some packet must arrive
+within the read timeout it sets (1.5 times the keep-alive [MQTT-3.1.2-24]).
 
-It bounds what one client can make the broker hold (docs/security.md): it yields after every
-read, so a client whose socket always has data cannot hold the loop; it stops reading while
-the actors have not handled `limits.max_unprocessed_packets` / `max_unprocessed_bytes` of its
-input (`actors.intake`), and while more than `limits.max_write_buffer` bytes wait for the
-client to read them. TCP then pushes back on the client; throttling is logged, at most one
-line per second per reason.
-
-A read holding only PUBACK/PUBREC/PUBCOMP from a connected client goes straight to the
-client's session actor, which owns the in-flight window those acknowledge: on the QoS 1/2
-delivery cycle that is one actor hop instead of two, and with a window of 32 messages the
-hops per cycle bound a subscriber's throughput. Acknowledgements carry no ordering with
-anything else the client sends, so nothing is reordered that matters.
+Bounds on what one client can make the broker hold (docs/security.md): a read watcher reads
+once per loop iteration, so a client whose socket always has data cannot hold the loop; it
+stops reading while the actors have not handled `limits.max_unprocessed_packets` /
+`max_unprocessed_bytes` of its input (`channel.intake`), and while more than
+`limits.max_write_buffer` bytes wait for the client to read them; a client that reads nothing
+of those for its read timeout is closed. TCP then pushes back on the client; throttling is
+logged, at most one line per second per reason.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import socket
+from typing import Any, Protocol
 
 import gevent
-from gevent import socket
 
-from actors.context import BrokerContext
-from actors.intake import Intake
-from actors.messages import Acknowledged, ConnectionLost, PacketsReceived
-from actors.runtime import tell_if_alive
+from actors.rate_limited_log import RateLimitedLog
 from actors.transport import Transport
+from channel.intake import Intake
 from core.reasons import DisconnectReason
-from core.session_state import Ack
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
-from mqtt.packets import Connect, PubAck, PubComp, PubRec
+from mqtt.packets import Packet
 
 logger = logging.getLogger(__name__)
 
 READ_SIZE = 65536
-ACK_OF_PACKET = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
-CLOSE_WAIT_TIMEOUT = 5.0  # seconds the reader waits for the client actor to close the socket
-PAUSE_TICK = 1.0  # seconds between checks of a paused reader's connection
+_READ, _WRITE = 1, 2  # libev event masks
+
+
+class ConnectionOwner(Protocol):
+    """Who a connection reports to; called from the event loop, so neither may block."""
+
+    def packets_received(self, packets: list[Packet], size: int) -> None: ...
+
+    def connection_lost(
+        self, reason: DisconnectReason, error: MqttError | None, detail: str
+    ) -> None: ...
 
 
 class Connection:
-    """Per-socket reader state shared with the client actor (which sets `idle_timeout`)."""
+    """One accepted socket: the reader, its deadline timer, the decoder and the transport."""
 
     __slots__ = (
-        "accepted",
+        "_last_read",
+        "_loop",
+        "_owner",
+        "_paused",
+        "_reader",
+        "_sock",
+        "_throttle_log",
+        "_timeout",
+        "_timer",
         "decoder",
-        "idle_timeout",
         "intake",
         "peer",
-        "session",
-        "sock",
         "transport",
         "write_limit",
     )
@@ -69,191 +75,172 @@ class Connection:
         self,
         sock: socket.socket,
         peer: str,
+        *,
         max_packet_size: int,
         intake: Intake,
         write_limit: int,
+        throttle_log: RateLimitedLog,
     ) -> None:
-        self.sock = sock
+        loop = gevent.get_hub().loop
+        self._loop = loop
+        self._sock = sock
         self.peer = peer
-        self.transport = Transport(sock, peer)
+        self.transport = Transport(sock, peer, loop)
         self.decoder = PacketDecoder(max_packet_size=max_packet_size)
         self.intake = intake
         self.write_limit = write_limit  # bytes waiting for the client before reads pause
-        self.session: object = None  # the SessionActor ref while the client is connected
-        self.accepted = False  # a CONNECT arrived: the keep-alive deadline applies from now
-        self.idle_timeout: float | None = None  # 1.5 x keep-alive; None for keep-alive 0
+        self._throttle_log = throttle_log
+        self._owner: ConnectionOwner | None = None
+        self._reader: Any = None
+        self._timer: Any = None
+        self._timeout: float | None = None  # the read timeout once CONNECT was accepted
+        self._last_read = 0.0
+        self._paused = False
 
-    def connect_received(self, keepalive: int) -> None:
-        """Switch from the connect timeout to the keep-alive deadline [MQTT-3.1.2-24].
+    def open(self, owner: ConnectionOwner, connect_timeout: float) -> None:
+        """Start reading for `owner`; the CONNECT must be in within `connect_timeout`."""
+        self._owner = owner
+        self.transport.on_error = self._write_failed
+        self.transport.on_closing = self._stop
+        self._reader = self._loop.io(self._sock.fileno(), _READ)
+        self._reader.start(self._on_readable)
+        self._timer = self._loop.timer(connect_timeout)
+        self._timer.start(self._lost, DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time")
 
-        Done by the reader itself when it decodes the CONNECT, so the deadline holds from
-        the first packet on, whatever the client actor is busy with (a refused CONNECT
-        closes the connection anyway).
-        """
-        self.idle_timeout = keepalive * 1.5 if keepalive else None
-        self.accepted = True
+    def set_read_timeout(self, seconds: float | None) -> None:
+        """Replace the connect deadline by a read timeout (None: none) [MQTT-3.1.2-23/24]."""
+        if self._owner is None:
+            return  # already ended
+        self._timeout = seconds
+        self._last_read = self._loop.now()
+        self._arm(seconds)
 
+    def close(self) -> None:
+        """Stop reading and close the socket once what was written is sent."""
+        self.transport.close()
+        self._stop()
 
-def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext) -> None:
-    """StreamServer handler: runs in the greenlet gevent gives each accepted socket."""
-    from actors.client_actor import ClientActor  # noqa: PLC0415 (import cycle: client -> connection)
+    # ----- reading ----------------------------------------------------------------------
 
-    accepted_at = time.monotonic()
-    peer = f"{address[0]}:{address[1]}"
-    if len(context.live_clients) >= context.config.listener.max_connections:
-        logger.warning(
-            "refusing connection from %s: listener.max_connections (%d) reached",
-            peer,
-            context.config.listener.max_connections,
-        )
-        sock.close()
-        return
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    limits = context.limits
-    connection = Connection(
-        sock,
-        peer,
-        limits.max_packet_size,
-        Intake(limits.max_unprocessed_packets, limits.max_unprocessed_bytes),
-        limits.max_write_buffer,
-    )
-    client = ClientActor.start(connection, context)
-    reader = _Reader(connection, client, context, accepted_at + limits.connect_timeout)
-    reason, error, detail = reader.run()
-    tell_if_alive(client, ConnectionLost(reason, error, detail))
-    # gevent's server closes the socket when this handler returns: wait until the client
-    # actor has written its last words (CONNACK 0x01, a 5.0 DISCONNECT) and closed it.
-    connection.transport.wait_closed(timeout=CLOSE_WAIT_TIMEOUT)
+    def _on_readable(self) -> None:
+        try:
+            data = self._sock.recv(READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as error:
+            self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
+            return
+        if not data:
+            self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer")
+            return
+        self._last_read = self._loop.now()
+        try:
+            packets = self.decoder.feed(data)
+        except MqttError as error:
+            self._lost(DisconnectReason.PROTOCOL_ERROR, error, str(error))
+            return
+        owner = self._owner
+        if packets and owner is not None:
+            size = len(data)
+            self.intake.add(len(packets), size)
+            owner.packets_received(packets, size)
+            self._pause_if_behind()
 
-
-Ending = tuple[DisconnectReason, MqttError | None, str]
-
-
-class _Reader:
-    """The read loop of one connection, with its deadlines and its two reasons to pause."""
-
-    __slots__ = ("_client", "_connect_deadline", "_connection", "_throttle_log")
-
-    def __init__(
-        self, connection: Connection, client: object, context: BrokerContext, deadline: float
-    ) -> None:
-        self._connection = connection
-        self._client = client
-        self._connect_deadline = deadline  # monotonic time by which the CONNECT must be in
-        self._throttle_log = context.throttle_log
-
-    def run(self) -> Ending:
-        connection = self._connection
-        sock = connection.sock
-        decoder = connection.decoder
-        intake = connection.intake
-        last_read = time.monotonic()
-        while True:
-            if not self._arm_read_deadline():
-                return DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time"
-            try:
-                data = sock.recv(READ_SIZE)
-            except TimeoutError:
-                expired = _deadline_passed(connection, last_read)
-                if expired is not None:
-                    return expired
-                continue
-            except OSError as error:
-                return DisconnectReason.SOCKET_CLOSED, None, str(error)
-            if not data:
-                return DisconnectReason.SOCKET_CLOSED, None, "closed by peer"
-            last_read = time.monotonic()
-            try:
-                packets = decoder.feed(data)
-            except MqttError as error:
-                return DisconnectReason.PROTOCOL_ERROR, error, str(error)
-            if packets:
-                intake.add(len(packets), len(data))
-                if not _hand_over(connection, self._client, packets, len(data)):
-                    return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"
-            # Let the actors handle this read before the next: a client whose socket always
-            # has data must not hold the loop (gevent never preempts a greenlet).
-            gevent.sleep(0)
-            ending = self._pause_while_behind()
-            if ending is not None:
-                return ending
-
-    def _arm_read_deadline(self) -> bool:
-        """Set the socket timeout for the next read; False if the CONNECT deadline passed."""
-        connection = self._connection
-        sock = connection.sock
-        if not connection.accepted:
-            # The CONNECT timeout runs from accept, whatever bytes arrive before a complete
-            # CONNECT: a client dribbling bytes cannot hold a connection open.
-            remaining = self._connect_deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            sock.settimeout(remaining)
-        elif sock.timeout != connection.idle_timeout:
-            sock.settimeout(connection.idle_timeout)
-        return True
-
-    def _pause_while_behind(self) -> Ending | None:
+    def _pause_if_behind(self) -> None:
         """Stop reading while the actors are behind on this client's input, or while the
         client does not read what the broker sends it; TCP then slows the client down."""
-        connection = self._connection
-        intake = connection.intake
-        transport = connection.transport
+        intake = self.intake
         if intake.full() and not intake.closed:
             self._throttle_log.note(
                 "throttled reads (input not handled yet)",
                 1,
-                f"pausing reads from {connection.peer}: {intake.packets} packets / "
+                f"pausing reads from {self.peer}: {intake.packets} packets / "
                 f"{intake.bytes} bytes not handled yet (limits.max_unprocessed_packets / "
                 "max_unprocessed_bytes)",
             )
-            while not intake.wait(PAUSE_TICK):
-                if transport.closed:
-                    return DisconnectReason.SOCKET_CLOSED, None, "closed while paused"
-        limit = connection.write_limit
-        if transport.backlog_bytes > limit and not transport.closed:
+            self._pause()
+            intake.on_room = self._resume
+            return
+        transport = self.transport
+        if transport.backlog_bytes > self.write_limit and not transport.closed:
             self._throttle_log.note(
                 "throttled reads (client not reading)",
                 1,
-                f"pausing reads from {connection.peer}: {transport.backlog_bytes} bytes wait "
-                f"for it to read them (limits.max_write_buffer = {limit})",
+                f"pausing reads from {self.peer}: {transport.backlog_bytes} bytes wait "
+                f"for it to read them (limits.max_write_buffer = {self.write_limit})",
             )
-            waited = 0.0
-            while not transport.wait_flushed(PAUSE_TICK):
-                waited += PAUSE_TICK
-                idle_timeout = connection.idle_timeout
-                if idle_timeout is not None and waited >= idle_timeout:
-                    return (
-                        DisconnectReason.KEEPALIVE_TIMEOUT,
-                        None,
-                        f"read nothing of {transport.backlog_bytes} waiting bytes for "
-                        f"{waited:.0f} s",
-                    )
-        return None
+            self._pause()
+            transport.on_flushed = self._resume
 
+    def _pause(self) -> None:
+        self._paused = True
+        self._reader.stop()
 
-def _deadline_passed(connection: Connection, last_read: float) -> Ending | None:
-    """After a read timeout: why to close, or None after re-arming the socket's timeout."""
-    if not connection.accepted:
-        return None  # the loop checks the connect deadline before every read
-    limit = connection.idle_timeout
-    if limit is None:
-        connection.sock.settimeout(None)  # keep-alive 0: no deadline [MQTT-3.1.2-23]
-        return None
-    idle = time.monotonic() - last_read
-    if idle >= limit:
-        return DisconnectReason.KEEPALIVE_TIMEOUT, None, f"silent for {idle:.1f} s"
-    connection.sock.settimeout(limit - idle)
-    return None
+    def _resume(self) -> None:
+        if self._owner is None or not self._paused:
+            return
+        self._paused = False
+        self._last_read = self._loop.now()  # the pause was the broker's doing, not silence
+        self._reader.start(self._on_readable)
+        self._pause_if_behind()  # the other reason to pause may hold now
 
+    # ----- deadlines --------------------------------------------------------------------
 
-def _hand_over(connection: Connection, client: object, packets: list, size: int) -> bool:
-    """Tell the packets to the client actor (or acks to the session); False if it is gone."""
-    if not connection.accepted and isinstance(packets[0], Connect):
-        connection.connect_received(packets[0].keepalive)
-    session = connection.session
-    if session is not None and all(type(p) in ACK_OF_PACKET for p in packets):
-        acks = [(ACK_OF_PACKET[type(p)], p.packet_id) for p in packets]
-        if tell_if_alive(session, Acknowledged(acks, connection.intake, size)):  # type: ignore[arg-type]
-            return True
-    return tell_if_alive(client, PacketsReceived(packets, size))  # type: ignore[arg-type]
+    def _arm(self, seconds: float | None) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if seconds is not None:
+            self._timer = self._loop.timer(seconds)
+            self._timer.start(self._check_idle)
+
+    def _check_idle(self) -> None:
+        """The read timeout may have passed: close, or re-arm for the time that is left."""
+        limit = self._timeout
+        assert limit is not None
+        now = self._loop.now()
+        transport = self.transport
+        if self._paused and transport.backlog_bytes > self.write_limit:
+            # Paused because the client reads nothing: it must take some bytes in time.
+            idle = now - transport.last_progress
+            if idle >= limit:
+                self._lost(
+                    DisconnectReason.KEEPALIVE_TIMEOUT,
+                    None,
+                    f"read nothing of {transport.backlog_bytes} waiting bytes for {idle:.0f} s",
+                )
+                return
+        elif self._paused:
+            idle = 0.0  # paused for the actors: the client is not to blame
+            self._last_read = now
+        else:
+            idle = now - self._last_read
+            if idle >= limit:
+                self._lost(DisconnectReason.KEEPALIVE_TIMEOUT, None, f"silent for {idle:.1f} s")
+                return
+        self._arm(limit - idle)
+
+    # ----- ending -----------------------------------------------------------------------
+
+    def _lost(self, reason: DisconnectReason, error: MqttError | None, detail: str) -> None:
+        owner = self._owner
+        self._stop()
+        if owner is not None:
+            owner.connection_lost(reason, error, detail)
+
+    def _write_failed(self, error: OSError) -> None:
+        self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
+
+    def _stop(self) -> None:
+        """Stop watching the socket; the owner hears nothing more from it."""
+        self._owner = None
+        self.intake.on_room = None
+        self.transport.on_error = None
+        self.transport.on_closing = None
+        self.transport.on_flushed = None
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None

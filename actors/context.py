@@ -15,6 +15,7 @@ from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
+from channel.channel import ChannelSettings
 from router.route_table import RouteTable
 
 
@@ -41,3 +42,11 @@ class BrokerContext:
     @property
     def limits(self) -> LimitsConfig:
         return self.config.limits
+
+    @property
+    def channel_settings(self) -> ChannelSettings:
+        limits = self.config.limits
+        return ChannelSettings(
+            max_client_id_length=limits.max_client_id_length,
+            max_topic_levels=limits.max_topic_levels,
+        )

@@ -26,10 +26,10 @@ import errno
 import logging
 import os
 import resource
+import socket as stdlib_socket
 from collections.abc import Callable
 from typing import Any
 
-from gevent import socket
 from gevent.server import StreamServer
 
 from actors.rate_limited_log import RateLimitedLog
@@ -70,9 +70,8 @@ class Listener(StreamServer):
         address: tuple[str, int],
         handle: Callable[[Any, Any], object],
         backlog: int,
-        spawn: Callable[..., object],
     ) -> None:
-        super().__init__(address, handle, backlog=backlog, spawn=spawn)
+        super().__init__(address, handle, backlog=backlog)
         self._log = RateLimitedLog(logger)
         self._pause = MIN_PAUSE
 
@@ -91,7 +90,7 @@ class Listener(StreamServer):
                 os.close(self._reserve)
                 self._reserve = None
 
-    def do_read(self) -> tuple[socket.socket, Any] | None:
+    def do_read(self) -> tuple[stdlib_socket.socket, Any] | None:
         """Accept one connection: (socket, address), or None if none is to be handled now.
 
         Out of descriptors, it refuses waiting connections (up to `max_accept` of them) until
@@ -126,8 +125,13 @@ class Listener(StreamServer):
             self._pause = MIN_PAUSE
             if self._reserve is None:
                 self._reserve = _open_reserve()  # after a failure: descriptors may be free again
-            return socket.socket(sock.family, sock.type, sock.proto, fileno=fd), address
+            return stdlib_socket.socket(sock.family, sock.type, sock.proto, fileno=fd), address
         return None
+
+    def do_handle(self, *args: Any) -> None:
+        """Call the handler in the accepting callback, with no greenlet: it only sets the
+        connection up (watchers, actors) and returns; the socket is its to close."""
+        self._handle(*args)
 
     def _refuse_one(self, error: OSError) -> bool:
         """Out of descriptors: close the oldest waiting connection using the spare descriptor.

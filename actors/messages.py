@@ -1,5 +1,8 @@
 """Every message one broker actor tells another, as small slotted dataclasses.
 
+The inputs a session gets from its client's channel (acknowledgements, QoS 2 publishes,
+releases, subscribe and unsubscribe requests) are channel actions: `channel.actions`.
+
 Hot-path messages carry batches (all the packets of one socket read, all the deliveries
 for one session from one batch of publishes), so an actor hop costs once per batch rather
 than once per packet.
@@ -10,15 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.intake import Intake
 from actors.transport import Transport
 from core.client import ClientInfo
 from core.reasons import DisconnectReason
-from core.session_state import Ack, Delivery, SubscriptionOptions
+from core.session_state import Delivery, SubscriptionOptions
 from mqtt.errors import MqttError
-from mqtt.packets import Packet, Subscription
+from mqtt.packets import Packet
 
-# ----- reader greenlet -> client actor ------------------------------------------------
+# ----- connection (event loop) -> client actor ---------------------------------------
 
 
 @dataclass(slots=True)
@@ -116,44 +118,9 @@ class Deliver:
     deliveries: list[Delivery]
 
 
-@dataclass(slots=True)
-class Acknowledged:
-    """PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order."""
-
-    acks: list[tuple[Ack, int]]
-    # Set when the reader told these straight to the session: the session reports the
-    # batch handled to the connection's Intake (`size` bytes).
-    intake: Intake | None = None
-    size: int = 0
-    urgent = True  # handled before queued deliveries: it frees in-flight slots
 
 
-@dataclass(slots=True)
-class InboundQos2:
-    """QoS 2 PUBLISH packets from the client (the session owns the awaiting-PUBREL set)."""
 
-    publishes: list[Any]  # mqtt.packets.Publish
-
-
-@dataclass(slots=True)
-class Released:
-    """PUBREL packet ids from the client."""
-
-    packet_ids: list[int]
-
-
-@dataclass(slots=True)
-class SubscribeRequest:
-    packet_id: int
-    subscriptions: list[Subscription]
-    refused: dict[int, int]  # index in `subscriptions` -> failure reason code (e.g. ACL)
-    subscription_id: int | None = None  # MQTT 5 Subscription Identifier property
-
-
-@dataclass(slots=True)
-class UnsubscribeRequest:
-    packet_id: int
-    topic_filters: list[str]
 
 
 # ----- session actor <-> router actor -------------------------------------------------

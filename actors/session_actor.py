@@ -27,33 +27,35 @@ from typing import Any
 
 import gevent
 
-from actors.authorization import may_read
 from actors.context import BrokerContext
 from actors.dispatch import Route
 from actors.losses import report_loss
 from actors.messages import (
-    Acknowledged,
     AddRoutes,
     Attach,
     CloseConnection,
     Deliver,
     Detach,
-    InboundQos2,
     Reauthorize,
-    Released,
     RemoveRoutes,
     RoutesChanged,
     SendRetained,
     SessionAttached,
     SessionEnded,
     SessionExpired,
-    SubscribeRequest,
     Terminate,
-    UnsubscribeRequest,
 )
 from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
 from actors.transport import Transport
+from channel.actions import (
+    Acknowledged,
+    InboundQos2,
+    Released,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from channel.authorization import may_read
 from core.client import ClientInfo
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
@@ -76,6 +78,8 @@ from hooks.events import (
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
+from mqtt.properties import PropertyId
+from mqtt.reason_codes import ReasonCode
 from store.base import (
     DeleteMessage,
     DeleteSession,
@@ -87,13 +91,20 @@ from store.base import (
 
 logger = logging.getLogger(__name__)
 
-_PUBREC, _PUBREL, _PUBCOMP = PacketType.PUBREC, PacketType.PUBREL, PacketType.PUBCOMP
+_PUBREL = PacketType.PUBREL
 _MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
 _PUBLISH_PROPERTIES_FORWARDED = frozenset(
     # MQTT 5 properties a subscriber receives unchanged [MQTT-3.3.2-17..20]
-    (0x01, 0x02, 0x03, 0x08, 0x09, 0x26)
+    (
+        PropertyId.PAYLOAD_FORMAT_INDICATOR,
+        PropertyId.MESSAGE_EXPIRY_INTERVAL,
+        PropertyId.CONTENT_TYPE,
+        PropertyId.RESPONSE_TOPIC,
+        PropertyId.CORRELATION_DATA,
+        PropertyId.USER_PROPERTY,
+    )
 )
 
 
@@ -192,7 +203,7 @@ class SessionActor(GeventActor):
         for packet_id, entry in self.state.unacknowledged():
             # Resent in their original order, PUBLISH with DUP=1 [MQTT-4.4.0-1].
             if entry.stage is Stage.AWAIT_PUBCOMP:
-                self._out.append(encode_ack(_PUBREL, packet_id, 0, self._version))
+                self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
             else:
                 self._out.append(self._encode(packet_id, entry.delivery, dup=True))
         self._send_window()
@@ -376,7 +387,7 @@ class SessionActor(GeventActor):
                 if key in _PUBLISH_PROPERTIES_FORWARDED
             }
             if delivery.subscription_ids:
-                properties[0x0B] = list(delivery.subscription_ids)
+                properties[PropertyId.SUBSCRIPTION_IDENTIFIER] = list(delivery.subscription_ids)
         return encode_publish(
             message.topic,
             message.payload,
@@ -397,7 +408,7 @@ class SessionActor(GeventActor):
                 # PUBREC -> PUBREL [MQTT-4.3.3-1]; a repeated PUBREC gets PUBREL again.
                 if delivery is not None and delivery.seq:
                     self._store_in_flight(packet_id, delivery)
-                self._out.append(encode_ack(_PUBREL, packet_id, 0, self._version))
+                self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
             elif delivery is not None:
                 completed = True
                 if delivery.seq and self._stored:
@@ -421,9 +432,9 @@ class SessionActor(GeventActor):
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
         to_route = []
         pubrecs = []
-        for packet, message in inbound.publishes:
+        for packet_id, message, pubrec in inbound.publishes:
             try:
-                is_new = self.state.receive_qos2(packet.packet_id)
+                is_new = self.state.receive_qos2(packet_id)
             except TooManyAwaitingRelError as error:
                 logger.warning("closing %s: %s", self.state.client_id, error)
                 tell_if_alive(
@@ -434,9 +445,7 @@ class SessionActor(GeventActor):
             if is_new and message is not None:
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
-            # A publish the ACL denied completes its flow; 5.0 says why (0x87).
-            code = 0x87 if message is None and self._version >= 5 else 0
-            pubrecs.append(encode_ack(_PUBREC, packet.packet_id, code, self._version))
+            pubrecs.append(pubrec)
         routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
@@ -448,16 +457,14 @@ class SessionActor(GeventActor):
                 self._out.extend(pubrecs)
 
     def _released(self, released: Released) -> None:
-        pubcomps = []
         for packet_id in released.packet_ids:
             self.state.release(packet_id)
-            pubcomps.append(encode_ack(_PUBCOMP, packet_id, 0, self._version))
         if self._stored:
             # A stale awaiting-PUBREL id restored after a crash would swallow the client's
             # next message with that id: PUBCOMP only once its removal is durable.
-            self._when_durable([self._meta_op()], b"".join(pubcomps))
+            self._when_durable([self._meta_op()], released.pubcomps)
         else:
-            self._out.extend(pubcomps)
+            self._out.append(released.pubcomps)
 
     # ----- subscriptions --------------------------------------------------------------
 
@@ -508,7 +515,7 @@ class SessionActor(GeventActor):
         for topic_filter in request.topic_filters:
             existed = self.state.unsubscribe(topic_filter)
             self._stored_subscriptions = None
-            codes.append(0x00 if existed else 0x11)  # 0x11: no subscription existed (MQTT 5)
+            codes.append(ReasonCode.SUCCESS if existed else ReasonCode.NO_SUBSCRIPTION_EXISTED)
             if existed and self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
                 self._hooks.run(
                     HookPoint.SESSION_UNSUBSCRIBED,

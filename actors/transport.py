@@ -1,11 +1,11 @@
-"""The write side of one client socket: never blocks the actor that writes.
+"""The write side of one client socket: never blocks whoever writes, holds no greenlet.
 
-`Transport.write` first tries a plain non-blocking `send` on the underlying socket (gevent's
-`sendall` costs a `getsockopt` and a possible greenlet switch per call). Whatever the kernel
-does not take goes into a backlog that a flusher greenlet drains with gevent's `sendall`,
-so a slow client never stalls its client actor, its session actor, or the publishers writing
-to it. `backlog_bytes` lets the session drop QoS 0 traffic to a client that is not keeping up
-(`limits.max_write_buffer`).
+`Transport.write` tries a plain non-blocking `send`. Whatever the kernel does not take goes
+into a backlog, and a write watcher on the event loop sends it when the socket is writable
+again, so a slow client never stalls its client actor, its session actor, or the publishers
+writing to it. `backlog_bytes` lets the session drop QoS 0 traffic to a client that is not
+keeping up, and the reader pause (`limits.max_write_buffer`); `last_progress` says when the
+client last took any bytes.
 
 Several actors write to one transport (the client actor for acknowledgements, the session
 actor for deliveries); gevent never preempts between two statements, and `write` never
@@ -16,43 +16,50 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
-
-import gevent
-import gevent.event
-from gevent import socket
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
 CLOSE_FLUSH_TIMEOUT = 2.0  # seconds a closing transport waits for its backlog to drain
+COALESCE = 65536  # small backlog chunks are joined up to this size per send
 
 
 class Transport:
     __slots__ = (
         "_backlog",
+        "_close_timer",
         "_close_when_flushed",
-        "_closed_event",
-        "_flusher",
-        "_raw",
+        "_loop",
         "_sock",
+        "_writer",
         "backlog_bytes",
         "closed",
+        "last_progress",
+        "on_closing",
         "on_error",
+        "on_flushed",
         "peer",
     )
 
-    def __init__(self, sock: socket.socket, peer: str) -> None:
-        self._sock = sock
-        self._raw = sock._sock  # the stdlib socket under gevent's, already non-blocking
+    def __init__(self, sock: socket.socket, peer: str, loop: Any) -> None:
+        self._sock = sock  # non-blocking
+        self._loop = loop  # gevent's event loop: the write watcher and close timer live there
         self.peer = peer
-        self._backlog: deque[bytes] | None = None  # only while a flusher runs
+        self._backlog: deque[bytes] | None = None  # only while bytes wait
         self.backlog_bytes = 0
-        self._flusher: gevent.Greenlet | None = None
+        self._writer: Any = None  # the write watcher, while bytes wait
+        self._close_timer: Any = None
         self._close_when_flushed = False
         self.closed = False
-        self._closed_event: gevent.event.Event | None = None  # created when someone waits
+        self.last_progress = 0.0  # loop time the client last took bytes (while some wait)
         self.on_error: Callable[[OSError], None] | None = None
+        self.on_flushed: Callable[[], None] | None = None  # called once the backlog is out
+        # Called before the socket is closed: the reader stops watching its descriptor first
+        # (libev must not watch a closed descriptor, whose number the kernel reuses).
+        self.on_closing: Callable[[], None] | None = None
 
     def write(self, data: bytes) -> bool:
         """Queue `data` for the socket; False if the transport is closed (data discarded)."""
@@ -63,7 +70,7 @@ class Transport:
             self.backlog_bytes += len(data)
             return True
         try:
-            sent = self._raw.send(data)
+            sent = self._sock.send(data)
         except BlockingIOError:
             sent = 0
         except OSError as error:
@@ -72,67 +79,78 @@ class Transport:
         if sent < len(data):
             rest = data[sent:]
             self._backlog = deque((rest,))
-            self.backlog_bytes += len(rest)
-            self._flusher = gevent.spawn(self._flush_backlog)
+            self.backlog_bytes = len(rest)
+            self.last_progress = self._loop.now()
+            self._writer = self._loop.io(self._sock.fileno(), 2)
+            self._writer.start(self._on_writable)
         return True
 
     def close(self) -> None:
         """Close after the backlog is written (bounded by CLOSE_FLUSH_TIMEOUT)."""
-        if self.closed:
+        if self.closed or self._close_when_flushed:
             return
-        if self._flusher is not None:
+        if self._backlog is not None:
             self._close_when_flushed = True
-            gevent.spawn_later(CLOSE_FLUSH_TIMEOUT, self._close_now)
+            self._close_timer = self._loop.timer(CLOSE_FLUSH_TIMEOUT)
+            self._close_timer.start(self._close_now)
             return
         self._close_now()
 
-    def wait_closed(self, timeout: float) -> None:
-        """Block this greenlet until the transport is closed (or `timeout` passes)."""
-        if self.closed:
+    def _on_writable(self) -> None:
+        backlog = self._backlog
+        if backlog is None or self.closed:
             return
-        if self._closed_event is None:
-            self._closed_event = gevent.event.Event()
-        self._closed_event.wait(timeout)
-
-    def wait_flushed(self, timeout: float) -> bool:
-        """Block this greenlet until the backlog is written; False if `timeout` passed first."""
-        flusher = self._flusher
-        if flusher is not None and not self.closed:
-            flusher.join(timeout)
-        return self._flusher is None or self.closed
+        sock = self._sock
+        while backlog:
+            chunk = backlog[0]
+            if len(chunk) < COALESCE and len(backlog) > 1:
+                parts = [backlog.popleft()]
+                size = len(chunk)
+                while backlog and size + len(backlog[0]) <= COALESCE:
+                    size += len(backlog[0])
+                    parts.append(backlog.popleft())
+                chunk = b"".join(parts)
+                backlog.appendleft(chunk)
+            try:
+                sent = sock.send(chunk)
+            except BlockingIOError:
+                return
+            except OSError as error:
+                self._fail(error)
+                return
+            self.backlog_bytes -= sent
+            self.last_progress = self._loop.now()
+            if sent < len(chunk):
+                backlog[0] = chunk[sent:]
+                return
+            backlog.popleft()
+        self._writer.stop()
+        self._writer = None
+        self._backlog = None
+        self.backlog_bytes = 0
+        if self._close_when_flushed:
+            self._close_now()
+        elif self.on_flushed is not None:
+            on_flushed, self.on_flushed = self.on_flushed, None
+            on_flushed()
 
     def _close_now(self) -> None:
         if self.closed:
             return
         self.closed = True
-        if self._closed_event is not None:
-            self._closed_event.set()
+        if self.on_closing is not None:
+            on_closing, self.on_closing = self.on_closing, None
+            on_closing()
         self._backlog = None
         self.backlog_bytes = 0
-        if self._flusher is not None and self._flusher is not gevent.getcurrent():
-            self._flusher.kill(block=False)
+        for watcher in (self._writer, self._close_timer):
+            if watcher is not None:
+                watcher.stop()
+        self._writer = self._close_timer = None
+        self.on_flushed = None
         with contextlib.suppress(OSError):  # already disconnected by the peer
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
-
-    def _flush_backlog(self) -> None:
-        backlog = self._backlog
-        assert backlog is not None
-        try:
-            while backlog and not self.closed:
-                chunk = b"".join(backlog)
-                backlog.clear()
-                self._sock.sendall(chunk)
-                self.backlog_bytes -= len(chunk)
-        except OSError as error:
-            self._fail(error)
-            return
-        finally:
-            self._flusher = None
-            self._backlog = None
-        self.backlog_bytes = 0
-        if self._close_when_flushed:
-            self._close_now()
 
     def _fail(self, error: OSError) -> None:
         logger.debug("write to %s failed: %s", self.peer, error)

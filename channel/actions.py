@@ -1,0 +1,138 @@
+"""What the channel answers with: the actions a connection's actors carry out.
+
+`channel.channel.Channel` never writes to a socket or tells an actor; each of its methods
+returns a list of these, in the order they must happen. The client actor carries them out
+(`actors.client_actor`); the ones derived from `SessionInput` are told, as they are, to the
+client's session actor, which owns the state they change.
+
+Connection actions:
+- `Send`: write these bytes to the client.
+- `Publish`: route these messages; write `acks` (the PUBACKs of the batch) once the messages
+  are durable for persistent subscribers (write-ahead), or at once if nothing needs storing.
+- `Drop`: a message the client sent is not routed (denied by the ACL): count, log, hook.
+- `OpenSession`: the CONNECT is accepted; open (or resume) the session for this client.
+- `SetReadTimeout`: from now on close the connection after this long without input.
+- `InputHandled`: these packets (read from `size` bytes) are handled; the bound on the
+  connection's unprocessed input (`channel.intake`) has room again.
+- `End`: the connection is over: close the socket after the bytes sent so far, detach the
+  session, and (if it had connected) count it gone.
+
+Session inputs (told to the session actor):
+- `InboundQos2`: QoS 2 PUBLISH packets, each with its message (None if denied) and its
+  PUBREC, which the session sends once it knows the packet id is recorded [MQTT-4.3.3-2].
+- `Acknowledged`: PUBACK/PUBREC/PUBCOMP for messages the session delivered.
+- `Released`: PUBREL packet ids, with the PUBCOMPs to send once the release is recorded.
+- `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from channel.intake import Intake
+from core.client import ClientInfo
+from core.message import Message
+from core.reasons import DisconnectReason, DropReason
+from core.session_state import Ack
+from mqtt.packets import Subscription
+
+
+@dataclass(slots=True)
+class Send:
+    data: bytes
+
+
+@dataclass(slots=True)
+class Publish:
+    messages: list[Message]
+    acks: bytes | None = None  # written once the messages are durable
+
+
+@dataclass(slots=True)
+class Drop:
+    message: Message
+    reason: DropReason
+
+
+@dataclass(slots=True)
+class OpenSession:
+    client: ClientInfo
+    connack_properties: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SetReadTimeout:
+    seconds: float | None  # None: no deadline (keep-alive 0) [MQTT-3.1.2-23]
+
+
+@dataclass(slots=True)
+class InputHandled:
+    packets: int
+    size: int
+
+
+@dataclass(slots=True)
+class End:
+    reason: DisconnectReason
+    was_connected: bool  # the session was attached: detach it and count the client gone
+
+
+class SessionInput:
+    """Base of the actions the client actor tells to its session actor as they are."""
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class InboundQos2(SessionInput):
+    # (packet id, the message to route or None if denied, the PUBREC to answer with)
+    publishes: list[tuple[int, Message | None, bytes]]
+
+
+@dataclass(slots=True)
+class Acknowledged(SessionInput):
+    """PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order."""
+
+    acks: list[tuple[Ack, int]]
+    # Set when the batch went straight from the socket to the session: the session reports
+    # it handled to the connection's Intake (`size` bytes).
+    intake: Intake | None = None
+    size: int = 0
+    urgent = True  # handled before queued deliveries: it frees in-flight slots
+
+
+@dataclass(slots=True)
+class Released(SessionInput):
+    packet_ids: list[int]
+    pubcomps: bytes  # sent once the releases are recorded
+
+
+@dataclass(slots=True)
+class SubscribeRequest(SessionInput):
+    packet_id: int
+    subscriptions: list[Subscription]
+    refused: dict[int, int]  # index in `subscriptions` -> failure reason code (5.0)
+    subscription_id: int | None = None  # MQTT 5 Subscription Identifier property
+
+
+@dataclass(slots=True)
+class UnsubscribeRequest(SessionInput):
+    packet_id: int
+    topic_filters: list[str]
+
+
+Action = (
+    Send
+    | Publish
+    | Drop
+    | OpenSession
+    | SetReadTimeout
+    | InputHandled
+    | End
+    | InboundQos2
+    | Acknowledged
+    | Released
+    | SubscribeRequest
+    | UnsubscribeRequest
+)
