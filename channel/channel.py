@@ -516,9 +516,10 @@ class Channel:
         will, self._will = self._will, None
         client = self.client
         actions = self._actions
-        if will is not None and client is not None and reason.publishes_will:
-            # The will goes out on any close not preceded by DISCONNECT [MQTT-3.1.2-8], if
-            # the client may publish it now (the ACL may have changed since CONNECT).
+        if will is not None and client is not None:
+            # The will goes out on any close but a DISCONNECT, which discarded it unless it
+            # asked for it (5.0 reason 0x04) [MQTT-3.1.2-8]; only if the client may publish
+            # it now (the ACL may have changed since CONNECT).
             if may_publish(self._hooks, client, will.topic, will.qos):
                 actions.append(Publish([will]))
             else:

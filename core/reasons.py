@@ -22,10 +22,6 @@ class DisconnectReason(Enum):
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
 
-    @property
-    def publishes_will(self) -> bool:
-        return self is not DisconnectReason.CLIENT_DISCONNECT
-
 
 class DropReason(Enum):
     NO_SUBSCRIBERS = "no_subscribers"

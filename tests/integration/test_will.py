@@ -89,3 +89,16 @@ def test_no_will_after_disconnect_MQTT_3_1_2_10(broker: BrokerProcess) -> None:
     assert expect_publish(watcher).payload == b"control"
     watcher.close()
     publisher.close()
+
+
+def test_v5_disconnect_with_will_message_publishes_the_will(broker: BrokerProcess) -> None:
+    # MQTT 5.0 DISCONNECT reason 0x04 "Disconnect with Will Message": the client disconnects
+    # cleanly but asks for its will [MQTT-3.14.4-3] does not discard it then.
+    topic = unique("will-asked")
+    watcher = _watcher(broker, topic)
+    client = connect_raw(broker, unique("asks"), version=5, will=Will(topic, b"asked", qos=1))
+    client.send(Disconnect(reason_code=0x04))
+    assert client.is_closed_by_broker(3)
+    assert expect_publish(watcher).payload == b"asked"
+    client.close()
+    watcher.close()

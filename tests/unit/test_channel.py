@@ -1,0 +1,457 @@
+"""The channel in-process: packets in, actions out, table-driven from the MQTT specifications.
+
+No sockets and no actors: each test feeds `Channel` packets (or the session attached, the
+connection lost, a server close) and checks the exact actions it answers with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from channel.actions import (
+    Acknowledged,
+    Drop,
+    End,
+    InboundQos2,
+    InputHandled,
+    OpenSession,
+    Publish,
+    Released,
+    Send,
+    SetReadTimeout,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from channel.channel import Channel, ChannelSettings, Phase
+from core.reasons import DisconnectReason, DropReason
+from core.session_state import Ack
+from hooks.decisions import Decision
+from hooks.events import AuthorizeRequest, ClientDisconnected
+from hooks.hook_bus import HookBus
+from hooks.hookpoints import HookPoint
+from mqtt.encoder import encode, encode_ack
+from mqtt.errors import MalformedPacketError, UnsupportedProtocolVersionError
+from mqtt.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PacketType,
+    PingReq,
+    PubAck,
+    PubComp,
+    PubRec,
+    PubRel,
+    Subscribe,
+    Subscription,
+    Unsubscribe,
+    Will,
+)
+from mqtt.packets import (
+    Publish as PublishPacket,
+)
+from mqtt.reason_codes import ReasonCode
+
+
+def new_channel(hooks: HookBus | None = None, **settings: Any) -> Channel:
+    return Channel("127.0.0.1:5000", hooks or HookBus(), ChannelSettings(**settings))
+
+
+def connected(version: int = 4, hooks: HookBus | None = None, **connect: Any) -> Channel:
+    channel = new_channel(hooks)
+    channel.handle_in([Connect(client_id="c1", protocol_version=version, **connect)], 20)
+    channel.session_attached(session_present=False)
+    assert channel.phase is Phase.CONNECTED
+    return channel
+
+
+def acl(denied_topics: set[str]) -> HookBus:
+    """A hook bus whose ACL denies publishing and subscribing to `denied_topics`."""
+    hooks = HookBus()
+
+    def authorize(request: AuthorizeRequest) -> Decision:
+        return Decision.DENY if request.topic in denied_topics else Decision.ALLOW
+
+    hooks.register(HookPoint.CLIENT_AUTHORIZE, authorize)
+    return hooks
+
+
+def of_type(actions: list[Any], kind: type) -> list[Any]:
+    return [a for a in actions if type(a) is kind]
+
+
+# ----- CONNECT -------------------------------------------------------------------------
+
+
+def test_first_packet_must_be_connect() -> None:
+    # [MQTT-3.1.0-1]: anything else first closes the network connection, with no CONNACK.
+    channel = new_channel()
+    actions = channel.handle_in([PingReq()], 2)
+    assert actions == [
+        End(DisconnectReason.PROTOCOL_ERROR, was_connected=False),
+        InputHandled(1, 2),
+    ]
+    assert channel.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("keepalive", "timeout"),
+    [(60, 90.0), (1, 1.5), (0, None)],  # 1.5 x keep-alive [MQTT-3.1.2-24]; 0: none [-23]
+)
+def test_accepted_connect_sets_read_timeout_and_opens_the_session(
+    keepalive: int, timeout: float | None
+) -> None:
+    channel = new_channel()
+    actions = channel.handle_in([Connect(client_id="c1", keepalive=keepalive)], 20)
+    assert actions[0] == SetReadTimeout(timeout)
+    assert type(actions[1]) is OpenSession
+    assert actions[1].client.client_id == "c1"
+    assert actions[1].client.keepalive == keepalive
+    assert len(actions) == 2  # the CONNECT's input counts as unhandled until attached
+    assert channel.phase is Phase.CONNECTING
+
+
+@pytest.mark.parametrize(
+    ("version", "clean_start", "refused_with"),
+    [
+        (4, False, 0x02),  # 3.1.1: empty id needs clean session 1 [MQTT-3.1.3-8]
+        (3, True, 0x02),  # 3.1: 1..23 characters
+    ],
+)
+def test_empty_client_id_refused(version: int, clean_start: bool, refused_with: int) -> None:
+    channel = new_channel()
+    actions = channel.handle_in(
+        [Connect(client_id="", protocol_version=version, clean_start=clean_start)], 12
+    )
+    assert actions[0] == Send(bytes((0x20, 2, 0, refused_with)))
+    assert actions[1] == End(DisconnectReason.NOT_AUTHORIZED, was_connected=False)
+
+
+def test_empty_client_id_assigned_in_v5() -> None:
+    # [MQTT-3.1.3-6]; 5.0 tells the client its id in Assigned Client Identifier.
+    channel = new_channel()
+    actions = channel.handle_in([Connect(client_id="", protocol_version=5)], 12)
+    (opened,) = of_type(actions, OpenSession)
+    assert opened.client.client_id.startswith("auto-")
+    assert opened.connack_properties == {0x12: opened.client.client_id}
+
+
+def test_client_id_too_long_refused() -> None:
+    channel = new_channel(max_client_id_length=4)
+    actions = channel.handle_in([Connect(client_id="abcde", protocol_version=5)], 12)
+    assert actions[0] == Send(
+        encode(ConnAck(reason_code=ReasonCode.CLIENT_IDENTIFIER_NOT_VALID), 5)
+    )
+    assert channel.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(("version", "code"), [(4, 0x05), (5, 0x87)])
+def test_authentication_refusal(version: int, code: int) -> None:
+    hooks = HookBus(allow_anonymous=False)
+    channel = new_channel(hooks)
+    actions = channel.handle_in([Connect(client_id="c1", protocol_version=version)], 12)
+    assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
+    assert actions[1] == End(DisconnectReason.NOT_AUTHORIZED, was_connected=False)
+
+
+def test_unsupported_protocol_version_gets_connack() -> None:
+    # [MQTT-3.1.2-2]: CONNACK 0x01, then close; the level is unknown, so 3.1.1's format.
+    channel = new_channel()
+    error = UnsupportedProtocolVersionError("protocol level 9", "MQTT", 9)
+    actions = channel.connection_lost(DisconnectReason.PROTOCOL_ERROR, error, "level 9")
+    assert actions == [
+        Send(bytes((0x20, 2, 0, 0x01))),
+        End(DisconnectReason.NOT_AUTHORIZED, was_connected=False),
+    ]
+
+
+def test_v5_will_denied_by_acl_refuses_connect() -> None:
+    # 5.0 can say why [MQTT-3.2.2-8]: CONNACK 0x87.
+    channel = new_channel(acl({"forbidden"}))
+    will = Will(topic="forbidden", payload=b"x")
+    actions = channel.handle_in([Connect(client_id="c1", protocol_version=5, will=will)], 20)
+    assert actions[0] == Send(encode(ConnAck(reason_code=ReasonCode.NOT_AUTHORIZED), 5))
+    assert channel.phase is Phase.CLOSED
+
+
+def test_identity_as_username() -> None:
+    with_cert = Channel(
+        "p",
+        HookBus(allow_anonymous=False),
+        ChannelSettings(identity_as_username=True),
+        identity="device-7",
+    )
+    (opened,) = of_type(with_cert.handle_in([Connect(client_id="c", username="x")], 9), OpenSession)
+    assert opened.client.username == "device-7"  # the certificate's CN, not the CONNECT's
+    without = Channel("p", HookBus(), ChannelSettings(identity_as_username=True))
+    actions = without.handle_in([Connect(client_id="c", protocol_version=5)], 9)
+    assert actions[0] == Send(encode(ConnAck(reason_code=ReasonCode.NOT_AUTHORIZED), 5))
+
+
+def test_second_connect_is_a_protocol_violation() -> None:
+    # [MQTT-3.1.0-2]; a 5.0 client hears why (DISCONNECT 0x82) [MQTT-4.13.1-1].
+    channel = connected(version=5)
+    actions = channel.handle_in([Connect(client_id="c1", protocol_version=5)], 12)
+    assert actions[:2] == [
+        Send(encode(Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR), 5)),
+        End(DisconnectReason.PROTOCOL_ERROR, was_connected=True),
+    ]
+
+
+# ----- held packets and the input bound ------------------------------------------------
+
+
+def test_packets_while_connecting_are_held_then_handled_in_order() -> None:
+    channel = new_channel()
+    first = channel.handle_in([Connect(client_id="c1"), PublishPacket(topic="a", payload=b"1")], 30)
+    assert not of_type(first, Publish) and not of_type(first, InputHandled)
+    second = channel.handle_in([PublishPacket(topic="a", payload=b"2"), PingReq()], 12)
+    assert second == []  # still connecting: held, and their input still unhandled
+    attached = channel.session_attached(session_present=False)
+    (published,) = of_type(attached, Publish)
+    assert [m.payload for m in published.messages] == [b"1", b"2"]
+    assert Send(b"\xd0\x00") in attached  # PINGRESP
+    assert attached[-1] == InputHandled(4, 42)  # every held packet and byte, CONNECT's too
+
+
+def test_connected_batch_reports_its_input_handled() -> None:
+    channel = connected()
+    actions = channel.handle_in([PingReq(), PingReq()], 4)
+    assert actions == [Send(b"\xd0\x00"), Send(b"\xd0\x00"), InputHandled(2, 4)]
+
+
+# ----- PUBLISH and its acknowledgement, one path for every QoS --------------------------
+
+
+def test_qos0_routed_without_ack() -> None:
+    channel = connected()
+    (published, handled) = channel.handle_in([PublishPacket(topic="t", payload=b"x")], 5)
+    assert type(published) is Publish and published.acks is None
+    assert published.messages[0].publisher == "c1"
+    assert handled == InputHandled(1, 5)
+
+
+def test_qos1_batch_routed_once_with_all_its_pubacks() -> None:
+    # [MQTT-4.3.2-2]: PUBACK for each; written once the messages are durable.
+    channel = connected()
+    packets = [PublishPacket(topic="t", payload=b"x", qos=1, packet_id=i) for i in (1, 2)]
+    actions = channel.handle_in(packets, 20)
+    (published,) = of_type(actions, Publish)
+    assert len(published.messages) == 2
+    assert published.acks == encode_ack(PacketType.PUBACK, 1, 0, 4) + encode_ack(
+        PacketType.PUBACK, 2, 0, 4
+    )
+
+
+def test_qos2_goes_to_the_session_with_its_pubrec() -> None:
+    channel = connected()
+    actions = channel.handle_in(
+        [PublishPacket(topic="t", payload=b"x", qos=2, packet_id=7), PubRel(packet_id=7)], 20
+    )
+    (inbound,) = of_type(actions, InboundQos2)
+    ((packet_id, message, pubrec),) = inbound.publishes
+    assert (packet_id, message.topic, pubrec) == (7, "t", bytes((0x50, 2, 0, 7)))
+    (released,) = of_type(actions, Released)
+    assert released.packet_ids == [7] and released.pubcomps == bytes((0x70, 2, 0, 7))
+    # The PUBLISH reaches the session before its PUBREL.
+    assert actions.index(inbound) < actions.index(released)
+
+
+@pytest.mark.parametrize(
+    ("version", "qos", "ack"),
+    [
+        (4, 1, bytes((0x40, 2, 0, 3))),  # 3.1.1 acknowledges a denied publish anyway
+        (5, 1, bytes((0x40, 3, 0, 3, 0x87))),  # 5.0 says why
+        (4, 2, bytes((0x50, 2, 0, 3))),
+        (5, 2, bytes((0x50, 3, 0, 3, 0x87))),
+    ],
+)
+def test_denied_publish_acknowledged_not_routed(version: int, qos: int, ack: bytes) -> None:
+    channel = connected(version=version, hooks=acl({"secret"}))
+    actions = channel.handle_in(
+        [PublishPacket(topic="secret", payload=b"x", qos=qos, packet_id=3)], 10
+    )
+    assert not of_type(actions, Publish)
+    (drop,) = of_type(actions, Drop)
+    assert drop.reason is DropReason.NOT_AUTHORIZED
+    if qos == 1:
+        assert Send(ack) in actions
+    else:
+        ((_, message, pubrec),) = of_type(actions, InboundQos2)[0].publishes
+        assert message is None and pubrec == ack
+
+
+@pytest.mark.parametrize("topic", ["$SYS", "$SYS/broker/uptime"])
+def test_sys_publish_refused_without_any_acl(topic: str) -> None:
+    channel = connected(version=5)
+    actions = channel.handle_in([PublishPacket(topic=topic, payload=b"x", qos=1, packet_id=1)], 9)
+    assert not of_type(actions, Publish)
+    assert Send(bytes((0x40, 3, 0, 1, 0x87))) in actions
+
+
+def test_topic_alias_is_a_protocol_error_when_none_is_allowed() -> None:
+    # Topic Alias Maximum is 0 [MQTT-3.2.2-17], so a Topic Alias is invalid [MQTT-3.3.2-8].
+    channel = connected(version=5)
+    packet = PublishPacket(topic="t", payload=b"", properties={0x23: 1})
+    actions = channel.handle_in([packet], 9)
+    assert actions[0] == Send(encode(Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID), 5))
+
+
+def test_too_many_topic_levels_close_the_connection() -> None:
+    channel = new_channel(max_topic_levels=2)
+    channel.handle_in([Connect(client_id="c")], 9)
+    channel.session_attached(False)
+    actions = channel.handle_in([PublishPacket(topic="a/b/c", payload=b"")], 9)
+    assert End(DisconnectReason.PROTOCOL_ERROR, was_connected=True) in actions
+
+
+# ----- acknowledgements from the client ------------------------------------------------
+
+
+def test_acks_only_read_goes_straight_to_the_session_when_connected() -> None:
+    channel = new_channel()
+    packets: list[Any] = [PubAck(packet_id=1), PubRec(packet_id=2), PubComp(packet_id=3)]
+    assert channel.acks_only(packets, 12) is None  # not connected yet
+    channel.handle_in([Connect(client_id="c")], 9)
+    channel.session_attached(False)
+    assert channel.acks_only(packets, 12) == Acknowledged(
+        [(Ack.PUBACK, 1), (Ack.PUBREC, 2), (Ack.PUBCOMP, 3)], size=12
+    )
+    assert channel.acks_only([*packets, PingReq()], 14) is None  # not acks only
+
+
+def test_acks_in_a_mixed_batch_become_one_session_input() -> None:
+    channel = connected()
+    actions = channel.handle_in([PubAck(packet_id=1), PingReq(), PubAck(packet_id=2)], 10)
+    assert of_type(actions, Acknowledged) == [Acknowledged([(Ack.PUBACK, 1), (Ack.PUBACK, 2)])]
+
+
+# ----- SUBSCRIBE and UNSUBSCRIBE ------------------------------------------------------
+
+
+def test_subscribe_refusals_chosen_by_the_channel() -> None:
+    hooks = acl({"secret/#"})
+    channel = Channel("p", hooks, ChannelSettings(max_topic_levels=3))
+    channel.handle_in([Connect(client_id="c", protocol_version=5)], 9)
+    channel.session_attached(False)
+    subscribe = Subscribe(
+        packet_id=5,
+        subscriptions=[
+            Subscription("ok/#", 1),
+            Subscription("secret/#", 1),
+            Subscription("a/b/c/d", 0),
+        ],
+        properties={0x0B: [42]},
+    )
+    (request,) = of_type(channel.handle_in([subscribe], 30), SubscribeRequest)
+    assert request.refused == {1: ReasonCode.NOT_AUTHORIZED, 2: ReasonCode.TOPIC_FILTER_INVALID}
+    assert request.subscription_id == 42
+    assert request.packet_id == 5
+
+
+def test_publishes_before_a_subscribe_are_routed_before_it() -> None:
+    channel = connected()
+    actions = channel.handle_in(
+        [
+            PublishPacket(topic="t", payload=b"1"),
+            Subscribe(packet_id=1, subscriptions=[Subscription("t", 0)]),
+            Unsubscribe(packet_id=2, topic_filters=["t"]),
+        ],
+        30,
+    )
+    kinds = [type(a) for a in actions]
+    assert kinds == [Publish, SubscribeRequest, UnsubscribeRequest, InputHandled]
+
+
+# ----- the end of a connection: once, with the will when it is due -------------------------
+
+
+def will_channel(hooks: HookBus | None = None, version: int = 4) -> Channel:
+    return connected(version=version, hooks=hooks, will=Will(topic="last", payload=b"bye"))
+
+
+def test_disconnect_discards_the_will() -> None:
+    # [MQTT-3.14.4-3]
+    channel = will_channel()
+    actions = channel.handle_in([Disconnect()], 2)
+    assert actions == [
+        End(DisconnectReason.CLIENT_DISCONNECT, was_connected=True),
+        InputHandled(1, 2),
+    ]
+
+
+def test_v5_disconnect_with_will_message_publishes_it() -> None:
+    channel = will_channel(version=5)
+    actions = channel.handle_in(
+        [Disconnect(reason_code=ReasonCode.DISCONNECT_WITH_WILL_MESSAGE)], 3
+    )
+    (will,) = of_type(actions, Publish)
+    assert will.messages[0].topic == "last"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        DisconnectReason.SOCKET_CLOSED,
+        DisconnectReason.KEEPALIVE_TIMEOUT,
+        DisconnectReason.TAKEN_OVER,
+    ],
+)
+def test_other_closes_publish_the_will(reason: DisconnectReason) -> None:
+    # [MQTT-3.1.2-8]
+    channel = will_channel()
+    actions = (
+        channel.close(reason)
+        if reason is DisconnectReason.TAKEN_OVER
+        else channel.connection_lost(reason)
+    )
+    (will,) = of_type(actions, Publish)
+    assert (will.messages[0].topic, will.messages[0].payload) == ("last", b"bye")
+    assert actions[-1] == End(reason, was_connected=True)
+
+
+def test_will_denied_at_close_is_dropped_not_published() -> None:
+    denied: set[str] = set()
+    channel = will_channel(acl(denied))
+    denied.add("last")  # the ACL changed after CONNECT
+    actions = channel.connection_lost(DisconnectReason.SOCKET_CLOSED)
+    assert not of_type(actions, Publish)
+    assert of_type(actions, Drop)[0].reason is DropReason.NOT_AUTHORIZED
+
+
+def test_connection_ends_once_and_the_disconnected_hook_runs_once() -> None:
+    hooks = HookBus()
+    seen: list[ClientDisconnected] = []
+    hooks.register(HookPoint.CLIENT_DISCONNECTED, seen.append)
+    channel = will_channel(hooks)
+    first = channel.close(DisconnectReason.SERVER_SHUTDOWN)
+    assert first[-1] == End(DisconnectReason.SERVER_SHUTDOWN, was_connected=True)
+    assert channel.connection_lost(DisconnectReason.SOCKET_CLOSED) == []
+    assert channel.close(DisconnectReason.SERVER_ERROR) == []
+    assert [e.reason for e in seen] == [DisconnectReason.SERVER_SHUTDOWN]
+
+
+def test_malformed_input_v5_gets_disconnect_with_its_reason() -> None:
+    channel = connected(version=5)
+    actions = channel.connection_lost(
+        DisconnectReason.PROTOCOL_ERROR, MalformedPacketError("bad remaining length")
+    )
+    assert actions[0] == Send(encode(Disconnect(reason_code=ReasonCode.MALFORMED_PACKET), 5))
+    assert actions[-1] == End(DisconnectReason.PROTOCOL_ERROR, was_connected=True)
+
+
+def test_pending_batch_flushed_before_the_end() -> None:
+    channel = connected()
+    actions = channel.handle_in(
+        [PublishPacket(topic="t", payload=b"x", qos=1, packet_id=1), Disconnect()], 12
+    )
+    assert [type(a) for a in actions] == [Publish, End, InputHandled]
+
+
+def test_unsuback_codes_are_the_sessions_and_not_chosen_here() -> None:
+    # UNSUBACK needs the session's subscriptions; the channel only forwards the request.
+    channel = connected(version=5)
+    actions = channel.handle_in([Unsubscribe(packet_id=9, topic_filters=["a", "b"])], 12)
+    assert of_type(actions, UnsubscribeRequest) == [UnsubscribeRequest(9, ["a", "b"])]
+    assert not of_type(actions, Send)
