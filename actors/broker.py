@@ -30,7 +30,7 @@ from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor
 from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
-from actors.session_registry import SessionRegistryActor, new_session_state
+from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
 from core.message import skip_message_ids
 from core.reasons import DisconnectReason
@@ -99,8 +99,8 @@ class Broker:
             loss_log=context.loss_log,
         )
         sessions = self._restore_sessions(snapshot)
-        context.registry = SessionRegistryActor.start(context, sessions)
-        self._actors = [context.registry, context.retainer, context.router]
+        context.registry = SessionRegistry(context, sessions)
+        self._actors = [context.retainer, context.router]
         listener = self.config.listener
         self._server = Listener(
             (listener.host, listener.port),
@@ -178,7 +178,7 @@ class Broker:
         reload_plugins(self._plugins)
         started = time.monotonic()
         registry = self.context.registry
-        sessions = list(registry.proxy().sessions.get().values())
+        sessions = list(registry.sessions.values())
         answers = [s.ask(Reauthorize(), block=False) for s in sessions if s.is_alive()]
         revoked = 0
         for answer in answers:
@@ -210,7 +210,7 @@ class Broker:
             gevent.sleep(0.02)
         gevent.sleep(0.05)  # let sessions and the router handle what the closes sent them
         registry = self.context.registry
-        sessions = list(registry.proxy().sessions.get().values()) if registry else []
+        sessions = list(registry.sessions.values()) if registry else []
         for actor in [*sessions, *self._actors]:
             if actor.is_alive():
                 actor.stop()

@@ -28,7 +28,6 @@ from actors.messages import (
     CloseConnection,
     ConnectionLost,
     Detach,
-    OpenSession,
     PacketsReceived,
     SessionAttached,
 )
@@ -140,8 +139,8 @@ class ClientActor(GeventActor):
         dispatcher.dropped(action.message, action.reason)  # counts and logs it
 
     def _open_session(self, action: actions.OpenSession) -> None:
-        self._context.registry.tell(
-            OpenSession(action.client, self.actor_ref, self._transport, action.connack_properties)
+        self._context.registry.open(
+            action.client, self.actor_ref, self._transport, action.connack_properties
         )
 
     def _set_read_timeout(self, action: actions.SetReadTimeout) -> None:

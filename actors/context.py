@@ -28,7 +28,7 @@ class BrokerContext:
     persistence: Persistence
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
-    registry: Any = None  # ActorRef[SessionRegistryActor]
+    registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher | None = None
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Paused reads (one line per second per reason) and lost messages (per drop reason).

@@ -57,25 +57,6 @@ class SessionAttached:
     session_present: bool
 
 
-# ----- client actor -> session registry -----------------------------------------------
-
-
-@dataclass(slots=True)
-class OpenSession:
-    client: ClientInfo
-    client_ref: Any
-    transport: Transport
-    connack_properties: dict[int, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class SessionEnded:
-    """Told by a session actor that stopped, so the registry forgets it."""
-
-    client_id: str
-    session: Any
-
-
 # ----- client actor / registry -> session actor ---------------------------------------
 
 

@@ -41,7 +41,6 @@ from actors.messages import (
     RoutesChanged,
     SendRetained,
     SessionAttached,
-    SessionEnded,
     SessionExpired,
     Terminate,
 )
@@ -309,7 +308,7 @@ class SessionActor(GeventActor):
             self._context.router.tell(
                 RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
             )
-        self._context.registry.tell(SessionEnded(self.state.client_id, self.actor_ref))
+        self._context.registry.ended(self.state.client_id, self.actor_ref)
         if self._hooks.has(HookPoint.SESSION_TERMINATED):
             self._hooks.run(
                 HookPoint.SESSION_TERMINATED,

@@ -1,4 +1,4 @@
-"""SessionRegistryActor: client id -> session actor; creates, resumes, and replaces sessions.
+"""SessionRegistry: client id -> session actor; creates, resumes, and replaces sessions.
 
 Every CONNECT that passed authentication comes here (emqttd's `emqttd_sm`). With clean
 session 0 and a session already kept for the client id, that session is resumed and the
@@ -6,7 +6,10 @@ CONNACK says session present [MQTT-3.2.2-2]; with clean session 1 any kept sessi
 discarded and a new one started, session present 0 [MQTT-3.2.2-1]. If the kept session still
 has a connection, the session closes it (takeover) [MQTT-3.1.4-2].
 
-`sessions` is a plain dict; other actors may read it but only this actor changes it.
+It is a plain object, not an actor: `open` and `ended` never block, and gevent never
+preempts a greenlet between two statements, so each runs whole, as an actor's handler would,
+without the actor hop a CONNECT used to pay for it. `sessions` is read by the broker (reload,
+shutdown) and changed only by these two methods.
 """
 
 from __future__ import annotations
@@ -16,31 +19,28 @@ from typing import Any
 
 from actors.config import LimitsConfig
 from actors.context import BrokerContext
-from actors.messages import Attach, OpenSession, SessionEnded, Terminate
-from actors.runtime import GeventActor
+from actors.messages import Attach, Terminate
 from actors.session_actor import SessionActor
+from actors.transport import Transport
+from core.client import ClientInfo
 from core.session_state import SessionState
 
 logger = logging.getLogger(__name__)
 
 
-class SessionRegistryActor(GeventActor):
+class SessionRegistry:
     def __init__(self, context: BrokerContext, sessions: dict[str, Any] | None = None) -> None:
-        super().__init__()
         self._context = context
         self.sessions: dict[str, Any] = sessions if sessions is not None else {}
 
-    def on_receive(self, message: Any) -> None:
-        if isinstance(message, OpenSession):
-            self._open(message)
-        elif (
-            isinstance(message, SessionEnded)
-            and self.sessions.get(message.client_id) is message.session
-        ):
-            del self.sessions[message.client_id]
-
-    def _open(self, request: OpenSession) -> None:
-        client = request.client
+    def open(
+        self,
+        client: ClientInfo,
+        client_ref: Any,
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None:
+        """Attach the client's connection to its session, kept or new [MQTT-3.2.2-1/2]."""
         session = self.sessions.get(client.client_id)
         if session is not None and (client.clean_start or not session.is_alive()):
             if session.is_alive():
@@ -55,12 +55,17 @@ class SessionRegistryActor(GeventActor):
         session.tell(
             Attach(
                 client=client,
-                client_ref=request.client_ref,
-                transport=request.transport,
+                client_ref=client_ref,
+                transport=transport,
                 session_present=session_present,
-                connack_properties=request.connack_properties,
+                connack_properties=connack_properties,
             )
         )
+
+    def ended(self, client_id: str, session: Any) -> None:
+        """A session actor stopped: forget it (unless a newer one took its client id)."""
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
 
 
 def new_session_state(client_id: str, limits: LimitsConfig) -> SessionState:
