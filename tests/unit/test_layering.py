@@ -16,6 +16,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "hooks": frozenset({"gevent", "pykka", "socket"}),
     # The pure core is shared by everything below the actors: it depends on none of them.
     "core": frozenset({"gevent", "pykka", "socket", "actors", "hooks", "store", "plugins"}),
+    # The connection protocol is pure: packets in, actions out; the actors carry them out.
+    "channel": frozenset({"gevent", "pykka", "socket", "actors", "store", "plugins"}),
     # The plugin API (hooks/) is for plugins: the store and Spark need only the core types.
     "store": frozenset({"hooks", "actors", "plugins"}),
     "spark": frozenset({"hooks", "actors", "plugins", "gevent", "pykka"}),
