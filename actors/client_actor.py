@@ -51,6 +51,7 @@ from core.client import ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import Ack
+from hooks.decisions import AUTH_ALLOWED
 from hooks.events import (
     AuthenticateRequest,
     ClientConnect,
@@ -323,9 +324,23 @@ class ClientActor(GeventActor):
         if len(client_id) > limits.max_client_id_length:
             self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
             return
+        username = packet.username
+        by_certificate = self._connection.use_identity
+        if by_certificate:
+            # use_identity_as_username: the verified client certificate's CN is the user
+            # name and the credential; the CONNECT's user name and password are not used
+            # (Mosquitto's rule).
+            username = self._connection.identity
+            if username is None:
+                self._refuse(
+                    ReasonCode.NOT_AUTHORIZED,
+                    "no client certificate (with a common name): this listener takes the "
+                    "user name from it (use_identity_as_username)",
+                )
+                return
         client = ClientInfo(
             client_id=client_id,
-            username=packet.username,
+            username=username,
             peer=self._transport.peer,
             protocol_version=self._version,
             clean_start=packet.clean_start,
@@ -336,8 +351,12 @@ class ClientActor(GeventActor):
             self._hooks.run(
                 HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
             )
-        result = self._hooks.authenticate(
-            AuthenticateRequest(client=client, password=packet.password)
+        result = (
+            AUTH_ALLOWED
+            if by_certificate
+            else self._hooks.authenticate(
+                AuthenticateRequest(client=client, password=packet.password)
+            )
         )
         if not result.allowed:
             assert result.reason is not None
@@ -356,7 +375,7 @@ class ClientActor(GeventActor):
                 qos=will.qos,
                 retain=will.retain,
                 publisher=client_id,
-                username=packet.username,
+                username=username,
                 properties=will.properties,
             )
         self.phase = Phase.CONNECTING

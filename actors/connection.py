@@ -16,6 +16,13 @@ input (`actors.intake`), and while more than `limits.max_write_buffer` bytes wai
 client to read them. TCP then pushes back on the client; throttling is logged, at most one
 line per second per reason.
 
+On a tls, ws or wss listener every read first goes through the connection's stream layers
+(`actors.stream_layers`, from the listener's `Endpoint`): what they answer (handshake
+records, a WebSocket pong) is written at once, what they refuse (`LayerError`: a failed TLS
+handshake, an HTTP 404) gets its reply written and the connection closed as a protocol
+error, and a peer's TLS close_notify or WebSocket close ends the connection like a socket
+close. The TLS handshake and the WebSocket upgrade happen inside the connect timeout.
+
 A read holding only PUBACK/PUBREC/PUBCOMP from a connected client goes straight to the
 client's session actor, which owns the in-flight window those acknowledge: on the QoS 1/2
 delivery cycle that is one actor hop instead of two, and with a window of 32 messages the
@@ -32,10 +39,12 @@ import gevent
 from gevent import socket
 
 from actors.context import BrokerContext
+from actors.endpoint import Endpoint
 from actors.intake import Intake
 from actors.messages import Acknowledged, ConnectionLost, PacketsReceived
 from actors.runtime import tell_if_alive
-from actors.transport import Transport
+from actors.stream_layers import LayerError, StreamLayer
+from actors.transport import LayeredTransport, Transport
 from core.reasons import DisconnectReason
 from core.session_state import Ack
 from mqtt.decoder import PacketDecoder
@@ -56,12 +65,15 @@ class Connection:
     __slots__ = (
         "accepted",
         "decoder",
+        "identity",
         "idle_timeout",
         "intake",
+        "layers",
         "peer",
         "session",
         "sock",
         "transport",
+        "use_identity",
         "write_limit",
     )
 
@@ -72,10 +84,20 @@ class Connection:
         max_packet_size: int,
         intake: Intake,
         write_limit: int,
+        *,
+        layers: StreamLayer | None = None,
+        use_identity: bool = False,
     ) -> None:
         self.sock = sock
         self.peer = peer
-        self.transport = Transport(sock, peer)
+        self.layers = layers  # TLS / WebSocket between the socket and the decoder; None: tcp
+        self.transport: Transport = (
+            Transport(sock, peer) if layers is None else LayeredTransport(sock, peer, layers)
+        )
+        # The client certificate's CN once the TLS handshake is done (None: no certificate),
+        # and whether it replaces the CONNECT's user name (use_identity_as_username).
+        self.identity: str | None = None
+        self.use_identity = use_identity
         self.decoder = PacketDecoder(max_packet_size=max_packet_size)
         self.intake = intake
         self.write_limit = write_limit  # bytes waiting for the client before reads pause
@@ -94,36 +116,49 @@ class Connection:
         self.accepted = True
 
 
-def serve_connection(sock: socket.socket, address: tuple, context: BrokerContext) -> None:
+def serve_connection(
+    sock: socket.socket, address: object, context: BrokerContext, endpoint: Endpoint
+) -> None:
     """StreamServer handler: runs in the greenlet gevent gives each accepted socket."""
     from actors.client_actor import ClientActor  # noqa: PLC0415 (import cycle: client -> connection)
 
     accepted_at = time.monotonic()
-    peer = f"{address[0]}:{address[1]}"
-    if len(context.live_clients) >= context.config.listener.max_connections:
+    if isinstance(address, tuple):
+        peer = f"{address[0]}:{address[1]}"
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    else:
+        peer = f"unix:{sock.fileno()}"  # a unix socket's clients have no address
+    limit = endpoint.config.max_connections
+    if endpoint.connections >= limit:
         logger.warning(
-            "refusing connection from %s: listener.max_connections (%d) reached",
+            "refusing connection from %s: max_connections (%d) of listener %s reached",
             peer,
-            context.config.listener.max_connections,
+            limit,
+            endpoint.name,
         )
         sock.close()
         return
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    limits = context.limits
-    connection = Connection(
-        sock,
-        peer,
-        limits.max_packet_size,
-        Intake(limits.max_unprocessed_packets, limits.max_unprocessed_bytes),
-        limits.max_write_buffer,
-    )
-    client = ClientActor.start(connection, context)
-    reader = _Reader(connection, client, context, accepted_at + limits.connect_timeout)
-    reason, error, detail = reader.run()
-    tell_if_alive(client, ConnectionLost(reason, error, detail))
-    # gevent's server closes the socket when this handler returns: wait until the client
-    # actor has written its last words (CONNACK 0x01, a 5.0 DISCONNECT) and closed it.
-    connection.transport.wait_closed(timeout=CLOSE_WAIT_TIMEOUT)
+    endpoint.connections += 1
+    try:
+        limits = context.limits
+        connection = Connection(
+            sock,
+            peer,
+            limits.max_packet_size,
+            Intake(limits.max_unprocessed_packets, limits.max_unprocessed_bytes),
+            limits.max_write_buffer,
+            layers=endpoint.new_layers(),
+            use_identity=endpoint.use_identity_as_username,
+        )
+        client = ClientActor.start(connection, context)
+        reader = _Reader(connection, client, context, accepted_at + limits.connect_timeout)
+        reason, error, detail = reader.run()
+        tell_if_alive(client, ConnectionLost(reason, error, detail))
+        # gevent's server closes the socket when this handler returns: wait until the client
+        # actor has written its last words (CONNACK 0x01, a 5.0 DISCONNECT) and closed it.
+        connection.transport.wait_closed(timeout=CLOSE_WAIT_TIMEOUT)
+    finally:
+        endpoint.connections -= 1
 
 
 Ending = tuple[DisconnectReason, MqttError | None, str]
@@ -145,8 +180,6 @@ class _Reader:
     def run(self) -> Ending:
         connection = self._connection
         sock = connection.sock
-        decoder = connection.decoder
-        intake = connection.intake
         last_read = time.monotonic()
         while True:
             if not self._arm_read_deadline():
@@ -163,20 +196,38 @@ class _Reader:
             if not data:
                 return DisconnectReason.SOCKET_CLOSED, None, "closed by peer"
             last_read = time.monotonic()
-            try:
-                packets = decoder.feed(data)
-            except MqttError as error:
-                return DisconnectReason.PROTOCOL_ERROR, error, str(error)
-            if packets:
-                intake.add(len(packets), len(data))
-                if not _hand_over(connection, self._client, packets, len(data)):
-                    return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"
+            layers = connection.layers
+            if layers is not None:
+                try:
+                    data = _through_layers(connection, layers, data)
+                except LayerError as error:
+                    connection.transport.write_raw(error.reply)
+                    return DisconnectReason.PROTOCOL_ERROR, None, str(error)
+            ending = self._decode(data)
+            if ending is not None:
+                return ending
             # Let the actors handle this read before the next: a client whose socket always
             # has data must not hold the loop (gevent never preempts a greenlet).
             gevent.sleep(0)
             ending = self._pause_while_behind()
             if ending is not None:
                 return ending
+
+    def _decode(self, data: bytes) -> Ending | None:
+        """Frame MQTT bytes and hand the packets over; why to close, or None to read on."""
+        connection = self._connection
+        try:
+            packets = connection.decoder.feed(data) if data else None
+        except MqttError as error:
+            return DisconnectReason.PROTOCOL_ERROR, error, str(error)
+        if packets:
+            connection.intake.add(len(packets), len(data))
+            if not _hand_over(connection, self._client, packets, len(data)):
+                return DisconnectReason.SOCKET_CLOSED, None, "client actor stopped"
+        layers = connection.layers
+        if layers is not None and layers.peer_closed:
+            return DisconnectReason.SOCKET_CLOSED, None, "closed by peer (TLS or WebSocket)"
+        return None
 
     def _arm_read_deadline(self) -> bool:
         """Set the socket timeout for the next read; False if the CONNECT deadline passed."""
@@ -230,6 +281,17 @@ class _Reader:
                         f"{waited:.0f} s",
                     )
         return None
+
+
+def _through_layers(connection: Connection, layers: StreamLayer, data: bytes) -> bytes:
+    """`data` read from the socket -> the MQTT bytes in it; the layers' answers are written
+    at once. Raises LayerError."""
+    data, reply = layers.receive(data)
+    if reply:
+        connection.transport.write_raw(reply)
+    if connection.identity is None and layers.ready:
+        connection.identity = layers.identity
+    return data
 
 
 def _deadline_passed(connection: Connection, last_read: float) -> Ending | None:

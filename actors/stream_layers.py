@@ -29,11 +29,26 @@ class LayerError(Exception):
 
 
 class StreamLayer(Protocol):
-    """One layer of a connection's byte stream; see the module docstring."""
+    """One layer of a connection's byte stream; see the module docstring.
 
-    ready: bool  # handshake complete: MQTT bytes may flow
-    peer_closed: bool  # the peer ended this layer's stream (WebSocket close, TLS close_notify)
-    identity: str | None  # TLS: the client certificate's CN (None without a certificate)
+    The three state attributes are read-only for users of a layer (a plain attribute or a
+    property satisfies them).
+    """
+
+    @property
+    def ready(self) -> bool:
+        """Handshake complete: MQTT bytes may flow."""
+        ...
+
+    @property
+    def peer_closed(self) -> bool:
+        """The peer ended this layer's stream (WebSocket close, TLS close_notify)."""
+        ...
+
+    @property
+    def identity(self) -> str | None:
+        """TLS: the client certificate's CN (None without a certificate)."""
+        ...
 
     def receive(self, data: bytes) -> tuple[bytes, bytes]:
         """Bytes read from the socket -> (bytes for the MQTT decoder, bytes to write back to

@@ -107,12 +107,22 @@ def common_name(certificate: dict[str, Any] | None) -> str | None:
     return None
 
 
+# What the usual handshake failures mean, for the log line.
+_HINTS = {
+    "WRONG_VERSION_NUMBER": "not TLS: a plain MQTT client on a TLS port?",
+    "HTTP_REQUEST": "not TLS: plain HTTP on a TLS port",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than tls_version",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "no client certificate; the listener requires one",
+    "CERTIFICATE_VERIFY_FAILED": "the client certificate is not signed by the listener's cafile",
+    "NO_SHARED_CIPHER": "no cipher in common with the listener's ciphers",
+}
+
+
 def _describe(error: ssl.SSLError) -> str:
-    """OpenSSL's reason ("WRONG_VERSION_NUMBER", "CERTIFICATE_VERIFY_FAILED"...), readable."""
+    """OpenSSL's reason ("WRONG_VERSION_NUMBER"...), with OpenSSL's verification message or
+    what the reason usually means."""
     reason = getattr(error, "reason", None)
-    verify = getattr(error, "verify_message", None)
-    if reason and verify:
-        return f"{reason} ({verify})"
-    if reason:
-        return str(reason)
-    return str(error)
+    if not reason:
+        return str(error)
+    detail = getattr(error, "verify_message", None) or _HINTS.get(reason)
+    return f"{reason} ({detail})" if detail else str(reason)
