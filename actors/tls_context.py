@@ -79,10 +79,13 @@ def _load_chain(context: ssl.SSLContext, listener: ListenerConfig) -> None:
                 f"{key_where}: the private key does not match the certificate in certfile "
                 f"{listener.certfile}"
             ) from error
+        files = f"certfile {listener.certfile}"
+        if listener.keyfile:
+            files += f" / {key_where}"
         raise TlsSetupError(
-            f"certfile {listener.certfile} / {key_where}: not a PEM certificate chain and "
-            f"private key ({error}); certfile must start with -----BEGIN CERTIFICATE-----, "
-            "the key with -----BEGIN PRIVATE KEY----- (or RSA/EC PRIVATE KEY)"
+            f"{files}: not a PEM certificate chain and private key ({error}); certfile must "
+            "start with -----BEGIN CERTIFICATE-----, the key with -----BEGIN PRIVATE KEY----- "
+            "(or RSA/EC PRIVATE KEY)"
         ) from error
 
 
