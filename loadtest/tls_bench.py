@@ -79,7 +79,7 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args} exited with {process.returncode}")
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 return
