@@ -1,8 +1,11 @@
 """Broker: starts one worker's actors and listener in order, and stops them in reverse.
 
-Start: hook bus and plugins -> store (restoring retained messages and persistent sessions)
--> router -> retainer -> session registry -> listener. Nothing is accepted before the
-restore is complete.
+Start: the listeners' TLS contexts (a bad certificate stops the broker before anything else
+starts) -> hook bus and plugins -> store (restoring retained messages and persistent
+sessions) -> router -> retainer -> session registry -> listeners, one per `[[listeners]]`
+table. Nothing is accepted before the restore is complete.
+Reload (SIGHUP): plugins re-read their files, sessions are re-authorised, and tls/wss
+listeners rebuild their TLS contexts for new connections.
 Stop (SIGINT/SIGTERM): stop accepting; close every connection from the server side, which
 publishes the wills of clients that had not sent DISCONNECT [MQTT-3.1.2-8]; let the sessions
 record their state; commit what the store still holds; close plugins.
@@ -17,13 +20,13 @@ from typing import Any
 
 import gevent
 import pykka
-from gevent.server import StreamServer
 
 from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
 from actors.dispatch import Dispatcher, Route
-from actors.listener import Listener
+from actors.endpoint import Endpoint
+from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
@@ -52,6 +55,10 @@ STORE_CLOSE_TIMEOUT = 30.0
 REAUTHORIZE_TIMEOUT = 10.0  # seconds a reload waits for one session's re-authorisation
 
 
+class ListenError(Exception):
+    """A listener could not bind its address; the message names the listener."""
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, worker_id: int = 0) -> None:
         self.config = config
@@ -64,19 +71,17 @@ class Broker:
             persistence=Persistence(None),
         )
         self._plugins: list[LoadedPlugin] = []
-        self._server: StreamServer | None = None
+        self._endpoints: list[Endpoint] = []
+        self._servers: list[Listener] = []
         self._actors: list[Any] = []
 
-    @property
-    def address(self) -> tuple[str, int]:
-        assert self._server is not None
-        return self._server.address[:2]
+    def start(self) -> None:
+        """Start everything.
 
-    def start(self) -> tuple[str, int]:
-        """Start everything; returns the (host, port) the listener is bound to.
-
-        Raises PluginConfigError, store.base.StoreError or OSError (address in use).
+        Raises TlsSetupError (a listener's certificate files), PluginConfigError,
+        store.base.StoreError or ListenError (an address in use).
         """
+        self._endpoints = [Endpoint(listener) for listener in self.config.listeners]
         context = self.context
         plugin_context = PluginContext(
             config_dir=self.config.config_dir,
@@ -101,17 +106,42 @@ class Broker:
         sessions = self._restore_sessions(snapshot)
         context.registry = SessionRegistry(context, sessions)
         self._actors = [context.retainer, context.router]
-        listener = self.config.listener
-        self._server = Listener(
-            (listener.host, listener.port),
-            lambda sock, address: accept_connection(sock, address, context),
-            backlog=LISTEN_BACKLOG,
+        for endpoint in self._endpoints:
+            self._servers.append(self._listen(endpoint))
+        ready = next((e for e in self._endpoints if e.config.type == "tcp"), self._endpoints[0])
+        logger.info("ready: accepting MQTT connections on %s", ready.name.split(" ", 1)[1])
+
+    def _listen(self, endpoint: Endpoint) -> Listener:
+        """Bind and start `endpoint`'s listener; log its type and address."""
+        context = self.context
+        config = endpoint.config
+        try:
+            if config.type == "unix":
+                # Already listening: gevent takes no backlog with a socket.
+                address: Any = bind_unix(config.path, LISTEN_BACKLOG)
+                backlog = None
+            else:
+                address, backlog = (config.host, config.port), LISTEN_BACKLOG
+            server = Listener(
+                address,
+                lambda sock, peer: accept_connection(sock, peer, context, endpoint),
+                backlog=backlog,
+            )
+            server.max_accept = 256
+            server.start()
+        except OSError as error:
+            raise ListenError(
+                f"cannot listen for {endpoint.name}: {error.strerror or error} (is another "
+                "broker running? change the port)"
+            ) from error
+        if config.type != "unix":
+            bound = server.address  # (host, port): the port chosen for port 0
+            endpoint.name = f"{config.type} {bound[0]}:{bound[1]}"
+        extra = f", path {config.path}" if config.type in ("ws", "wss") else ""
+        logger.info(
+            "listening: %s (max_connections %d%s)", endpoint.name, config.max_connections, extra
         )
-        self._server.max_accept = 256
-        self._server.start()
-        host, port = self.address
-        logger.info("ready: accepting MQTT connections on %s:%d", host, port)
-        return host, port
+        return server
 
     def _open_store(self) -> Snapshot:
         settings = self.config.store
@@ -168,7 +198,8 @@ class Broker:
         return sessions
 
     def reload(self) -> None:
-        """SIGHUP: plugins re-read their files; connections stay up.
+        """SIGHUP: plugins re-read their files, tls/wss listeners their certificates (for new
+        connections); connections stay up.
 
         Then every session re-checks its subscriptions and undelivered messages against the
         ACL: a subscription the new rules deny is revoked, and its routes are gone from the
@@ -176,6 +207,8 @@ class Broker:
         """
         logger.info("reloading plugins")
         reload_plugins(self._plugins)
+        for endpoint in self._endpoints:
+            endpoint.reload()
         started = time.monotonic()
         registry = self.context.registry
         sessions = list(registry.sessions.values())
@@ -195,8 +228,8 @@ class Broker:
         )
 
     def stop(self, timeout: float = 3.0) -> None:
-        if self._server is not None:
-            self._server.close()  # stop accepting; handlers of open connections keep running
+        for server in self._servers:
+            server.close()  # stop accepting; handlers of open connections keep running
         clients = list(self.context.live_clients)
         logger.info(
             "shutting down: closing %d connections (%d counted as connected)",

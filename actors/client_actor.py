@@ -20,15 +20,18 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from actors.connection import Connection
 from actors.context import BrokerContext
+from actors.endpoint import Endpoint
 from actors.messages import (
     CloseConnection,
     ConnectionLost,
     Detach,
     PacketsReceived,
+    PeerIdentified,
     SessionAttached,
 )
 from actors.runtime import GeventActor, tell_if_alive
@@ -43,8 +46,12 @@ logger = logging.getLogger(__name__)
 
 
 class ClientActor(GeventActor):
-    def __init__(self, connection: Connection, context: BrokerContext, channel: Channel) -> None:
+    def __init__(
+        self, connection: Connection, context: BrokerContext, channel: Channel, endpoint: Endpoint
+    ) -> None:
         super().__init__()
+        self._endpoint = endpoint  # the listener it came in on: counts its connections
+        endpoint.connections += 1
         self._connection = connection
         self._transport = connection.transport
         self._context = context
@@ -65,6 +72,9 @@ class ClientActor(GeventActor):
                     return
         if not tell_if_alive(self.actor_ref, PacketsReceived(packets, size)):
             self._connection.close()
+
+    def peer_identified(self, identity: str) -> None:
+        tell_if_alive(self.actor_ref, PeerIdentified(identity))
 
     def connection_lost(
         self, reason: DisconnectReason, error: MqttError | None, detail: str
@@ -87,6 +97,8 @@ class ClientActor(GeventActor):
             self._session = message.session
             self._context.stats.connections += 1
             self._carry_out(channel.session_attached(message.session_present))
+        elif isinstance(message, PeerIdentified):
+            channel.identify(message.identity)
         elif isinstance(message, ConnectionLost):
             self._carry_out(channel.connection_lost(message.reason, message.error, message.detail))
         elif isinstance(message, CloseConnection):
@@ -154,6 +166,7 @@ class ClientActor(GeventActor):
         self._connection.close()
         self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
+        self._endpoint.connections -= 1
         # The session may already have stopped (a clean-start takeover terminated it).
         tell_if_alive(self._session, Detach(self.actor_ref, action.reason))
         if action.was_connected:
@@ -173,21 +186,27 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
 }
 
 
-def accept_connection(sock: socket.socket, address: Any, context: BrokerContext) -> None:
+def accept_connection(
+    sock: socket.socket, address: Any, context: BrokerContext, endpoint: Endpoint
+) -> None:
     """The listener's handler for one accepted socket: called from the event loop, it sets up
     the connection and its client actor and returns; nothing runs until bytes arrive."""
-    peer = f"{address[0]}:{address[1]}"
-    max_connections = context.config.listener.max_connections
-    if len(context.live_clients) >= max_connections:
+    if isinstance(address, tuple):
+        peer = f"{address[0]}:{address[1]}"
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    else:
+        peer = f"unix:{sock.fileno()}"  # a unix socket's clients have no address
+    limit = endpoint.config.max_connections
+    if endpoint.connections >= limit:
         logger.warning(
-            "refusing connection from %s: listener.max_connections (%d) reached",
+            "refusing connection from %s: max_connections (%d) of listener %s reached",
             peer,
-            max_connections,
+            limit,
+            endpoint.name,
         )
         sock.close()
         return
     sock.setblocking(False)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     limits = context.limits
     connection = Connection(
         sock,
@@ -196,8 +215,11 @@ def accept_connection(sock: socket.socket, address: Any, context: BrokerContext)
         intake=Intake(limits.max_unprocessed_packets, limits.max_unprocessed_bytes),
         write_limit=limits.max_write_buffer,
         throttle_log=context.throttle_log,
+        layers=endpoint.new_layers(),
     )
-    channel = Channel(peer, context.hooks, context.channel_settings)
-    client = ClientActor(connection, context, channel)
+    settings = context.channel_settings
+    if endpoint.use_identity_as_username:
+        settings = replace(settings, identity_as_username=True)
+    client = ClientActor(connection, context, Channel(peer, context.hooks, settings), endpoint)
     client.launch()
     connection.open(client, limits.connect_timeout)

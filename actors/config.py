@@ -17,11 +17,63 @@ class ConfigError(ValueError):
     """The configuration file or a command-line value is wrong; the message says which key."""
 
 
+LISTENER_TYPES = ("tcp", "tls", "ws", "wss", "unix")
+TLS_VERSIONS = ("1.2", "1.3")  # tls_version: the oldest version a client may speak
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerConfig:
+    """One `[[listeners]]` table; which keys apply depends on `type` (`_LISTENER_KEYS`)."""
+
+    type: str = "tcp"
     host: str = "127.0.0.1"
-    port: int = 1883
+    port: int = 1883  # the default depends on the type: _DEFAULT_PORTS
     max_connections: int = 100_000
+    # tls and wss; file names are resolved against the configuration file's directory
+    certfile: str = ""
+    keyfile: str = ""  # "" when the key is in certfile
+    cafile: str = ""  # CA certificates that client certificates are verified against
+    require_certificate: bool = False
+    use_identity_as_username: bool = False
+    tls_version: str = "1.2"
+    ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" keeps OpenSSL's default
+    # ws and wss: the URL path; unix: the socket file
+    path: str = "/mqtt"
+    allowed_origins: tuple[str, ...] = ()  # ws and wss; empty: every origin
+
+    @property
+    def is_tls(self) -> bool:
+        return self.type in ("tls", "wss")
+
+    def describe(self) -> str:
+        """ "tls 127.0.0.1:8883", "unix /run/mqtt.sock": how logs and errors name it."""
+        if self.type == "unix":
+            return f"unix {self.path}"
+        return f"{self.type} {self.host}:{self.port}"
+
+
+_NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections"})
+_TLS_KEYS = frozenset(
+    {
+        "certfile",
+        "keyfile",
+        "cafile",
+        "require_certificate",
+        "use_identity_as_username",
+        "tls_version",
+        "ciphers",
+    }
+)
+_WEBSOCKET_KEYS = frozenset({"path", "allowed_origins"})
+_LISTENER_KEYS = {
+    "tcp": _NETWORK_KEYS,
+    "tls": _NETWORK_KEYS | _TLS_KEYS,
+    "ws": _NETWORK_KEYS | _WEBSOCKET_KEYS,
+    "wss": _NETWORK_KEYS | _TLS_KEYS | _WEBSOCKET_KEYS,
+    "unix": frozenset({"type", "path", "max_connections"}),
+}
+_DEFAULT_PORTS = {"tcp": 1883, "tls": 8883, "ws": 8083, "wss": 8084}
+_FILE_KEYS = ("certfile", "keyfile", "cafile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +109,7 @@ class AuthConfig:
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
-    listener: ListenerConfig = field(default_factory=ListenerConfig)
+    listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -66,9 +118,13 @@ class BrokerConfig:
     plugins: tuple[dict[str, Any], ...] = ()
     config_dir: Path = Path()
 
+    @property
+    def listener(self) -> ListenerConfig:
+        """The first tcp listener (the one `--host`/`--port` set), else the first listener."""
+        return next((x for x in self.listeners if x.type == "tcp"), self.listeners[0])
+
 
 _SECTIONS = {
-    "listener": ListenerConfig,
     "limits": LimitsConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
@@ -84,15 +140,123 @@ def _section(name: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"[{name}] unknown key {key!r}; known keys: {', '.join(known)}")
-        default = getattr(cls(), key)
-        expected = float if isinstance(default, float) else type(default)
-        ok = isinstance(value, int | float) if expected is float else type(value) is expected
-        if not ok:
-            raise ConfigError(
-                f"[{name}] {key} must be {expected.__name__}, got {type(value).__name__} {value!r}"
-            )
-        kwargs[key] = float(value) if expected is float else value
+        kwargs[key] = _typed(f"[{name}]", key, value, getattr(cls(), key))
     return cls(**kwargs)
+
+
+def _typed(where: str, key: str, value: Any, default: Any) -> Any:
+    """`value` if it has the type of `default` (an int is accepted for a float)."""
+    expected = float if isinstance(default, float) else type(default)
+    ok = isinstance(value, int | float) if expected is float else type(value) is expected
+    if not ok:
+        raise ConfigError(
+            f"{where} {key} must be {expected.__name__}, got {type(value).__name__} {value!r}"
+        )
+    return float(value) if expected is float else value
+
+
+def _listeners(raw: dict[str, Any], config_dir: Path) -> tuple[ListenerConfig, ...] | None:
+    """The listeners of `[listener]` (one tcp listener) or `[[listeners]]`; None: neither."""
+    if "listener" in raw and "listeners" in raw:
+        raise ConfigError(
+            "[listener] and [[listeners]] are both set: move the [listener] keys into a "
+            '[[listeners]] table with type = "tcp"'
+        )
+    if "listener" in raw:
+        table = raw["listener"]
+        if not isinstance(table, dict):
+            raise ConfigError("[listener] must be a table")
+        if "type" in table:
+            raise ConfigError("[listener] is the tcp listener: use [[listeners]] to set type")
+        return (_listener("[listener]", {"type": "tcp", **table}, config_dir),)
+    if "listeners" in raw:
+        tables = raw["listeners"]
+        if (
+            not isinstance(tables, list)
+            or not tables
+            or not all(isinstance(t, dict) for t in tables)
+        ):
+            raise ConfigError(
+                'listeners must be a non-empty array of tables: [[listeners]] type = "tcp" ...'
+            )
+        listeners = tuple(
+            _listener(f"[[listeners]] #{number}", table, config_dir)
+            for number, table in enumerate(tables, 1)
+        )
+        _check_distinct(listeners)
+        return listeners
+    return None
+
+
+def _listener(where: str, table: dict[str, Any], config_dir: Path) -> ListenerConfig:
+    """One listener table, checked: `where` names it in errors ("[[listeners]] #2")."""
+    kind = table.get("type", "tcp")
+    if kind not in LISTENER_TYPES:
+        raise ConfigError(f"{where} type must be one of {', '.join(LISTENER_TYPES)}, got {kind!r}")
+    where = f"{where} ({kind})"
+    allowed = _LISTENER_KEYS[kind]
+    defaults = ListenerConfig()
+    kwargs: dict[str, Any] = {"type": kind, "port": _DEFAULT_PORTS.get(kind, 0)}
+    for key, value in table.items():
+        if key not in allowed:
+            types = [name for name, keys in _LISTENER_KEYS.items() if key in keys]
+            if types:
+                raise ConfigError(f"{where}: {key} applies to {', '.join(types)} listeners only")
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; known keys for {kind}: {', '.join(sorted(allowed))}"
+            )
+        if key == "allowed_origins":
+            if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
+                raise ConfigError(f"{where} allowed_origins must be an array of strings")
+            kwargs[key] = tuple(value)
+        else:
+            kwargs[key] = _typed(where, key, value, getattr(defaults, key))
+    for key in _FILE_KEYS:
+        if kwargs.get(key):
+            kwargs[key] = str(config_dir / kwargs[key])
+    if kind == "unix" and "path" not in table:
+        raise ConfigError(f"{where}: path is required (the socket file, e.g. /run/mqtt.sock)")
+    listener = ListenerConfig(**kwargs)
+    _check_listener(where, listener)
+    return listener
+
+
+def _check_listener(where: str, listener: ListenerConfig) -> None:
+    if not 0 <= listener.port <= 65535:
+        raise ConfigError(f"{where} port must be 0..65535, got {listener.port}")
+    if listener.max_connections < 1:
+        raise ConfigError(f"{where} max_connections must be at least 1")
+    if listener.type in ("ws", "wss") and not listener.path.startswith("/"):
+        raise ConfigError(f"{where} path must start with '/', got {listener.path!r}")
+    if not listener.is_tls:
+        return
+    if not listener.certfile:
+        raise ConfigError(f"{where}: certfile is required (the server certificate chain, PEM)")
+    if listener.tls_version not in TLS_VERSIONS:
+        raise ConfigError(
+            f"{where} tls_version must be one of {', '.join(TLS_VERSIONS)}, "
+            f"got {listener.tls_version!r}"
+        )
+    if (listener.require_certificate or listener.use_identity_as_username) and not listener.cafile:
+        raise ConfigError(
+            f"{where}: require_certificate and use_identity_as_username need cafile (the CA "
+            "certificates that client certificates are verified against)"
+        )
+
+
+def _check_distinct(listeners: tuple[ListenerConfig, ...]) -> None:
+    """Two listeners on one address would fail at start-up with a vaguer error."""
+    seen: set[tuple[str, str | int]] = set()
+    for listener in listeners:
+        if listener.type == "unix":
+            address: tuple[str, str | int] = ("unix", listener.path)
+        elif listener.port == 0:
+            continue  # every port-0 listener gets a port of its own
+        else:
+            address = (listener.host, listener.port)
+        if address in seen:
+            raise ConfigError(f"two listeners on {listener.describe().split(' ', 1)[1]}")
+        seen.add(address)
 
 
 def _check(config: BrokerConfig) -> BrokerConfig:
@@ -113,8 +277,6 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
-    if not 0 <= config.listener.port <= 65535:
-        raise ConfigError(f"[listener] port must be 0..65535, got {config.listener.port}")
     return config
 
 
@@ -134,7 +296,12 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             raise ConfigError(f"config file {path} is not valid TOML: {error}") from error
         config_dir = path.parent
     kwargs: dict[str, Any] = {"config_dir": config_dir}
+    listeners = _listeners(raw, config_dir)
+    if listeners is not None:
+        kwargs["listeners"] = listeners
     for key, value in raw.items():
+        if key in ("listener", "listeners"):
+            continue
         if key in _SECTIONS:
             kwargs[key] = _section(key, _SECTIONS[key], value)
         elif key == "plugins":
@@ -147,8 +314,8 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: listener, limits, auth, store, plugins, "
-                "node_name, log_level"
+                f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
+                "plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
@@ -157,12 +324,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
 def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerConfig:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if "host" in overrides or "port" in overrides:
-        listener = replace(
-            config.listener,
-            host=overrides.get("host", config.listener.host),
-            port=overrides.get("port", config.listener.port),
-        )
-        config = replace(config, listener=listener)
+        config = replace(config, listeners=_override_tcp(config.listeners, overrides))
     if "log_level" in overrides:
         config = replace(config, log_level=overrides["log_level"])
     if "data_dir" in overrides or "store" in overrides:
@@ -173,3 +335,20 @@ def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerC
         )
         config = replace(config, store=store)
     return config
+
+
+def _override_tcp(
+    listeners: tuple[ListenerConfig, ...], overrides: dict[str, Any]
+) -> tuple[ListenerConfig, ...]:
+    """`--host`/`--port` set the first tcp listener."""
+    index = next((i for i, x in enumerate(listeners) if x.type == "tcp"), None)
+    if index is None:
+        raise ConfigError(
+            "--host/--port set the first tcp listener, and [[listeners]] has none: add a "
+            'type = "tcp" listener or leave the options out'
+        )
+    port = overrides.get("port", listeners[index].port)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0..65535, got {port}")
+    tcp = replace(listeners[index], host=overrides.get("host", listeners[index].host), port=port)
+    return (*listeners[:index], tcp, *listeners[index + 1 :])

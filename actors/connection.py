@@ -17,6 +17,15 @@ stops reading while the actors have not handled `limits.max_unprocessed_packets`
 `limits.max_write_buffer` bytes wait for the client to read them; a client that reads nothing
 of those for its read timeout is closed. TCP then pushes back on the client; throttling is
 logged, at most one line per second per reason.
+
+On a tls, ws or wss listener every read first goes through the connection's stream layers
+(`actors.stream_layers`, made by the listener's `Endpoint`): what they answer (handshake
+records, a WebSocket pong) is written at once, what they refuse (`LayerError`: a failed TLS
+handshake, an HTTP 404) gets its reply written and the connection closed as a protocol
+error, and a peer's TLS close_notify or WebSocket close ends the connection like a socket
+close. The TLS handshake and the WebSocket upgrade happen inside the connect timeout. Once
+the layers are ready, a client certificate's identity (its CN) is reported to the owner
+before any packet.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ from typing import Any, Protocol
 import gevent
 
 from actors.rate_limited_log import RateLimitedLog
-from actors.transport import Transport
+from actors.stream_layers import LayerError, StreamLayer
+from actors.transport import LayeredTransport, Transport
 from channel.intake import Intake
 from core.reasons import DisconnectReason
 from mqtt.decoder import PacketDecoder
@@ -46,6 +56,8 @@ class ConnectionOwner(Protocol):
 
     def packets_received(self, packets: list[Packet], size: int) -> None: ...
 
+    def peer_identified(self, identity: str) -> None: ...
+
     def connection_lost(
         self, reason: DisconnectReason, error: MqttError | None, detail: str
     ) -> None: ...
@@ -55,6 +67,7 @@ class Connection:
     """One accepted socket: the reader, its deadline timer, the decoder and the transport."""
 
     __slots__ = (
+        "_identified",
         "_last_read",
         "_loop",
         "_owner",
@@ -66,6 +79,7 @@ class Connection:
         "_timer",
         "decoder",
         "intake",
+        "layers",
         "peer",
         "transport",
         "write_limit",
@@ -80,12 +94,19 @@ class Connection:
         intake: Intake,
         write_limit: int,
         throttle_log: RateLimitedLog,
+        layers: StreamLayer | None = None,
     ) -> None:
         loop = gevent.get_hub().loop
         self._loop = loop
         self._sock = sock
         self.peer = peer
-        self.transport = Transport(sock, peer, loop)
+        self.layers = layers  # TLS / WebSocket between the socket and the decoder; None: tcp
+        self.transport: Transport = (
+            Transport(sock, peer, loop)
+            if layers is None
+            else LayeredTransport(sock, peer, loop, layers)
+        )
+        self._identified = False  # the layers' identity was reported (or there is none)
         self.decoder = PacketDecoder(max_packet_size=max_packet_size)
         self.intake = intake
         self.write_limit = write_limit  # bytes waiting for the client before reads pause
@@ -134,8 +155,16 @@ class Connection:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer")
             return
         self._last_read = self._loop.now()
+        layers = self.layers
+        if layers is not None:
+            try:
+                data = self._through_layers(layers, data)
+            except LayerError as error:
+                self.transport.write_raw(error.reply)
+                self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
+                return
         try:
-            packets = self.decoder.feed(data)
+            packets = self.decoder.feed(data) if data else None
         except MqttError as error:
             self._lost(DisconnectReason.PROTOCOL_ERROR, error, str(error))
             return
@@ -144,7 +173,24 @@ class Connection:
             size = len(data)
             self.intake.add(len(packets), size)
             owner.packets_received(packets, size)
+        if layers is not None and layers.peer_closed:
+            self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer (TLS or WebSocket)")
+            return
+        if packets:
             self._pause_if_behind()
+
+    def _through_layers(self, layers: StreamLayer, data: bytes) -> bytes:
+        """`data` read from the socket -> the MQTT bytes in it; the layers' answers are
+        written at once. Raises LayerError."""
+        data, reply = layers.receive(data)
+        if reply:
+            self.transport.write_raw(reply)
+        if not self._identified and layers.ready:
+            self._identified = True
+            identity = layers.identity
+            if identity is not None and self._owner is not None:
+                self._owner.peer_identified(identity)
+        return data
 
     def _pause_if_behind(self) -> None:
         """Stop reading while the actors are behind on this client's input, or while the

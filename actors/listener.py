@@ -18,18 +18,25 @@ goes on; others (ENOBUFS, ENOMEM, EMFILE without a spare descriptor) are logged 
 and accepting pauses briefly, for 10 ms doubling up to 1 s while they persist; a broken
 listening socket (EBADF, EINVAL, ENOTSOCK) stops the listener with an ERROR line, as gevent
 itself would.
+
+Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
+socket file made by `bind_unix`, removed again on close); what differs between them is in
+the handler's `actors.endpoint.Endpoint`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import resource
 import socket as stdlib_socket
+import stat
 from collections.abc import Callable
 from typing import Any
 
+from gevent import socket
 from gevent.server import StreamServer
 
 from actors.rate_limited_log import RateLimitedLog
@@ -67,9 +74,9 @@ class Listener(StreamServer):
 
     def __init__(
         self,
-        address: tuple[str, int],
+        address: tuple[str, int] | socket.socket,
         handle: Callable[[Any, Any], object],
-        backlog: int,
+        backlog: int | None,
     ) -> None:
         super().__init__(address, handle, backlog=backlog)
         self._log = RateLimitedLog(logger)
@@ -83,12 +90,16 @@ class Listener(StreamServer):
 
     def close(self) -> None:
         """Stop accepting, close the listening socket and the spare descriptor."""
+        unix_path = self.address if isinstance(self.address, str) and self.address else None
         try:
             super().close()
         finally:
             if self._reserve is not None:
                 os.close(self._reserve)
                 self._reserve = None
+            if unix_path is not None:
+                with contextlib.suppress(OSError):  # replaced meanwhile: not ours any more
+                    _remove_socket_file(unix_path)
 
     def do_read(self) -> tuple[stdlib_socket.socket, Any] | None:
         """Accept one connection: (socket, address), or None if none is to be handled now.
@@ -191,7 +202,47 @@ class Listener(StreamServer):
         self._pause = min(MAX_PAUSE, self._pause * 2)
 
     def _where(self) -> str:
+        if isinstance(self.address, str):
+            return self.address  # a unix socket's path
         return f"{self.address[0]}:{self.address[1]}"
+
+
+def bind_unix(path: str, backlog: int) -> socket.socket:
+    """A listening unix socket on `path`. A socket file left by a previous run is replaced;
+    one another process listens on is an error (EADDRINUSE), as is any other file (EEXIST)."""
+    if os.path.exists(path) and _accepts_connections(path):
+        raise OSError(errno.EADDRINUSE, "Address already in use (another process listens on it)")
+    _remove_socket_file(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _accepts_connections(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _remove_socket_file(path: str) -> None:
+    """Remove the socket file at `path` if there is one; refuse to remove anything else."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(errno.EEXIST, f"{path} exists and is not a socket", path)
+    os.unlink(path)
 
 
 def _open_reserve() -> int | None:

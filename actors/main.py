@@ -4,7 +4,9 @@ Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-
                             [--data-dir DIR] [--store sqlite|memory|none]
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
-the "ready" log line names the address actually bound. SIGHUP reloads plugin files.
+the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
+come from `[[listeners]]` in the configuration file. SIGHUP reloads plugin files and TLS
+certificates.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 import gevent
 import gevent.event
 
-from actors.broker import Broker
+from actors.broker import Broker, ListenError
 from actors.config import ConfigError, load_config
+from actors.tls_context import TlsSetupError
 from plugins.base import PluginConfigError
 from store.base import StoreError
 
@@ -39,8 +42,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--config", type=Path, help="TOML configuration file (docs/configuration.md)"
     )
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="TCP port (default 1883; 0 picks a free one)")
+    parser.add_argument("--host", help="address of the first tcp listener (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, help="port of the first tcp listener (default 1883; 0: a free one)"
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="default info")
     parser.add_argument("--data-dir", help="where the store keeps its file (default ./data)")
     parser.add_argument(
@@ -109,19 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker(config)
     try:
         broker.start()
+    except TlsSetupError as error:
+        logger.error("TLS configuration error: %s", error)
+        return 2
     except PluginConfigError as error:
         logger.error("plugin configuration error: %s", error)
         return 2
     except StoreError as error:
         logger.error("cannot open the store: %s", error)
         return 1
-    except OSError as error:
-        logger.error(
-            "cannot listen on %s:%d: %s (is another broker running? use --port)",
-            config.listener.host,
-            config.listener.port,
-            error,
-        )
+    except ListenError as error:
+        logger.error("%s", error)
         return 1
     # Every connection allocates a few hundred objects; with CPython's default thresholds the
     # cyclic GC then runs full collections over all live connections again and again

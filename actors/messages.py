@@ -30,6 +30,13 @@ class PacketsReceived:
 
 
 @dataclass(slots=True)
+class PeerIdentified:
+    """The TLS handshake is done and the client's certificate names it (its CN)."""
+
+    identity: str
+
+
+@dataclass(slots=True)
 class ConnectionLost:
     """The reader stopped: peer closed, socket error, a timeout, or undecodable input."""
 

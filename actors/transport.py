@@ -7,6 +7,12 @@ writing to it. `backlog_bytes` lets the session drop QoS 0 traffic to a client t
 keeping up, and the reader pause (`limits.max_write_buffer`); `last_progress` says when the
 client last took any bytes.
 
+On a tls, ws or wss listener the connection has a `LayeredTransport`: `write` first passes
+the MQTT bytes through the connection's stream layers (encryption, WebSocket framing), and
+`close` writes their closing bytes (a WebSocket close frame, TLS close_notify) before the
+socket is shut; `write_raw` is for the reader's layer answers (handshake records), already in
+socket form. A plain `Transport` (tcp, unix) has no layer code on its path.
+
 Several actors write to one transport (the client actor for acknowledgements, the session
 actor for deliveries); gevent never preempts between two statements, and `write` never
 yields, so writes are never interleaved mid-packet.
@@ -20,6 +26,8 @@ import socket
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from actors.stream_layers import StreamLayer
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +92,9 @@ class Transport:
             self._writer = self._loop.io(self._sock.fileno(), 2)
             self._writer.start(self._on_writable)
         return True
+
+    # Bytes already in socket form: the same as `write` without stream layers.
+    write_raw = write
 
     def close(self) -> None:
         """Close after the backlog is written (bounded by CLOSE_FLUSH_TIMEOUT)."""
@@ -158,3 +169,31 @@ class Transport:
         self._close_now()
         if callback is not None:
             callback(error)
+
+
+class LayeredTransport(Transport):
+    """A transport whose MQTT bytes pass through stream layers (tls, ws, wss listeners)."""
+
+    __slots__ = ("_layers",)
+
+    def __init__(self, sock: socket.socket, peer: str, loop: Any, layers: StreamLayer) -> None:
+        super().__init__(sock, peer, loop)
+        self._layers = layers
+
+    def write(self, data: bytes) -> bool:
+        """Queue MQTT bytes: the layers' form of them goes to the socket."""
+        if self.closed or self._close_when_flushed:
+            return False
+        return super().write(self._layers.send(data))
+
+    def write_raw(self, data: bytes) -> bool:
+        """Queue bytes already in socket form (the layers' own answers)."""
+        return super().write(data)
+
+    def close(self) -> None:
+        """Write the layers' closing bytes, then close as a Transport does."""
+        if not self.closed and not self._close_when_flushed:
+            farewell = self._layers.close()
+            if farewell:
+                super().write(farewell)
+        super().close()

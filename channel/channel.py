@@ -148,12 +148,11 @@ class Channel:
         peer: str,
         hooks: HookBus,
         settings: ChannelSettings,
-        identity: str | None = None,
     ) -> None:
         self.peer = peer
         self._hooks = hooks
         self._settings = settings
-        self._identity = identity  # the TLS client certificate's CN, if any
+        self._identity: str | None = None  # the TLS client certificate's CN, if any
         self.phase = Phase.AWAITING_CONNECT
         self.client: ClientInfo | None = None
         self.version = 4
@@ -199,6 +198,11 @@ class Channel:
                 return None
             acks.append((ack, packet.packet_id))  # type: ignore[union-attr]
         return Acknowledged(acks, size=size)
+
+    def identify(self, identity: str) -> None:
+        """The transport authenticated the peer (a TLS client certificate's CN): with the
+        listener's `use_identity_as_username` it becomes the username at CONNECT."""
+        self._identity = identity
 
     def session_attached(self, session_present: bool) -> list[Action]:
         """The session wrote CONNACK (and its resends): handle what was held meanwhile."""
@@ -436,7 +440,11 @@ class Channel:
         username = packet.username
         if settings.identity_as_username:
             if self._identity is None:
-                self._refuse(_NOT_AUTHORIZED, "no client certificate to take the username from")
+                self._refuse(
+                    _NOT_AUTHORIZED,
+                    "no client certificate (with a common name): this listener takes the "
+                    "user name from it (use_identity_as_username)",
+                )
                 return
             username = self._identity
         client = ClientInfo(

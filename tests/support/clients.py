@@ -10,7 +10,8 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import paho.mqtt.client as paho
 
@@ -61,7 +62,11 @@ def expect_publish(client: RawClient, timeout: float = 5.0) -> Publish:
 
 
 class PahoCollector:
-    """A paho 2.x client (network loop in a thread) collecting messages on `messages`."""
+    """A paho 2.x client (network loop in a thread) collecting messages on `messages`.
+
+    `port` picks another listener of `broker`, with paho's `transport`; `setup` runs on the
+    paho client before it connects (`tls_set`, `ws_set_options`, `username_pw_set`).
+    """
 
     def __init__(
         self,
@@ -70,6 +75,10 @@ class PahoCollector:
         protocol: int = paho.MQTTv311,
         clean_session: bool | None = True,
         will: tuple[str, bytes, int, bool] | None = None,
+        *,
+        port: int | None = None,
+        transport: Literal["tcp", "websockets", "unix"] = "tcp",
+        setup: Callable[[paho.Client], object] | None = None,
     ) -> None:
         self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
         self.subacks: queue.Queue[list[Any]] = queue.Queue()
@@ -81,6 +90,7 @@ class PahoCollector:
             client_id=client_id,
             protocol=protocol,
             clean_session=clean_session if protocol != paho.MQTTv5 else None,
+            transport=transport,
         )
         self.client.on_message = lambda _c, _u, message: self.messages.put(message)
         self.client.on_connect = self._on_connect
@@ -89,7 +99,9 @@ class PahoCollector:
         if will is not None:
             topic, payload, qos, retain = will
             self.client.will_set(topic, payload, qos, retain)
-        self.client.connect(broker.host, broker.port, keepalive=30)
+        if setup is not None:
+            setup(self.client)
+        self.client.connect(broker.host, broker.port if port is None else port, keepalive=30)
         self.client.loop_start()
         assert self._connected.wait(5), "paho client did not get a CONNACK in 5 s"
 

@@ -180,8 +180,8 @@ def test_identity_as_username() -> None:
         "p",
         HookBus(allow_anonymous=False),
         ChannelSettings(identity_as_username=True),
-        identity="device-7",
     )
+    with_cert.identify("device-7")
     (opened,) = of_type(with_cert.handle_in([Connect(client_id="c", username="x")], 9), OpenSession)
     assert opened.client.username == "device-7"  # the certificate's CN, not the CONNECT's
     without = Channel("p", HookBus(), ChannelSettings(identity_as_username=True))

@@ -51,3 +51,30 @@ def test_pure_package_imports_no_io_or_actor_runtime(package: str) -> None:
         for path in files
     }
     assert {name: bad for name, bad in offenders.items() if bad} == {}
+
+
+# The stream layers (TLS, WebSocket) and the listeners' endpoints that make them are sans-I/O:
+# the reader and the transport own the socket. They may import each other and the
+# configuration, and nothing else of actors/ (which would bring gevent in).
+SANS_IO_MODULES = ("stream_layers", "tls_layer", "websocket_layer", "tls_context", "endpoint")
+IO_ROOTS = frozenset({"socket", "gevent", "pykka", "asyncio", "threading", "select", "selectors"})
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Full names of every module `path` imports (absolute imports only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", SANS_IO_MODULES)
+def test_stream_layers_are_sans_io(module: str) -> None:
+    path = ROOT / "actors" / f"{module}.py"
+    assert imported_roots(path) & IO_ROOTS == set()
+    actors_imports = {name for name in imported_modules(path) if name.startswith("actors.")}
+    assert actors_imports <= {f"actors.{name}" for name in (*SANS_IO_MODULES, "config")}
