@@ -190,7 +190,18 @@ def accept_connection(
     sock: socket.socket, address: Any, context: BrokerContext, endpoint: Endpoint
 ) -> None:
     """The listener's handler for one accepted socket: called from the event loop, it sets up
-    the connection and its client actor and returns; nothing runs until bytes arrive."""
+    the connection and its client actor and returns; nothing runs until bytes arrive.
+
+    A failure here (a broker bug, or the socket already reset) closes this one socket and is
+    logged; the listener goes on accepting."""
+    try:
+        _set_up(sock, address, context, endpoint)
+    except Exception:
+        logger.exception("could not set up a connection on listener %s: closed it", endpoint.name)
+        sock.close()
+
+
+def _set_up(sock: socket.socket, address: Any, context: BrokerContext, endpoint: Endpoint) -> None:
     if isinstance(address, tuple):
         peer = f"{address[0]}:{address[1]}"
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
