@@ -28,7 +28,7 @@ class BrokerContext:
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # ActorRef[SessionRegistryActor]
-    dispatcher: Dispatcher | None = None
+    dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(

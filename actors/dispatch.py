@@ -118,7 +118,7 @@ class Dispatcher:
         self._plans_version = -1
 
     def publish(
-        self, messages: list[Message], on_durable: Callable[[], None] | None = None
+        self, messages: list[Message], on_durable: Callable[[], object] | None = None
     ) -> bool:
         """Route `messages` (in order) to their subscribers and the retainer.
 

@@ -124,7 +124,7 @@ def _publish(packet: Publish, version: int) -> bytes:
     )
 
 
-_ACK_HEADERS = {
+_ACK_HEADERS: dict[int, bytes] = {
     PacketType.PUBACK: b"\x40\x02",
     PacketType.PUBREC: b"\x50\x02",
     PacketType.PUBREL: b"\x62\x02",  # PUBREL's reserved flags are 0b0010 [MQTT-3.6.1-1]

@@ -275,13 +275,13 @@ class SqliteStore:
                     table_ops.append(op_from_record(record, payload))
             elif kind == MARKS:
                 client_id, stage = record[1], record[2]
-                in_table = [
+                marks_in_table = [
                     (seq, packet_id)
                     for seq, packet_id in pairs(record[3])
                     if not mark(client_id, seq, packet_id, stage)
                 ]
-                if in_table:
-                    table_ops.append(MarkInFlight(client_id, stage, in_table))
+                if marks_in_table:
+                    table_ops.append(MarkInFlight(client_id, stage, marks_in_table))
             elif kind == DELETES:
                 client_id = record[1]
                 in_table = [seq for seq in record[2] if not delete(client_id, seq)]
