@@ -52,7 +52,7 @@ from mqtt import (
     encode_publish,
 )
 
-_FAILURE = 0x80
+_FAILURE = ReasonCode.UNSPECIFIED_ERROR  # the lowest failure code, and 3.1.1 SUBACK's only one
 _READ_SIZE = 65_536
 _MAX_PACKET_ID = 0xFFFF
 
