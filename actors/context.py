@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
-from actors.dispatch import Dispatcher
+from actors.dispatch import Dispatcher, Route
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
@@ -22,7 +22,7 @@ from router.route_table import RouteTable
 class BrokerContext:
     config: BrokerConfig
     hooks: Any  # hooks.hook_bus.HookBus
-    route_table: RouteTable
+    route_table: RouteTable[str, Route]
     stats: BrokerStats
     persistence: Persistence
     router: Any = None  # ActorRef[RouterActor]
