@@ -49,7 +49,7 @@ from store.base import (
     Snapshot,
     StoreError,
 )
-from store.message_log import DELETE_SESSION, PUT, MessageLog, put_record
+from store.message_log import DELETE_SESSION, MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
 from store.op_codec import (
     DELETES,
@@ -66,12 +66,14 @@ from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     META_COLUMNS,
+    PUT,
     delivery_from_record,
     delivery_to_record,
     message_from_record,
     message_to_record,
     meta_from_record,
     meta_to_record,
+    put_record,
 )
 
 logger = logging.getLogger(__name__)
@@ -171,7 +173,7 @@ def _empty_file_message(path: Path) -> str:
 
 # For each op type, the statements that apply a run of such ops, and each statement's rows
 # for one op.
-_Statement = tuple[str, Callable[[Any], list[tuple[Any, ...]]]]
+_Statement = tuple[str, Callable[[Any], list[Sequence[Any]]]]
 _STATEMENTS: dict[type, tuple[_Statement, ...]] = {
     PutMessage: (
         (_PUT_MESSAGE, lambda op: [(op.client_id, op.seq, *delivery_to_record(op.entry))]),
