@@ -1,8 +1,8 @@
 """RouteTable: topic filter -> {subscriber: value}, matched by the topic name of a PUBLISH.
 
-The router actor is the only writer (`add`, `remove`, `remove_subscriber`); publishers in
-other greenlets call `match` directly. Exact filters live in a dict looked up by the topic
-name itself; wildcard filters live in a `TopicTrie`, walked only when there are any.
+The router actor is the only writer (`add`, `remove`); publishers in other greenlets call
+`match` directly. Exact filters live in a dict looked up by the topic name itself; wildcard
+filters live in a `TopicTrie`, walked only when there are any.
 
 Invariants:
 - every filter present has at least one subscriber; `len(table)` counts (filter, subscriber)
@@ -23,7 +23,7 @@ Callers must not mutate what `match` returns (the dicts are shared with other pu
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
@@ -98,10 +98,6 @@ class RouteTable(Generic[SubscriberT, ValueT]):
             del self._writable(topic_filter)[subscriber]
         self._routes -= 1
         return True
-
-    def remove_subscriber(self, subscriber: SubscriberT, topic_filters: Iterable[str]) -> int:
-        """Drop `subscriber` from each of `topic_filters`; the number of routes dropped."""
-        return sum(self.remove(topic_filter, subscriber) for topic_filter in topic_filters)
 
     def subscribers(self, topic_filter: str) -> Mapping[SubscriberT, ValueT]:
         """A read-only view of the subscribers of `topic_filter` (empty if it has none).

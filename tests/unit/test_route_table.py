@@ -125,16 +125,6 @@ def test_version_grows_on_every_change() -> None:
     assert versions == sorted(set(versions))
 
 
-def test_remove_subscriber_drops_its_routes_only() -> None:
-    table: RouteTable[str, int] = RouteTable()
-    for topic_filter in ("a", "a/+", "#"):
-        table.add(topic_filter, "gone", 0)
-        table.add(topic_filter, "stays", 1)
-    assert table.remove_subscriber("gone", ["a", "a/+", "#", "not/subscribed"]) == 3
-    assert len(table) == 3
-    assert as_sets(table.match("a")) == {"a": {"stays": 1}, "#": {"stays": 1}}
-
-
 def test_subscribers_is_read_only() -> None:
     table: RouteTable[str, int] = RouteTable()
     table.add("a/+", "s1", 1)
