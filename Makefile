@@ -30,9 +30,12 @@ run: $(BIN)/python
 	$(BIN)/pip install -q -e .
 	$(BIN)/python -m actors.main $(ARGS)
 
+# mypy checks the packages listed in pyproject.toml ([tool.mypy] files).
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: system-deps venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest

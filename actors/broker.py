@@ -35,7 +35,7 @@ from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
-from core.message import skip_message_ids
+from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
 from plugins.base import PluginContext
@@ -91,7 +91,7 @@ class Broker:
         self._plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
         context.router = RouterActor.start(context.route_table)
-        retained = RetainedIndex()
+        retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)
         context.retainer = RetainerActor.start(retained)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
-from actors.dispatch import Dispatcher
+from actors.dispatch import Dispatcher, Route
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
@@ -23,13 +23,13 @@ from router.route_table import RouteTable
 class BrokerContext:
     config: BrokerConfig
     hooks: Any  # hooks.hook_bus.HookBus
-    route_table: RouteTable
+    route_table: RouteTable[str, Route]
     stats: BrokerStats
     persistence: Persistence
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
-    dispatcher: Dispatcher | None = None
+    dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(

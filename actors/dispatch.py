@@ -13,7 +13,7 @@ For one batch it:
 - hands retained messages to the retainer actor (one tell per batch);
 - picks, per subscribing session, the highest QoS over all of its matching subscriptions,
   capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1]
-  (that merge is a "plan" per topic, cached until the route table changes);
+  (that merge is the topic's plan, `router.fan_out`, cached until the route table changes);
 - encodes a QoS 0 PUBLISH for MQTT 3.x subscribers once per message and shares the bytes;
 - tells each session one `Deliver` with all of its deliveries from the batch.
 """
@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from actors.losses import report_loss
 from actors.messages import Deliver, StoreRetained
@@ -33,10 +32,11 @@ from actors.runtime import tell_if_alive
 from actors.stats import BrokerStats
 from core.message import Message
 from core.reasons import DropReason
-from core.session_state import Delivery, SubscriptionOptions
+from core.session_state import Delivery
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode_publish
+from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
@@ -45,62 +45,14 @@ logger = logging.getLogger(__name__)
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
 _NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
-PLAN_CACHE_SIZE = 4096  # topics whose fan-out plan is kept until the route table changes
 
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """What the route table holds for one (topic filter, client id)."""
-
-    session: Any  # ActorRef of the SessionActor
-    options: SubscriptionOptions
-    persistent: bool = False  # QoS 1/2 deliveries to it are stored before the publisher's ack
-
-
-class _Target(NamedTuple):
-    """One subscribing client of a topic, merged over all its matching subscriptions."""
-
-    client_id: str
-    session: Any
-    qos: int  # highest granted QoS over its matching subscriptions
-    own_qos: int  # the same over those without No Local (for its own messages); -1: none
-    retain_as_published: bool
-    subscription_ids: tuple[int, ...]
-    persistent: bool
-
-
-def _make_plan(matches: list[tuple[str, Any]]) -> list[_Target]:
-    merged: dict[str, _Target] = {}
-    for _topic_filter, subscribers in matches:
-        for client_id, route in subscribers.items():
-            options = route.options
-            own_qos = -1 if options.no_local else options.qos
-            ids = (options.subscription_id,) if options.subscription_id else ()
-            known = merged.get(client_id)
-            if known is None:
-                merged[client_id] = _Target(
-                    client_id,
-                    route.session,
-                    options.qos,
-                    own_qos,
-                    options.retain_as_published,
-                    ids,
-                    route.persistent,
-                )
-            else:
-                merged[client_id] = known._replace(
-                    qos=max(known.qos, options.qos),
-                    own_qos=max(known.own_qos, own_qos),
-                    retain_as_published=known.retain_as_published or options.retain_as_published,
-                    subscription_ids=known.subscription_ids + ids,
-                )
-    return list(merged.values())
+__all__ = ["Dispatcher", "Route"]  # Route: what the route table holds, from router.fan_out
 
 
 class Dispatcher:
     def __init__(
         self,
-        routes: RouteTable,
+        routes: RouteTable[str, Route],
         retainer: Any,
         hooks: Any,
         stats: BrokerStats,
@@ -108,17 +60,15 @@ class Dispatcher:
         *,
         loss_log: RateLimitedLog,
     ) -> None:
-        self._routes = routes
+        self._fan_out_plans = FanOut(routes)
         self._loss_log = loss_log
         self._retainer = retainer
         self._hooks = hooks
         self._stats = stats
         self._persistence = persistence
-        self._plans: dict[str, list[_Target]] = {}
-        self._plans_version = -1
 
     def publish(
-        self, messages: list[Message], on_durable: Callable[[], None] | None = None
+        self, messages: list[Message], on_durable: Callable[[], object] | None = None
     ) -> bool:
         """Route `messages` (in order) to their subscribers and the retainer.
 
@@ -153,24 +103,10 @@ class Dispatcher:
             return True
         return False
 
-    def _plan(self, topic: str) -> list[_Target]:
-        """Who receives a message on `topic`: one target per subscribing client, cached."""
-        version = self._routes.version
-        if version != self._plans_version:
-            self._plans.clear()
-            self._plans_version = version
-        plan = self._plans.get(topic)
-        if plan is None:
-            plan = _make_plan(self._routes.match(topic))
-            if len(self._plans) >= PLAN_CACHE_SIZE:
-                self._plans.clear()
-            self._plans[topic] = plan
-        return plan
-
     def _fan_out(
         self, message: Message, per_session: dict[Any, list[Delivery]], ops: list[Op]
     ) -> bool:
-        plan = self._plan(message.topic)
+        plan = self._fan_out_plans.plan(message.topic)
         wire_qos0: bytes | None = None
         persistence = self._persistence
         delivered = False

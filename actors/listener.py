@@ -101,7 +101,7 @@ class Listener(StreamServer):
                 with contextlib.suppress(OSError):  # replaced meanwhile: not ours any more
                     _remove_socket_file(unix_path)
 
-    def do_read(self) -> tuple[stdlib_socket.socket, Any] | None:
+    def do_read(self) -> tuple[stdlib_socket.socket, Any] | None:  # type: ignore[override]
         """Accept one connection: (socket, address), or None if none is to be handled now.
 
         Out of descriptors, it refuses waiting connections (up to `max_accept` of them) until
@@ -114,7 +114,7 @@ class Listener(StreamServer):
         sock = self.socket
         for _ in range(self.max_accept):
             try:
-                fd, address = sock._accept()
+                fd, address = sock._accept()  # type: ignore[attr-defined]  # gevent's raw accept
             except BlockingIOError:
                 return None  # nothing waiting
             except OSError as error:
@@ -142,7 +142,7 @@ class Listener(StreamServer):
     def do_handle(self, *args: Any) -> None:
         """Call the handler in the accepting callback, with no greenlet: it only sets the
         connection up (watchers, actors) and returns; the socket is its to close."""
-        self._handle(*args)
+        self._handle(*args)  # type: ignore[attr-defined]  # gevent's handler attribute
 
     def _refuse_one(self, error: OSError) -> bool:
         """Out of descriptors: close the oldest waiting connection using the spare descriptor.
@@ -154,7 +154,7 @@ class Listener(StreamServer):
         os.close(self._reserve)
         self._reserve = None
         try:
-            fd, address = self.socket._accept()
+            fd, address = self.socket._accept()  # type: ignore[attr-defined]
         except OSError as again:
             self._reserve = _open_reserve()
             if not isinstance(again, BlockingIOError):
@@ -198,7 +198,7 @@ class Listener(StreamServer):
         )
         self.stop_accepting()
         self._timer = self.loop.timer(self._pause)
-        self._timer.start(self._start_accepting_if_started)
+        self._timer.start(self._start_accepting_if_started)  # type: ignore[attr-defined,call-arg]  # gevent internals
         self._pause = min(MAX_PAUSE, self._pause * 2)
 
     def _where(self) -> str:

@@ -50,7 +50,7 @@ class Persistence:
         return next(self._seqs)
 
     def submit(
-        self, ops: Sequence[Op], then: Callable[[], None] | None = None, *, lazy: bool = False
+        self, ops: Sequence[Op], then: Callable[[], object] | None = None, *, lazy: bool = False
     ) -> None:
         """Make `ops` durable, then call `then` (at once when there is no store). `lazy`:
         nothing waits for them and losing them in a crash costs duplicates only, so they

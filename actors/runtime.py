@@ -38,6 +38,7 @@ import gevent.event
 import greenlet
 import pykka
 from pykka._envelope import Envelope
+from pykka._types import OptExcInfo
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class GeventFuture(pykka.Future[Any]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._result = gevent.event.AsyncResult()
+        self._result: gevent.event.AsyncResult[Any] = gevent.event.AsyncResult()
 
     def get(self, *, timeout: float | None = None) -> Any:
         try:
@@ -102,8 +103,10 @@ class GeventFuture(pykka.Future[Any]):
     def set(self, value: Any = None) -> None:
         self._result.set(value)
 
-    def set_exception(self, exc_info: Any = None) -> None:
+    def set_exception(self, exc_info: OptExcInfo | None = None) -> None:
         exc_value = (exc_info or sys.exc_info())[1]
+        if exc_value is None:
+            raise ValueError("set_exception needs an exception: none given or being handled")
         self._result.set_exception(exc_value)
 
 
@@ -170,7 +173,7 @@ class _DrainingInbox:
         return not self._envelopes and not self._urgent
 
     def schedule_drain(self) -> None:
-        if not self._draining:
+        if self._actor is not None and not self._draining:
             self._draining = True
             run_soon(self._actor._drain)
 

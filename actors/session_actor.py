@@ -322,7 +322,10 @@ class SessionActor(GeventActor):
         state = self.state
         transport = self._transport
         connected = transport is not None
-        slow = connected and transport.backlog_bytes > self._context.limits.max_write_buffer
+        slow = (
+            transport is not None
+            and transport.backlog_bytes > self._context.limits.max_write_buffer
+        )
         plain_qos0 = connected and not slow and self._version < 5
         report_delivered = self._hooks.has(_MESSAGE_DELIVERED)
         out = self._out
@@ -510,7 +513,7 @@ class SessionActor(GeventActor):
             self._routes_changed(RoutesChanged(token))
 
     def _unsubscribe(self, request: UnsubscribeRequest) -> None:
-        codes = []
+        codes: list[int] = []
         for topic_filter in request.topic_filters:
             existed = self.state.unsubscribe(topic_filter)
             self._stored_subscriptions = None

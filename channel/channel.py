@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from channel.actions import (
     Acknowledged,
@@ -191,12 +191,12 @@ class Channel:
         """
         if self.phase is not Phase.CONNECTED:
             return None
-        acks = []
+        acks: list[tuple[Ack, int]] = []
         for packet in packets:
             ack = ACK_OF_PACKET.get(type(packet))
             if ack is None:
                 return None
-            acks.append((ack, packet.packet_id))  # type: ignore[union-attr]
+            acks.append((ack, cast(PubAck | PubRec | PubComp, packet).packet_id))
         return Acknowledged(acks, size=size)
 
     def identify(self, identity: str) -> None:

@@ -4,7 +4,8 @@
   ends the chain (the first non-IGNORE answer wins), IGNORE passes to the next callback
   (emqttd `allow | deny | ignore`, Mosquitto `MOSQ_ERR_PLUGIN_DEFER`).
 - `AuthResult` is the outcome of authentication as the broker sees it: allowed, or refused
-  with an `AuthFailure` that maps onto the CONNACK code of MQTT 3.1.1 and 5.0.
+  with an `AuthFailure` that names its MQTT 5.0 CONNACK reason code (the encoder maps it
+  to the 3.1.1 return code for older clients).
 - `Stop(value)` halts a chain: in a notify chain the value is ignored, in a fold it becomes
   the result.
 - `DROP` is returned by a message.publish callback to drop the message.
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from mqtt.reason_codes import ReasonCode
+
 
 class Decision(Enum):
     ALLOW = "allow"
@@ -24,22 +27,20 @@ class Decision(Enum):
 
 
 class AuthFailure(Enum):
-    """Why a CONNECT was refused; each member knows its CONNACK code for both protocols."""
+    """Why a CONNECT was refused; each member knows its CONNACK reason code."""
 
-    # MQTT 3.1.1 CONNACK 0x04 "bad user name or password"; MQTT 5.0 reason code 0x86.
+    # MQTT 5.0 reason code 0x86; MQTT 3.1.1 CONNACK 0x04 "bad user name or password".
     BAD_CREDENTIALS = "bad_credentials"
-    # MQTT 3.1.1 CONNACK 0x05 "not authorized"; MQTT 5.0 reason code 0x87.
+    # MQTT 5.0 reason code 0x87; MQTT 3.1.1 CONNACK 0x05 "not authorized".
     NOT_AUTHORIZED = "not_authorized"
 
     @property
-    def connack_v3(self) -> int:
-        """The CONNACK return code for MQTT 3.1 / 3.1.1 (section 3.2.2.3)."""
-        return 0x04 if self is AuthFailure.BAD_CREDENTIALS else 0x05
-
-    @property
-    def connack_v5(self) -> int:
-        """The CONNACK reason code for MQTT 5.0 (section 3.2.2.2)."""
-        return 0x86 if self is AuthFailure.BAD_CREDENTIALS else 0x87
+    def connack_v5(self) -> ReasonCode:
+        """The CONNACK reason code (MQTT 5.0 section 3.2.2.2); `mqtt.encoder` sends a
+        3.1/3.1.1 client the nearest return code (3.1.1 section 3.2.2.3)."""
+        if self is AuthFailure.BAD_CREDENTIALS:
+            return ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        return ReasonCode.NOT_AUTHORIZED
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from core.message import Message
 from store import DeleteMessage, MarkInFlight, PutMessage, PutSession, SessionMeta, SqliteStore
-from store.base import StoredDelivery
+from store.base import Op, StoredDelivery
 from store.op_codec import encode_ops
 
 logger = logging.getLogger("loadtest.bench_store")
@@ -34,16 +34,16 @@ HALVES = {
 }
 
 
-def run(rounds: int, batch: int, payload_size: int) -> dict[str, float]:
+def run(rounds: int, batch: int, payload_size: int) -> dict[tuple[str, str], float]:
     """Microseconds per op of each kind, over `rounds` rounds of `batch` messages."""
     message = Message(topic="bench/store", payload=b"x" * payload_size, qos=1)
-    seconds = {(kind, half): 0.0 for kind in KINDS for half in HALVES}
+    seconds: dict[tuple[str, str], float] = {(kind, half): 0.0 for kind in KINDS for half in HALVES}
     with tempfile.TemporaryDirectory() as directory:
         store = SqliteStore(Path(directory) / "bench.sqlite3")
         store.apply([PutSession("sub", SessionMeta(protocol_version=4, expiry_interval=60.0))])
         for round_number in range(rounds):
             seqs = range(round_number * batch, (round_number + 1) * batch)
-            transactions = {
+            transactions: dict[str, list[Op]] = {
                 "put": [
                     PutMessage("sub", seq, StoredDelivery(message=message, qos=1, retain=False))
                     for seq in seqs

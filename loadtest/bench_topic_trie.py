@@ -1,11 +1,12 @@
-"""Micro-benchmark of the router's hot path: `RouteTable.match` at 1e3, 1e4 and 1e5 filters.
+"""Micro-benchmark of the router's hot path: a topic's fan-out plan at 1e3, 1e4, 1e5 filters.
 
 `python -m loadtest.bench_topic_trie [--sizes 1000 10000 100000]` builds a table of
 subscriptions shaped like a device fleet (`site/dev/metric`: 80 % exact filters, 20 % with
 `+` or `#`, one subscriber each) and writes one line per size to stdout: microseconds per
-`add`, per `match` served by the cache (a working set of names smaller than the cache), per
-`match` that misses it (more distinct names than the cache holds), per bare `TopicTrie.match`,
-and the mean number of filters a name matched. Seeded, so runs are comparable.
+`add`, per `FanOut.plan` served by its cache (a working set of names smaller than the cache),
+per plan that misses it (more distinct names than the cache holds: `RouteTable.match` and
+the merge), per bare `RouteTable.match` and per bare `TopicTrie.match`, and the mean number
+of filters a name matched. Seeded, so runs are comparable.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from core.session_state import SubscriptionOptions
 from mqtt.topics import is_wildcard
-from router.route_table import DEFAULT_CACHE_SIZE, RouteTable
+from router.fan_out import DEFAULT_CACHE_SIZE, FanOut, Route
+from router.route_table import RouteTable
 from router.topic_trie import TopicTrie
 
 METRICS = ("temp", "humidity", "power", "status", "door", "alarm", "gps", "battery")
@@ -35,14 +38,16 @@ class BenchResult:
     add_us: float
     hit_us: float
     miss_us: float
+    match_us: float
     trie_us: float
     mean_matched: float
 
     def line(self) -> str:
         return (
             f"filters={self.filters:>7} (wildcard {self.wildcard_filters:>6})  "
-            f"add {self.add_us:6.2f} us  match: cache hit {self.hit_us:5.2f} us, "
-            f"miss {self.miss_us:6.2f} us, trie only {self.trie_us:6.2f} us  "
+            f"add {self.add_us:6.2f} us  plan: cache hit {self.hit_us:5.2f} us, "
+            f"miss {self.miss_us:6.2f} us; match only {self.match_us:6.2f} us, "
+            f"trie only {self.trie_us:6.2f} us  "
             f"matched/name {self.mean_matched:.2f}"
         )
 
@@ -86,17 +91,20 @@ def us_per_call(call: Callable[[str], object], names: Sequence[str]) -> float:
 def bench(filter_count: int, seed: int = 1) -> BenchResult:
     rng = random.Random(seed)
     filters = fleet_filters(filter_count, rng)
-    table: RouteTable[str, None] = RouteTable()
+    table: RouteTable[str, Route] = RouteTable()
+    route = Route(None, SubscriptionOptions(qos=1))
     start = time.perf_counter()
     for index, topic_filter in enumerate(filters):
-        table.add(topic_filter, f"client{index}", None)
+        table.add(topic_filter, f"client{index}", route)
     add_us = (time.perf_counter() - start) * 1e6 / len(filters)
     hot = fleet_names(HOT_NAMES, filter_count, rng)
     cold = fleet_names(COLD_NAMES, filter_count, rng)
+    fan_out = FanOut(table)
     for name in hot:
-        table.match(name)  # warm the cache
-    hit_us = us_per_call(table.match, hot)
-    miss_us = us_per_call(table.match, cold)
+        fan_out.plan(name)  # warm the cache
+    hit_us = us_per_call(fan_out.plan, hot)
+    miss_us = us_per_call(fan_out.plan, cold)
+    match_us = us_per_call(table.match, cold)
     wildcard_filters = [f for f in filters if is_wildcard(f)]
     trie = TopicTrie()
     for topic_filter in wildcard_filters:
@@ -109,6 +117,7 @@ def bench(filter_count: int, seed: int = 1) -> BenchResult:
         add_us=add_us,
         hit_us=hit_us,
         miss_us=miss_us,
+        match_us=match_us,
         trie_us=trie_us,
         mean_matched=mean_matched,
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import gevent
 import gevent.event
@@ -35,6 +36,7 @@ from mqtt import (
     PacketDecoder,
     PacketType,
     PingReq,
+    PingResp,
     PubAck,
     PubComp,
     Publish,
@@ -50,11 +52,12 @@ from mqtt import (
     encode_publish,
 )
 
-_FAILURE = 0x80
+_FAILURE = ReasonCode.UNSPECIFIED_ERROR  # the lowest failure code, and 3.1.1 SUBACK's only one
 _READ_SIZE = 65_536
 _MAX_PACKET_ID = 0xFFFF
 
 MessageHandler = Callable[[Publish], None]
+Reply = TypeVar("Reply", ConnAck, PubAck, PubComp, SubAck, UnsubAck, PingResp)
 LostHandler = Callable[[str], None]
 
 
@@ -121,7 +124,7 @@ class MqttClient:
         self._reader: gevent.Greenlet | None = None
         self._decoder = PacketDecoder(protocol_version=protocol_version)
         self._send_lock = gevent.lock.Semaphore()
-        self._waiters: dict[tuple[int, int], gevent.event.AsyncResult] = {}
+        self._waiters: dict[tuple[int, int], gevent.event.AsyncResult[Packet]] = {}
         self._last_packet_id = 0
         self._last_send = 0.0
         self._closing = False
@@ -153,7 +156,7 @@ class MqttClient:
             password=password,
         )
         try:
-            connack = self._request((PacketType.CONNACK, 0), encode(packet), "CONNACK")
+            connack = self._request((PacketType.CONNACK, 0), encode(packet), ConnAck)
         except MqttClientError:
             self.close()
             raise
@@ -171,19 +174,23 @@ class MqttClient:
             self._send(encode_publish(topic, payload, 0, retain, False, None, None, version))
             return
         packet_id = self._next_packet_id()
-        expected = PacketType.PUBACK if qos == 1 else PacketType.PUBCOMP
         wire = encode_publish(topic, payload, qos, retain, False, packet_id, None, version)
-        reply = self._request((expected, packet_id), wire, expected.name)
+        reply: PubAck | PubComp
+        if qos == 1:
+            reply = self._request((PacketType.PUBACK, packet_id), wire, PubAck)
+        else:
+            reply = self._request((PacketType.PUBCOMP, packet_id), wire, PubComp)
         if reply.reason_code >= _FAILURE:
             code = reply.reason_code
-            raise MqttClientError(f"{expected.name} failed with {code:#x} ({_code_name(code)})")
+            name = type(reply).__name__.upper()
+            raise MqttClientError(f"{name} failed with {code:#x} ({_code_name(code)})")
 
     def subscribe(self, filters: Sequence[tuple[str, int]]) -> SubAck:
         """SUBSCRIBE to `(topic_filter, qos)` pairs; raises if any filter is refused."""
         packet_id = self._next_packet_id()
         packet = Subscribe(packet_id, [Subscription(name, qos) for name, qos in filters])
         wire = encode(packet, self.protocol_version)
-        suback = self._request((PacketType.SUBACK, packet_id), wire, "SUBACK")
+        suback = self._request((PacketType.SUBACK, packet_id), wire, SubAck)
         if len(suback.reason_codes) != len(filters):
             raise MqttClientError(
                 f"SUBACK has {len(suback.reason_codes)} codes for {len(filters)} filters "
@@ -199,12 +206,12 @@ class MqttClient:
         """UNSUBSCRIBE from topic filters and wait for UNSUBACK."""
         packet_id = self._next_packet_id()
         wire = encode(Unsubscribe(packet_id, list(filters)), self.protocol_version)
-        return self._request((PacketType.UNSUBACK, packet_id), wire, "UNSUBACK")
+        return self._request((PacketType.UNSUBACK, packet_id), wire, UnsubAck)
 
     def ping(self) -> None:
         """Send PINGREQ and wait for PINGRESP."""
         wire = encode(PingReq(), self.protocol_version)
-        self._request((PacketType.PINGRESP, 0), wire, "PINGRESP")
+        self._request((PacketType.PINGRESP, 0), wire, PingResp)
 
     def disconnect(self) -> None:
         """Send DISCONNECT (so no will is published) and close; quiet if already closed."""
@@ -240,16 +247,21 @@ class MqttClient:
             raise ConnectionLostError(f"write failed: {error}") from error
         self._last_send = time.monotonic()
 
-    def _request(self, key: tuple[int, int], data: bytes, expected: str) -> Packet:
-        waiter = gevent.event.AsyncResult()
+    def _request(self, key: tuple[int, int], data: bytes, expected: type[Reply]) -> Reply:
+        """Send `data` and wait for the `expected` packet that `key` identifies."""
+        waiter: gevent.event.AsyncResult[Packet] = gevent.event.AsyncResult()
         self._waiters[key] = waiter
+        name = expected.__name__.upper()
         try:
             self._send(data)
-            return waiter.get(timeout=self.timeout)
+            reply = waiter.get(timeout=self.timeout)
         except gevent.Timeout as timeout:
-            raise AckTimeoutError(f"no {expected} within {self.timeout:g} s") from timeout
+            raise AckTimeoutError(f"no {name} within {self.timeout:g} s") from timeout
         finally:
             self._waiters.pop(key, None)
+        if not isinstance(reply, expected):  # the key names the packet type: cannot happen
+            raise MqttClientError(f"expected {name}, got {type(reply).__name__}")
+        return reply
 
     def _next_packet_id(self) -> int:
         """A packet identifier not in use by a pending flow [MQTT-2.3.1-2]."""

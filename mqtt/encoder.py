@@ -1,12 +1,20 @@
 """Packet encoding: `encode(packet, protocol_version)` for all 15 types, `encode_publish` fast.
 
-Versions 3 and 4 drop what they cannot carry (properties, ack reason codes, UNSUBACK reason
-codes, DISCONNECT reason); a 5.0 CONNACK reason code >= 0x80 becomes the nearest 3.1.1
-return code and a SUBACK failure code becomes 0x80. CONNECT is encoded in its own
-`protocol_version`/`protocol_name`. Optional 5.0 fields are omitted when they hold their
-defaults (ack/DISCONNECT/AUTH reason code 0 without properties), as the spec allows, so
-encoding is the inverse of decoding. The encoder trusts its input: it does not re-validate
-topic syntax or property placement (that is the decoder's job on the receiving side).
+Reason codes are MQTT 5.0 reason codes (`mqtt.reason_codes.ReasonCode`) in every version:
+the broker decides in 5.0 terms and this module alone maps a decision down for a 3.1/3.1.1
+client, where the packets carry less:
+- CONNACK: a failure (>= 0x80) becomes the nearest 3.1.1 return code
+  (`connack_return_code`, 3.1.1 section 3.2.2.3). Codes below 0x80 go out unchanged, so a
+  3.x return code 0..5 given as such still encodes as itself.
+- SUBACK: any failure becomes 0x80, the one failure return code of 3.1.1 [MQTT-3.9.3-2].
+- PUBACK, PUBREC, PUBREL, PUBCOMP, UNSUBACK and DISCONNECT carry no reason code before 5.0:
+  it is left out, as are all properties.
+
+CONNECT is encoded in its own `protocol_version`/`protocol_name`. Optional 5.0 fields are
+omitted when they hold their defaults (ack/DISCONNECT/AUTH reason code 0 without
+properties), as the spec allows, so encoding is the inverse of decoding. The encoder trusts
+its input: it does not re-validate topic syntax or property placement (that is the
+decoder's job on the receiving side).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from mqtt.packets import (
     Unsubscribe,
 )
 from mqtt.properties import EMPTY_PROPERTY_BLOCK, encode_properties
-from mqtt.reason_codes import SUBACK_FAILURE_V311, connack_return_code
+from mqtt.reason_codes import SUBACK_FAILURE_V311, ReasonCode, connack_return_code
 from mqtt.wire import MAX_VARINT, encode_binary, encode_string, encode_varint, frame
 
 AckPacket = PubAck | PubRec | PubRel | PubComp
@@ -105,7 +113,7 @@ def _connect(packet: Connect, _version: int) -> bytes:
 
 def _connack(packet: ConnAck, version: int) -> bytes:
     code = packet.reason_code
-    if version < 5 and code >= 0x80:
+    if version < 5 and code >= ReasonCode.UNSPECIFIED_ERROR:
         code = connack_return_code(code)
     flags = 1 if packet.session_present and version >= 4 else 0
     return frame(0x20, bytes((flags, code)) + _props(packet, version))
@@ -124,7 +132,7 @@ def _publish(packet: Publish, version: int) -> bytes:
     )
 
 
-_ACK_HEADERS = {
+_ACK_HEADERS: dict[int, bytes] = {
     PacketType.PUBACK: b"\x40\x02",
     PacketType.PUBREC: b"\x50\x02",
     PacketType.PUBREL: b"\x62\x02",  # PUBREL's reserved flags are 0b0010 [MQTT-3.6.1-1]
@@ -132,7 +140,9 @@ _ACK_HEADERS = {
 }
 
 
-def encode_ack(packet_type: int, packet_id: int, reason_code: int, protocol_version: int) -> bytes:
+def encode_ack(
+    packet_type: int, packet_id: int, reason_code: ReasonCode, protocol_version: int
+) -> bytes:
     """PUBACK/PUBREC/PUBREL/PUBCOMP without properties, in the shortest form (3.4.2.1).
 
     The broker's hot path: no packet object needed. Version 3/4 has no reason code.
@@ -144,17 +154,16 @@ def encode_ack(packet_type: int, packet_id: int, reason_code: int, protocol_vers
 
 
 def _ack(first: int) -> Callable[[AckPacket, int], bytes]:
-    """Encoder for PUBACK/PUBREC/PUBREL/PUBCOMP packet objects."""
+    """Encoder for PUBACK/PUBREC/PUBREL/PUBCOMP packet objects (what `encode_ack` writes,
+    plus properties in 5.0)."""
+    header = _ACK_HEADERS[first >> 4]
 
     def encode_ack_packet(packet: AckPacket, version: int) -> bytes:
-        if version < 5 or not packet.properties:
-            return encode_ack(first >> 4, packet.packet_id, packet.reason_code, version)
-        body = (
-            packet.packet_id.to_bytes(2, "big")
-            + bytes((packet.reason_code,))
-            + encode_properties(packet.properties)
-        )
-        return frame(first, body)
+        code = packet.reason_code
+        if version < 5 or (not code and not packet.properties):
+            return header + packet.packet_id.to_bytes(2, "big")
+        properties = encode_properties(packet.properties) if packet.properties else b""
+        return frame(first, packet.packet_id.to_bytes(2, "big") + bytes((code,)) + properties)
 
     return encode_ack_packet
 

@@ -51,12 +51,6 @@ class ProtocolVersion(IntEnum):
     MQTT_5 = 5  # protocol name "MQTT"
 
 
-class QoS(IntEnum):
-    AT_MOST_ONCE = 0
-    AT_LEAST_ONCE = 1
-    EXACTLY_ONCE = 2
-
-
 Properties = dict[int, Any]
 
 

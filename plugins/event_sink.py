@@ -233,10 +233,10 @@ class Plugin:
     def register(self, bus: HookBus) -> None:
         for point in self._points:
             if point is HookPoint.MESSAGE_PUBLISH:
-                callback, priority = self._on_publish, PUBLISH_PRIORITY
+                bus.register(point, self._on_publish, priority=PUBLISH_PRIORITY, owner=self._name)
             else:
-                callback, priority = self._notifier(point.value), NOTIFY_PRIORITY
-            bus.register(point, callback, priority=priority, owner=self._name)
+                notify = self._notifier(point.value)
+                bus.register(point, notify, priority=NOTIFY_PRIORITY, owner=self._name)
         self._writer = gevent.spawn(self._run)
 
     def close(self) -> None:

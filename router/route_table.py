@@ -1,30 +1,29 @@
-"""RouteTable: topic filter -> {subscriber: value}, matched by topic name on every PUBLISH.
+"""RouteTable: topic filter -> {subscriber: value}, matched by the topic name of a PUBLISH.
 
-The router actor is the only writer (`add`, `remove`, `remove_subscriber`); publishers in
-other greenlets call `match` directly. Exact filters live in a dict looked up by the topic
-name itself; wildcard filters live in a `TopicTrie`, walked only when there are any.
+The router actor is the only writer (`add`, `remove`); publishers in other greenlets call
+`match` directly. Exact filters live in a dict looked up by the topic name itself; wildcard
+filters live in a `TopicTrie`, walked only when there are any.
 
 Invariants:
 - every filter present has at least one subscriber; `len(table)` counts (filter, subscriber)
   routes and `version` grows on every change;
 - a wildcard filter is in `_wildcard` exactly when it is in the trie;
-- the match cache (topic name -> result) only holds results computed at the current
-  `version`: every change empties it, so a route added or removed is seen by the next match.
-  It is bounded (`cache_size` names, names longer than `MAX_CACHED_NAME_LENGTH` are not
-  cached) and simply emptied when full, which costs nothing per hit;
 - copy-on-write: the subscriber dicts returned by `match` are never changed afterwards. A
   change to a filter whose dict a `match` may have handed out (one made at or before the last
-  uncached match) replaces the dict with an updated copy, so a publisher may keep iterating
-  a result across greenlet switches. Changes made between publishes edit in place; the copy
-  costs O(subscribers of that filter) only when publishes and subscriptions interleave.
+  match) replaces the dict with an updated copy, so a publisher may keep iterating a result
+  across greenlet switches. Changes made between publishes edit in place; the copy costs
+  O(subscribers of that filter) only when publishes and subscriptions interleave.
 
-Callers must not mutate what `match` returns (the list and the dicts are shared with the
-cache and with other publishers).
+`match` keeps no cache: the publish path caches per topic name what it derives from the
+match (`router.fan_out.FanOut`, keyed by name and invalidated by `version`), and one cache
+with the same key, bound and invalidation in front of another only cost memory.
+
+Callers must not mutate what `match` returns (the dicts are shared with other publishers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
@@ -33,9 +32,6 @@ from router.topic_trie import TopicTrie
 
 SubscriberT = TypeVar("SubscriberT", bound=Hashable)
 ValueT = TypeVar("ValueT")
-
-DEFAULT_CACHE_SIZE = 4096
-MAX_CACHED_NAME_LENGTH = 512
 
 Match = list[tuple[str, Mapping[SubscriberT, ValueT]]]
 
@@ -48,8 +44,6 @@ class RouteTable(Generic[SubscriberT, ValueT]):
     """
 
     __slots__ = (
-        "_cache",
-        "_cache_size",
         "_exact",
         "_made_at",
         "_routes",
@@ -59,16 +53,12 @@ class RouteTable(Generic[SubscriberT, ValueT]):
         "version",
     )
 
-    def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
-        if cache_size < 1:
-            raise ValueError(f"cache_size must be at least 1, got {cache_size}")
+    def __init__(self) -> None:
         self._exact: dict[str, dict[SubscriberT, ValueT]] = {}
         self._wildcard: dict[str, dict[SubscriberT, ValueT]] = {}
         self._trie = TopicTrie()
         self._made_at: dict[str, int] = {}  # filter -> version its current dict was made at
-        self._shared_at = -1  # version of the last uncached match
-        self._cache: dict[str, Match[SubscriberT, ValueT]] = {}
-        self._cache_size = cache_size
+        self._shared_at = -1  # version of the last match
         self._routes = 0
         self.version = 0
 
@@ -85,7 +75,7 @@ class RouteTable(Generic[SubscriberT, ValueT]):
         Raises TopicError if the filter is not valid [MQTT-4.7.1-2] [MQTT-4.7.1-3].
         """
         validate_topic_filter(topic_filter)
-        self._changed()
+        self.version += 1
         subscribers = self._writable(topic_filter)
         is_new = subscriber not in subscribers
         subscribers[subscriber] = value
@@ -98,7 +88,7 @@ class RouteTable(Generic[SubscriberT, ValueT]):
         subscribers = table.get(topic_filter)
         if subscribers is None or subscriber not in subscribers:
             return False
-        self._changed()
+        self.version += 1
         if len(subscribers) == 1:
             del table[topic_filter]
             del self._made_at[topic_filter]
@@ -108,10 +98,6 @@ class RouteTable(Generic[SubscriberT, ValueT]):
             del self._writable(topic_filter)[subscriber]
         self._routes -= 1
         return True
-
-    def remove_subscriber(self, subscriber: SubscriberT, topic_filters: Iterable[str]) -> int:
-        """Drop `subscriber` from each of `topic_filters`; the number of routes dropped."""
-        return sum(self.remove(topic_filter, subscriber) for topic_filter in topic_filters)
 
     def subscribers(self, topic_filter: str) -> Mapping[SubscriberT, ValueT]:
         """A read-only view of the subscribers of `topic_filter` (empty if it has none).
@@ -124,27 +110,15 @@ class RouteTable(Generic[SubscriberT, ValueT]):
     def match(self, topic_name: str) -> Match[SubscriberT, ValueT]:
         """(filter, {subscriber: value}) for every filter matching the valid `topic_name`.
 
-        The hot path of every PUBLISH. The result is shared: do not mutate it.
+        The dicts in the result are shared: do not mutate them.
         """
-        cached = self._cache.get(topic_name)
-        if cached is not None:
-            return cached
         exact = self._exact.get(topic_name)
         matched: Match[SubscriberT, ValueT] = [] if exact is None else [(topic_name, exact)]
         if self._wildcard:
             wildcard = self._wildcard
             matched.extend([(found, wildcard[found]) for found in self._trie.match(topic_name)])
         self._shared_at = self.version
-        if len(topic_name) <= MAX_CACHED_NAME_LENGTH:
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-            self._cache[topic_name] = matched
         return matched
-
-    def _changed(self) -> None:
-        self.version += 1
-        if self._cache:
-            self._cache.clear()
 
     def _writable(self, topic_filter: str) -> dict[SubscriberT, ValueT]:
         """The dict of `topic_filter` that may be edited in place now (created if missing)."""

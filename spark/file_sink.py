@@ -84,10 +84,6 @@ class RotatingFileSink:
         self._size = 0
         self.files_published = 0
 
-    @property
-    def is_open(self) -> bool:
-        return self._stream is not None
-
     def recover_staging(self) -> int:
         """Publish files left in staging by a crash (partial last line cut); returns how many."""
         self.staging.mkdir(parents=True, exist_ok=True)

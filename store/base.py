@@ -61,9 +61,11 @@ class SessionMeta:
     awaiting_rel: frozenset[int] = frozenset()  # incoming QoS 2 ids, PUBREL not yet received
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True)
 class StoredDelivery:
-    """A message queued for, or in flight to, one session (see `core.session_state`)."""
+    """A message queued for, or in flight to, one session (see `core.session_state`).
+
+    Its stored form is declared in `store.records.DELIVERY_FIELDS`, in this field order."""
 
     message: Message
     qos: int  # the QoS it goes out with

@@ -69,9 +69,9 @@ class MemoryStore:
             case MarkInFlight(client_id, stage, marks):
                 messages = self._messages.get(client_id, {})
                 for seq, packet_id in marks:
-                    entry = messages.get(seq)
-                    if entry is not None:
-                        messages[seq] = replace(entry, packet_id=packet_id, stage=stage)
+                    marked = messages.get(seq)
+                    if marked is not None:
+                        messages[seq] = replace(marked, packet_id=packet_id, stage=stage)
             case DeleteMessage(client_id, seqs):
                 messages = self._messages.get(client_id, {})
                 for seq in seqs:

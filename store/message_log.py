@@ -11,12 +11,13 @@ payloads of its put records, concatenated in record order. The JSON is a list of
 
     ["put", client_id, seq, payload_length, topic, msg_qos, msg_retain, publisher,
      username, timestamp, properties, message_id, qos, retain, subscription_ids,
-     packet_id, stage]
+     packet_id, stage]    # the fields of store.records.DELIVERY_FIELDS but the payload
     ["mark", client_id, seq, packet_id, stage]    # went in flight / moved on
     ["delete", client_id, seq]                    # acknowledged
     ["delete_session", client_id]                 # every message of the client so far
 
-(`properties` is the JSON text of `store.records.encode_properties`.) Replaying the batches in
+(`properties` is the JSON text of `store.records.encode_properties`, `subscription_ids` a
+list; `store.records.put_record` makes the record.) Replaying the batches in
 order gives the messages that live in the log; a record about a message that is not in
 the log (it was compacted into the table) is ignored on replay, because the store writes
 changes to table messages into the table directly.
@@ -43,9 +44,8 @@ from typing import Any
 
 import orjson
 
-from core.message import stored_message
 from store.base import StoredDelivery
-from store.records import decode_properties, encode_properties
+from store.records import LOG_RECORD_HEAD, PUT, delivery_from_put
 
 _HEADER_LENGTH = struct.Struct("<I")
 # What the index keeps of a live message: the batch holding its put record, that record (with
@@ -53,72 +53,8 @@ _HEADER_LENGTH = struct.Struct("<I")
 # while that batch is being built, the record's position in it.
 _Live = tuple[int, list[Any], bytes, int]
 _NONE_LIVE: dict[int, _Live] = {}  # for lookups of unknown clients
-PUT, MARK, DELETE, DELETE_SESSION = "put", "mark", "delete", "delete_session"
-_PUT_PAYLOAD_LENGTH = 3  # index of payload_length in a put record
-
-
-def put_record(client_id: str, seq: int, entry: StoredDelivery) -> list[Any]:
-    message = entry.message
-    return [
-        PUT,
-        client_id,
-        seq,
-        len(message.payload),
-        message.topic,
-        message.qos,
-        message.retain,
-        message.publisher,
-        message.username,
-        message.timestamp,
-        encode_properties(message.properties) if message.properties else None,
-        message.message_id,
-        entry.qos,
-        entry.retain,
-        entry.subscription_ids,
-        entry.packet_id,
-        entry.stage,
-    ]
-
-
-def delivery_from_put(record: list[Any], payload: bytes) -> StoredDelivery:
-    (
-        _kind,
-        _client_id,
-        _seq,
-        _length,
-        topic,
-        msg_qos,
-        msg_retain,
-        publisher,
-        username,
-        timestamp,
-        properties,
-        message_id,
-        qos,
-        retain,
-        subscription_ids,
-        packet_id,
-        stage,
-    ) = record
-    message = stored_message(
-        topic,
-        payload,
-        msg_qos,
-        msg_retain,
-        publisher,
-        username,
-        timestamp,
-        decode_properties(properties),
-        message_id,
-    )
-    return StoredDelivery(
-        message=message,
-        qos=qos,
-        retain=retain,
-        subscription_ids=tuple(subscription_ids),
-        packet_id=packet_id,
-        stage=stage,
-    )
+MARK, DELETE, DELETE_SESSION = "mark", "delete", "delete_session"  # and PUT (store.records)
+_PUT_PAYLOAD_LENGTH = LOG_RECORD_HEAD.index("payload_length")
 
 
 def encode_batch(records: Iterable[list[Any]], payloads: Iterable[Any]) -> bytes:

@@ -50,16 +50,16 @@ from store.base import (
     Snapshot,
     StoredSession,
 )
-from store.message_log import (
-    DELETE_SESSION,
-    PAYLOAD_LENGTH_AT,
+from store.message_log import DELETE_SESSION, PAYLOAD_LENGTH_AT, decode_batch, encode_batch
+from store.records import (
     PUT,
-    decode_batch,
     delivery_from_put,
-    encode_batch,
+    message_from_record,
+    message_to_record,
+    meta_from_record,
+    meta_to_record,
     put_record,
 )
-from store.records import message_from_record, message_to_record, meta_from_record, meta_to_record
 
 RETAIN, UNRETAIN, SESSION, MARKS, DELETES = "retain", "unretain", "session", "marks", "deletes"
 _RETAIN_PAYLOAD_LENGTH = 2  # index of payload_length in a retain record

@@ -49,7 +49,7 @@ from store.base import (
     Snapshot,
     StoreError,
 )
-from store.message_log import DELETE_SESSION, PUT, MessageLog, put_record
+from store.message_log import DELETE_SESSION, MessageLog
 from store.migrations import SCHEMA_VERSION, check_schema, migrate
 from store.op_codec import (
     DELETES,
@@ -66,12 +66,14 @@ from store.records import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     META_COLUMNS,
+    PUT,
     delivery_from_record,
     delivery_to_record,
     message_from_record,
     message_to_record,
     meta_from_record,
     meta_to_record,
+    put_record,
 )
 
 logger = logging.getLogger(__name__)
@@ -171,7 +173,7 @@ def _empty_file_message(path: Path) -> str:
 
 # For each op type, the statements that apply a run of such ops, and each statement's rows
 # for one op.
-_Statement = tuple[str, Callable[[Any], list[tuple[Any, ...]]]]
+_Statement = tuple[str, Callable[[Any], list[Sequence[Any]]]]
 _STATEMENTS: dict[type, tuple[_Statement, ...]] = {
     PutMessage: (
         (_PUT_MESSAGE, lambda op: [(op.client_id, op.seq, *delivery_to_record(op.entry))]),
@@ -275,13 +277,13 @@ class SqliteStore:
                     table_ops.append(op_from_record(record, payload))
             elif kind == MARKS:
                 client_id, stage = record[1], record[2]
-                in_table = [
+                marks_in_table = [
                     (seq, packet_id)
                     for seq, packet_id in pairs(record[3])
                     if not mark(client_id, seq, packet_id, stage)
                 ]
-                if in_table:
-                    table_ops.append(MarkInFlight(client_id, stage, in_table))
+                if marks_in_table:
+                    table_ops.append(MarkInFlight(client_id, stage, marks_in_table))
             elif kind == DELETES:
                 client_id = record[1]
                 in_table = [seq for seq in record[2] if not delete(client_id, seq)]

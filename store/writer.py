@@ -38,7 +38,7 @@ from store.base import Op, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
-Callback = Callable[[], None]
+Callback = Callable[[], object]  # its result is ignored
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mqtt.packets import ConnAck, PubAck, Publish, Will
+from mqtt.reason_codes import ReasonCode
 from plugins.auth_file import hash_password
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
@@ -46,7 +47,7 @@ password_file = "passwd"
 module = "plugins.acl_file"
 acl_file = "acl"
 """
-NOT_AUTHORIZED_V5 = 0x87
+NOT_AUTHORIZED_V5 = ReasonCode.NOT_AUTHORIZED
 
 
 def write_acl_broker_files(directory: Path) -> None:
@@ -127,7 +128,7 @@ def test_mqtt5_connect_with_an_unauthorised_will_gets_0x87(acl_broker: BrokerPro
             unique("alice"), username="alice", password=b"alice-pw", will=Will("alice/x", b"w")
         )
         assert isinstance(connack, ConnAck)
-        assert connack.reason_code == 0
+        assert connack.reason_code == ReasonCode.SUCCESS
     finally:
         allowed.close()
 

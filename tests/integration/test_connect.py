@@ -21,6 +21,7 @@ from mqtt.packets import (
     Subscription,
     Will,
 )
+from mqtt.reason_codes import ConnackReturnCode
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import (
     PahoCollector,
@@ -61,7 +62,7 @@ def test_unsupported_protocol_level_gets_connack_1_then_close_MQTT_3_1_2_2(
     client.send(Connect(client_id=unique("level6"), protocol_version=6))
     connack = client.expect()
     assert isinstance(connack, ConnAck)
-    assert connack.reason_code == 0x01
+    assert connack.reason_code == ConnackReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
     assert client.is_closed_by_broker(3)
     client.close()
 
@@ -72,7 +73,7 @@ def test_protocol_name_level_mismatch_gets_connack_1_MQTT_3_1_2_2(broker: Broker
     client.send(Connect(client_id=unique("mismatch"), protocol_version=3, protocol_name="MQTT"))
     connack = client.expect()
     assert isinstance(connack, ConnAck)
-    assert connack.reason_code == 0x01
+    assert connack.reason_code == ConnackReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
     assert client.is_closed_by_broker(3)
     client.close()
 
@@ -108,7 +109,7 @@ def test_empty_client_id_without_clean_session_refused_0x02_MQTT_3_1_3_8(
     client = RawClient(broker.host, broker.port)
     connack = client.connect("", clean=False)
     assert isinstance(connack, ConnAck)
-    assert connack.reason_code == 0x02
+    assert connack.reason_code == ConnackReturnCode.IDENTIFIER_REJECTED
     assert client.is_closed_by_broker(3)
     client.close()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mqtt.packets import ConnAck, Connect, PingReq, PingResp, Publish
+from mqtt.reason_codes import ReasonCode
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
@@ -58,7 +59,7 @@ def send_connect(client: RawClient) -> tuple[bool, float]:
             "(left waiting in the listen backlog)"
         ) from None
     assert isinstance(packet, ConnAck), packet
-    assert packet.reason_code == 0, packet
+    assert packet.reason_code == ReasonCode.SUCCESS, packet
     return True, time.monotonic() - started
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from mqtt.packets import Disconnect, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt.reason_codes import SUBACK_FAILURE_V311
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import (
@@ -317,7 +318,7 @@ def test_failing_authorize_callback_grants_nothing(
     """The raising plugin alone on client.authorize counts as IGNORE, and all-IGNORE denies."""
     broker = broker_factory(f'[store]\nkind = "memory"\n[[plugins]]\nmodule = "{RAISING}"\n')
     client = connect_raw(broker, unique("closed"))  # authenticate failed: allow_anonymous decides
-    assert subscribe_raw(client, 1, ("any/topic", 0)).reason_codes == [0x80]
+    assert subscribe_raw(client, 1, ("any/topic", 0)).reason_codes == [SUBACK_FAILURE_V311]
     client.close()
 
 

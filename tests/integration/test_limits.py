@@ -13,6 +13,7 @@ import pytest
 
 from mqtt.errors import UnsupportedProtocolVersionError
 from mqtt.packets import ConnAck, PingReq, PingResp, Publish, PubRec, SubAck, UnsubAck
+from mqtt.reason_codes import SUBACK_FAILURE_V311, ConnackReturnCode, ReasonCode
 from tests.fixtures.wire_packets import BAD_CASES, WIRE_CASES, BadWireCase, WireCase
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
@@ -95,7 +96,7 @@ def test_client_id_over_max_length_refused_0x02_MQTT_3_1_3_5(
     client = RawClient(limited_broker.host, limited_broker.port)
     connack = client.connect("c" * 24)
     assert isinstance(connack, ConnAck)
-    assert connack.reason_code == 0x02
+    assert connack.reason_code == ConnackReturnCode.IDENTIFIER_REJECTED
     assert client.is_closed_by_broker(3)
     client.close()
 
@@ -106,7 +107,7 @@ def test_topic_levels_over_max_refused(limited_broker: BrokerProcess) -> None:
     client_id = unique("levels")
     client = connect_raw(limited_broker, client_id)
     suback = subscribe_raw(client, 1, (f"{prefix}/b/c/d", 0), (f"{prefix}/b/c/d/e", 0))
-    assert suback.reason_codes == [0, 0x80]
+    assert suback.reason_codes == [ReasonCode.GRANTED_QOS_0, SUBACK_FAILURE_V311]
     client.send(Publish(f"{prefix}/b/c/d", b"four levels"))
     assert expect_publish(client).payload == b"four levels"
     client.send(Publish(f"{prefix}/b/c/d/e", b"five levels"))
@@ -149,7 +150,7 @@ def test_bad_first_packet_closes_only_that_connection(
     if case.error is UnsupportedProtocolVersionError:
         connack = client.expect()  # [MQTT-3.1.2-2]
         assert isinstance(connack, ConnAck)
-        assert connack.reason_code == 0x01
+        assert connack.reason_code == ConnackReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
     assert client.is_closed_by_broker(3)
     client.close()
     bystander.assert_served()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mqtt.packets import Disconnect, Publish
+from mqtt.reason_codes import ReasonCode
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, unique
 from tests.support.raw_client import RawClient
@@ -14,7 +15,7 @@ def test_topic_alias_without_announced_maximum_is_refused_mqtt_3_3_2_8(
     client = connect_raw(broker, unique("alias"), version=5)
     client.send(Publish("a/b", b"x", properties={0x23: 1}))
     answer = client.expect()
-    assert answer == Disconnect(reason_code=0x94)  # Topic Alias invalid
+    assert answer == Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
     assert client.is_closed_by_broker()
     assert "Topic Alias" in broker.log()
 
@@ -22,7 +23,7 @@ def test_topic_alias_without_announced_maximum_is_refused_mqtt_3_3_2_8(
 def test_empty_client_id_gets_an_assigned_identifier_mqtt_3_2_2_16(broker: BrokerProcess) -> None:
     client = RawClient(broker.host, broker.port, version=5)
     connack = client.connect("", clean=True)
-    assert connack.reason_code == 0
+    assert connack.reason_code == ReasonCode.SUCCESS
     assigned = connack.properties[0x12]
     assert assigned.startswith("auto-")
     client.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mqtt.packets import ConnAck, PubAck, Publish
+from mqtt.reason_codes import SUBACK_FAILURE_V311
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import ROOT, start_broker
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
@@ -27,7 +28,7 @@ from tests.support.raw_client import RawClient
 STORE = '[store]\nkind = "memory"\n'
 CONFIG_EXIT_CODE = 2  # actors.main: configuration errors
 FAIL_FAST_SECONDS = 5.0
-REFUSED = 0x80
+REFUSED = SUBACK_FAILURE_V311
 
 BAD_PLUGIN_CONFIGS = {
     "missing_module": (

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqtt.packets import PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt.reason_codes import SUBACK_FAILURE_V311, ReasonCode
 from plugins.auth_file import hash_password
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import BrokerProcess
@@ -49,8 +50,8 @@ password_file = "passwd"
 module = "plugins.acl_file"
 acl_file = "acl"
 """
-REFUSED_V3 = 0x80
-NOT_AUTHORIZED_V5 = 0x87
+REFUSED_V3 = SUBACK_FAILURE_V311
+NOT_AUTHORIZED_V5 = ReasonCode.NOT_AUTHORIZED
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from mqtt.packets import ConnAck
+from mqtt.reason_codes import ConnackReturnCode, ReasonCode
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import ROOT, BrokerProcess
 from tests.support.clients import unique
@@ -29,8 +30,11 @@ MOSQUITTO_PASSWD = Path("/usr/bin/mosquitto_passwd")
 USER = "sensor-owner"
 PASSWORD = "s3cret with spaces & Ünïcode"
 SUCCESS = 0x00
-BAD_CREDENTIALS = {4: 0x04, 5: 0x86}
-NOT_AUTHORIZED = {4: 0x05, 5: 0x87}
+BAD_CREDENTIALS = {
+    4: ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD,
+    5: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+}
+NOT_AUTHORIZED = {4: ConnackReturnCode.NOT_AUTHORIZED, 5: ReasonCode.NOT_AUTHORIZED}
 VERSIONS = (4, 5)
 
 

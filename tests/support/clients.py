@@ -16,6 +16,7 @@ from typing import Any, Literal
 import paho.mqtt.client as paho
 
 from mqtt.packets import ConnAck, Publish, SubAck, Subscribe, Subscription
+from mqtt.reason_codes import ReasonCode
 from tests.support.broker_process import BrokerProcess
 from tests.support.raw_client import RawClient
 
@@ -39,7 +40,7 @@ def connect_raw(
     client = RawClient(broker.host, broker.port, version=version)
     connack = client.connect(client_id, clean=clean, keepalive=keepalive, **kwargs)
     assert isinstance(connack, ConnAck), connack
-    assert connack.reason_code == 0, connack
+    assert connack.reason_code == ReasonCode.SUCCESS, connack
     if session_present is not None:
         assert connack.session_present is session_present, connack
     return client

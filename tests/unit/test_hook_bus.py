@@ -30,6 +30,7 @@ from hooks.events import (
 )
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
+from mqtt import ConnAck, encode
 
 POINT = HookPoint.SESSION_CREATED
 
@@ -272,15 +273,24 @@ def test_authenticate_treats_a_raising_or_misbehaving_callback_as_ignore(
     assert "plugins.bool" in messages[1] and "returned True" in messages[1]
 
 
-def test_auth_result_codes_and_consistency() -> None:
-    assert (AuthFailure.BAD_CREDENTIALS.connack_v3, AuthFailure.BAD_CREDENTIALS.connack_v5) == (
-        0x04,
-        0x86,
-    )
-    assert (AuthFailure.NOT_AUTHORIZED.connack_v3, AuthFailure.NOT_AUTHORIZED.connack_v5) == (
-        0x05,
-        0x87,
-    )
+@pytest.mark.parametrize(
+    ("failure", "reason_code", "return_code_v311"),
+    [
+        (AuthFailure.BAD_CREDENTIALS, 0x86, 0x04),  # 3.1.1 section 3.2.2.3: table 3.1
+        (AuthFailure.NOT_AUTHORIZED, 0x87, 0x05),
+    ],
+)
+def test_auth_failure_connack_codes_in_5_0_and_3_1_1(
+    failure: AuthFailure, reason_code: int, return_code_v311: int
+) -> None:
+    assert failure.connack_v5 == reason_code
+    connack = ConnAck(session_present=False, reason_code=failure.connack_v5)
+    assert encode(connack, 5)[3] == reason_code
+    assert encode(connack, 4)[3] == return_code_v311
+    assert encode(connack, 3)[3] == return_code_v311
+
+
+def test_auth_result_consistency() -> None:
     with pytest.raises(ValueError):
         AuthResult(allowed=False)
     with pytest.raises(ValueError):

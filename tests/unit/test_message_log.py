@@ -8,13 +8,8 @@ from hypothesis import strategies as st
 
 from core.message import Message
 from store.base import StoredDelivery
-from store.message_log import (
-    MessageLog,
-    decode_batch,
-    delivery_from_put,
-    encode_batch,
-    put_record,
-)
+from store.message_log import MessageLog, decode_batch, encode_batch
+from store.records import delivery_from_put, put_record
 from tests.unit.test_store_records import deliveries
 
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.base import Op, SessionMeta, Snapshot, StoredSession
-from store.message_log import put_record
 from store.op_codec import decode_ops, decode_snapshot, encode_ops, encode_snapshot
+from store.records import put_record
 from tests.unit.test_sqlite_store import META, QUEUED, V5_MESSAGE, ops
 from tests.unit.test_store_records import deliveries, messages, metas
 

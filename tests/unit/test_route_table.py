@@ -1,11 +1,11 @@
-"""RouteTable: routes by filter, exact + wildcard matching, the match cache, snapshots."""
+"""RouteTable: routes by filter, exact + wildcard matching, snapshots of match results."""
 
 from collections.abc import Mapping
 
 import pytest
 
 from mqtt.topics import TopicError
-from router.route_table import MAX_CACHED_NAME_LENGTH, RouteTable
+from router.route_table import RouteTable
 
 
 def as_sets(matched: list[tuple[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
@@ -48,7 +48,7 @@ def test_dollar_topics_not_matched_by_leading_wildcards_mqtt_4_7_2_1() -> None:
     }
 
 
-def test_match_sees_subscriber_added_after_a_cached_match() -> None:
+def test_match_sees_subscriber_added_after_a_match() -> None:
     table: RouteTable[str, int] = RouteTable()
     table.add("a/+", "s1", 1)
     assert as_sets(table.match("a/b")) == {"a/+": {"s1": 1}}
@@ -60,7 +60,7 @@ def test_match_sees_subscriber_added_after_a_cached_match() -> None:
     assert as_sets(table.match("a/b"))["a/+"] == {"s1": 10, "s2": 2}
 
 
-def test_match_sees_subscriber_removed_after_a_cached_match() -> None:
+def test_match_sees_subscriber_removed_after_a_match() -> None:
     table: RouteTable[str, int] = RouteTable()
     table.add("a/#", "s1", 1)
     table.add("a/#", "s2", 2)
@@ -125,16 +125,6 @@ def test_version_grows_on_every_change() -> None:
     assert versions == sorted(set(versions))
 
 
-def test_remove_subscriber_drops_its_routes_only() -> None:
-    table: RouteTable[str, int] = RouteTable()
-    for topic_filter in ("a", "a/+", "#"):
-        table.add(topic_filter, "gone", 0)
-        table.add(topic_filter, "stays", 1)
-    assert table.remove_subscriber("gone", ["a", "a/+", "#", "not/subscribed"]) == 3
-    assert len(table) == 3
-    assert as_sets(table.match("a")) == {"a": {"stays": 1}, "#": {"stays": 1}}
-
-
 def test_subscribers_is_read_only() -> None:
     table: RouteTable[str, int] = RouteTable()
     table.add("a/+", "s1", 1)
@@ -152,25 +142,3 @@ def test_add_rejects_invalid_filter_without_change_mqtt_4_7_1_2() -> None:
         table.add("a/#/b", "s1", 1)
     assert len(table) == 0
     assert table.version == 0
-
-
-def test_cache_stays_bounded_and_correct() -> None:
-    table: RouteTable[str, int] = RouteTable(cache_size=4)
-    table.add("t/+", "s", 0)
-    for round_ in range(3):
-        for index in range(10):
-            assert as_sets(table.match(f"t/{index}")) == {"t/+": {"s": 0}}, round_
-            assert len(table._cache) <= 4  # white-box: the bound itself
-
-
-def test_long_names_are_matched_but_not_cached() -> None:
-    table: RouteTable[str, int] = RouteTable()
-    table.add("#", "s", 0)
-    long_name = "x" * (MAX_CACHED_NAME_LENGTH + 1)
-    assert as_sets(table.match(long_name)) == {"#": {"s": 0}}
-    assert long_name not in table._cache  # white-box: memory bound for hostile names
-
-
-def test_cache_size_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="cache_size"):
-        RouteTable(cache_size=0)

@@ -505,6 +505,61 @@ def test_a_version_1_store_opens_with_the_current_code(tmp_path: Path) -> None:
     assert session.messages[1][1].subscription_ids == (4,)
 
 
+# A version 2 message log batch exactly as the released code wrote it (store/message_log.py
+# before the stored fields were declared in store.records): never edit it. Two put records
+# (an MQTT 5 message with properties and subscription ids, a 3.1.1 one) and a mark.
+V2_LOG_BATCH = (
+    b"\x03\x01\x00\x00"
+    b'[["put","c1",1,2,"a/b",2,true,"p","u",1700000000.25,'
+    b'"[[9,{\\"b\\":\\"AP8=\\"}],[38,[{\\"t\\":[\\"k\\",\\"v\\"]}]],[11,[3]]]",41,1,true,[3,4],null,null],'
+    b'["put","c1",2,0,"a/c",1,false,null,null,1700000001.0,null,42,1,false,[],null,null],'
+    b'["mark","c1",1,17,"await_puback"]]hi'
+)
+
+
+def test_a_version_2_message_log_loads_with_the_current_code(tmp_path: Path) -> None:
+    path = _sqlite_path(tmp_path)
+    SqliteStore(path).close()  # an empty store at the current schema
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("INSERT INTO sessions VALUES ('c1', 5, 60.0, NULL, 18, '{}', '[]')")
+    connection.execute("INSERT INTO message_log VALUES (1, ?)", (V2_LOG_BATCH,))
+    connection.close()
+    store = SqliteStore(path)
+    messages = store.load().sessions["c1"].messages
+    store.close()
+    assert messages == [
+        (
+            1,
+            StoredDelivery(
+                Message(
+                    topic="a/b",
+                    payload=b"hi",
+                    qos=2,
+                    retain=True,
+                    publisher="p",
+                    username="u",
+                    timestamp=1_700_000_000.25,
+                    properties={9: b"\x00\xff", 38: [("k", "v")], 11: [3]},
+                    message_id=41,
+                ),
+                qos=1,
+                retain=True,
+                subscription_ids=(3, 4),
+                packet_id=17,
+                stage="await_puback",
+            ),
+        ),
+        (
+            2,
+            StoredDelivery(
+                Message(topic="a/c", payload=b"", qos=1, timestamp=1_700_000_001.0, message_id=42),
+                qos=1,
+                retain=False,
+            ),
+        ),
+    ]
+
+
 def _add_expires_at(connection: sqlite3.Connection) -> None:
     connection.execute("ALTER TABLE retained ADD COLUMN expires_at REAL")
 

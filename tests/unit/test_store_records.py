@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import sqlite3
+import typing
 from enum import IntEnum
 
 import orjson
@@ -11,13 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.message import Message
+from core.message import Message, stored_message
 from store.base import IN_FLIGHT_STAGES, SessionMeta, StoredDelivery, StoredSubscription
 from store.records import (
     DELIVERY_COLUMNS,
+    DELIVERY_FIELDS,
     MESSAGE_COLUMNS,
+    MESSAGE_FIELDS,
     META_COLUMNS,
     decode_properties,
+    delivery_from_put,
     delivery_from_record,
     delivery_to_record,
     encode_properties,
@@ -25,6 +31,7 @@ from store.records import (
     message_to_record,
     meta_from_record,
     meta_to_record,
+    put_record,
 )
 
 mqtt_strings = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
@@ -128,6 +135,38 @@ def test_session_meta_round_trip_through_an_sqlite_row(meta: SessionMeta) -> Non
     record = meta_to_record(meta)
     assert len(record) == len(META_COLUMNS)
     assert meta_from_record(_through_sqlite(record)) == meta
+
+
+@settings(max_examples=60, deadline=None)
+@given(deliveries())
+def test_delivery_round_trip_through_the_message_log_json(entry: StoredDelivery) -> None:
+    record = orjson.loads(orjson.dumps(put_record("c", 7, entry)))
+    assert record[:4] == ["put", "c", 7, len(entry.message.payload)]
+    assert len(record) == 4 + len(DELIVERY_COLUMNS) - 1  # the payload travels apart
+    assert delivery_from_put(record, entry.message.payload) == entry
+
+
+def test_the_declared_message_fields_are_the_message_s_in_stored_message_order() -> None:
+    """The declaration names every field of Message (less the derived `wire`), with its type,
+    in the order `stored_message` takes them: a field added to Message must be declared."""
+    hints = typing.get_type_hints(Message)
+    init_fields = [field.name for field in dataclasses.fields(Message) if field.init]
+    assert [field.attribute for field in MESSAGE_FIELDS] == init_fields
+    assert [*init_fields, "wire"] == list(inspect.signature(stored_message).parameters)
+    assert [field.type for field in MESSAGE_FIELDS] == [hints[name] for name in init_fields]
+
+
+def test_the_declared_delivery_fields_are_the_message_s_then_stored_delivery_s() -> None:
+    hints = typing.get_type_hints(StoredDelivery)
+    own = [field.name for field in dataclasses.fields(StoredDelivery)][1:]  # after `message`
+    message_part, own_part = (
+        DELIVERY_FIELDS[: len(MESSAGE_FIELDS)],
+        DELIVERY_FIELDS[len(MESSAGE_FIELDS) :],
+    )
+    assert [f.attribute for f in message_part] == [f"message.{f.attribute}" for f in MESSAGE_FIELDS]
+    assert [f.attribute for f in own_part] == own
+    assert [f.type for f in own_part] == [hints[name] for name in own]
+    assert DELIVERY_COLUMNS[-2:] == ("packet_id", "stage")  # the log marks these in place
 
 
 def test_properties_are_json_text_with_binary_values_base64_encoded() -> None:
