@@ -361,8 +361,9 @@ class SessionActor(GeventActor):
             self._delivered_hook(delivery)
 
     def _send_publish(self, action: SendPublish) -> None:
-        packet_id, delivery, dup = action
-        if dup:  # a resend: already recorded, counted and reported when first sent
+        packet_id = action.packet_id
+        delivery = action.delivery
+        if action.dup:  # a resend: already recorded, counted and reported when first sent
             self._out.append(self._encode(packet_id, delivery, dup=True))
             return
         if delivery.seq and self._stored:
@@ -373,7 +374,8 @@ class SessionActor(GeventActor):
             self._delivered_hook(delivery)
 
     def _send_pubrel(self, action: SendPubrel) -> None:
-        packet_id, delivery = action
+        packet_id = action.packet_id
+        delivery = action.delivery
         if delivery is not None and delivery.seq and self._stored:
             self._store_in_flight(packet_id, delivery, _AWAIT_PUBCOMP)
         self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
@@ -592,21 +594,23 @@ class SessionActor(GeventActor):
         dropped, self._drops = self._drops or [], None
         self._context.stats.deliveries_dropped += len(dropped)
         counts: dict[DropReason, int] = {}
-        for _delivery, reason in dropped:
-            counts[reason] = counts.get(reason, 0) + 1
+        for drop in dropped:
+            counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:
-            for delivery, _reason in dropped:
-                if delivery.seq:
-                    self._store_deleted(delivery.seq)
+            for drop in dropped:
+                if drop.delivery.seq:
+                    self._store_deleted(drop.delivery.seq)
         if self._hooks.has(HookPoint.MESSAGE_DROPPED):
-            for delivery, reason in dropped:
+            for drop in dropped:
                 self._hooks.run(
                     HookPoint.MESSAGE_DROPPED,
                     MessageDropped(
-                        message=delivery.message, reason=reason, client_id=self.state.client_id
+                        message=drop.delivery.message,
+                        reason=drop.reason,
+                        client_id=self.state.client_id,
                     ),
                 )
 

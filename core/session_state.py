@@ -109,7 +109,8 @@ class SubscriptionOptions:
 # ----- actions: what a transition asks the session actor to do -----------------------
 
 
-class SendPublish(NamedTuple):
+@dataclass(slots=True)
+class SendPublish:
     """Write a PUBLISH of `delivery` with `packet_id` (a new one entering the window, or with
     `dup` a resend of one in flight [MQTT-4.4.0-1]). QoS 0 never has this action: see below."""
 
@@ -118,7 +119,8 @@ class SendPublish(NamedTuple):
     dup: bool = False
 
 
-class SendPubrel(NamedTuple):
+@dataclass(slots=True)
+class SendPubrel:
     """Write PUBREL for `packet_id`. `delivery` is the one that has just moved to
     AWAIT_PUBCOMP (to record), or None when nothing changed (a repeated PUBREC, a resend)."""
 
@@ -126,13 +128,15 @@ class SendPubrel(NamedTuple):
     delivery: Delivery | None
 
 
-class Completed(NamedTuple):
+@dataclass(slots=True)
+class Completed:
     """An outgoing QoS 1/2 delivery is acknowledged to the end and has left the window."""
 
     delivery: Delivery
 
 
-class Dropped(NamedTuple):
+@dataclass(slots=True)
+class Dropped:
     """A delivery the session does not keep (queue full, QoS 0 offline or to a slow consumer,
     no longer authorised)."""
 
@@ -140,7 +144,8 @@ class Dropped(NamedTuple):
     reason: DropReason
 
 
-class Revoked(NamedTuple):
+@dataclass(slots=True)
+class Revoked:
     """A subscription removed because the client may no longer read its topic filter."""
 
     topic_filter: str

@@ -225,7 +225,7 @@ class SessionModel:
         accounted: list[int] = []
         for action in actions:
             if type(action) is Dropped:
-                delivery, reason = action
+                delivery, reason = action.delivery, action.reason
                 if reason is DropReason.QUEUE_FULL:
                     assert delivery.seq in queued_before or delivery in batch
                 else:
@@ -360,7 +360,9 @@ class SessionModel:
         places.update(d.seq for d in self.state.queue or () if d.qos)
         places.update(self.completed)
         places.update(
-            d.seq for d, reason in self.dropped if d.qos and reason is DropReason.QUEUE_FULL
+            d.delivery.seq
+            for d in self.dropped
+            if d.delivery.qos and d.reason is DropReason.QUEUE_FULL
         )
         assert set(places) == self.qos12_admitted
         assert all(count == 1 for count in places.values()), places
@@ -368,16 +370,16 @@ class SessionModel:
     def every_qos0_delivery_is_in_exactly_one_place(self) -> None:
         places: Counter[int] = Counter(self.sent_qos0)
         places.update(d.seq for d in self.state.queue or () if not d.qos)
-        places.update(d.seq for d, _reason in self.dropped if not d.qos)
+        places.update(d.delivery.seq for d in self.dropped if not d.delivery.qos)
         assert set(places) == self.qos0_admitted
         assert all(count == 1 for count in places.values()), places
 
     def drops_have_the_right_reason(self) -> None:
-        for delivery, reason in self.dropped:
-            if reason in (DropReason.QOS0_OFFLINE, DropReason.SLOW_CONSUMER):
-                assert delivery.qos == 0
+        for drop in self.dropped:
+            if drop.reason in (DropReason.QOS0_OFFLINE, DropReason.SLOW_CONSUMER):
+                assert drop.delivery.qos == 0
             else:
-                assert reason is DropReason.QUEUE_FULL
+                assert drop.reason is DropReason.QUEUE_FULL
 
     def queued_deliveries_leave_in_admission_order(self) -> None:
         assert self.left_in_order == sorted(self.left_in_order)
