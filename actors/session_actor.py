@@ -337,11 +337,22 @@ class SessionActor(GeventActor):
         out = self._out
         sent = 0
         for action in actions:
-            if plain and type(action) is Delivery and action.wire is not None:
+            kind = type(action)
+            if kind is SendPublish:  # the QoS 1/2 hot path: _send_publish, inlined
+                delivery = action.delivery
+                if delivery.seq and self._stored:
+                    self._store_in_flight(
+                        action.packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos]
+                    )
+                out.append(self._encode(action.packet_id, delivery))
+                sent += 1
+                if not plain and self._hooks.has(_MESSAGE_DELIVERED):
+                    self._delivered_hook(delivery)
+            elif plain and kind is Delivery and action.wire is not None:
                 out.append(action.wire)
                 sent += 1
             else:
-                handlers[type(action)](self, action)
+                handlers[kind](self, action)
         self._context.stats.messages_sent += sent
         if self._drops:
             self._report_dropped()
@@ -448,9 +459,16 @@ class SessionActor(GeventActor):
         )
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
-        self._carry_out(
-            self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
-        )
+        actions = self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
+        # Hot path: a Completed needs nothing when there is no store and no message.acked hook.
+        quiet = not self._stored and not self._hooks.has(_MESSAGE_ACKED)
+        handlers = _ACTION_HANDLERS
+        for action in actions:
+            kind = type(action)
+            if kind is not Completed or not quiet:
+                handlers[kind](self, action)
+        if self._drops:
+            self._report_dropped()
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
