@@ -2,9 +2,13 @@
 
 It is the only place that changes the state of a client id: subscriptions, the outgoing
 in-flight window and queue, and the incoming QoS 2 packet ids awaiting PUBREL. The pure
-transitions live in `core.session_state`; this actor turns their answers into bytes
-written to the attached client's `Transport` (which never blocks) and into messages for the
-router and the retainer.
+transitions live in `core.session_state` and answer with actions (see its docstring); this
+actor carries them out with a class-level handler table (`_ACTION_HANDLERS`): bytes written
+to the attached client's `Transport` (which never blocks), store ops for persistent sessions,
+counters, loss log lines and hooks (message.delivered, message.acked, message.dropped,
+session.unsubscribed), and messages for the router and the retainer. The drops of one batch
+are reported together. QoS 0 fan-out to a 3.x client skips the table: a batch the state
+answers with itself is written as its shared encodings in one go.
 
 Lifecycle: created by the session registry; `Attach` binds a connection (writing CONNACK
 first, then resending unacknowledged messages in their original order [MQTT-4.4.0-1]);
@@ -22,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import gevent
@@ -58,9 +63,13 @@ from channel.authorization import may_read
 from core.client import ClientInfo
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
-    SEND_WITHOUT_ID,
-    Ack,
+    Action,
+    Completed,
     Delivery,
+    Dropped,
+    Revoked,
+    SendPublish,
+    SendPubrel,
     SessionState,
     Stage,
     SubscriptionOptions,
@@ -91,6 +100,9 @@ from store.base import (
 logger = logging.getLogger(__name__)
 
 _PUBREL = PacketType.PUBREL
+_WIRE = itemgetter(4)  # Delivery.wire, read in C
+_AWAIT_PUBCOMP = Stage.AWAIT_PUBCOMP.value
+_FIRST_STAGE_VALUE = {1: Stage.AWAIT_PUBACK.value, 2: Stage.AWAIT_PUBREC.value}
 _MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
@@ -125,6 +137,7 @@ class SessionActor(GeventActor):
         self._stored_subscriptions: dict[str, StoredSubscription] | None = None
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
+        self._drops: list[Dropped] | None = None  # of the actions being carried out
 
     def on_receive(self, message: Any) -> Any:
         return _MESSAGE_HANDLERS[type(message)](self, message)
@@ -199,13 +212,9 @@ class SessionActor(GeventActor):
             properties=attach.connack_properties,
         )
         self._out.append(encode(connack, self._version))
-        for packet_id, entry in self.state.unacknowledged():
-            # Resent in their original order, PUBLISH with DUP=1 [MQTT-4.4.0-1].
-            if entry.stage is Stage.AWAIT_PUBCOMP:
-                self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
-            else:
-                self._out.append(self._encode(packet_id, entry.delivery, dup=True))
-        self._send_window()
+        # In-flight messages resent in their original order, PUBLISH with DUP=1
+        # [MQTT-4.4.0-1], then the queue as the window allows.
+        self._carry_out(self.state.resume())
         self.after_drain()
         tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
@@ -238,7 +247,8 @@ class SessionActor(GeventActor):
                 owner.username,
                 client.username,
             )
-        revoked = self.state.keep_readable(readable)
+        actions = self.state.keep_readable(readable)
+        revoked = [action.topic_filter for action in actions if type(action) is Revoked]
         if revoked:
             logger.warning(
                 "session %r: the ACL denies user %r %d of its subscriptions; revoked: %s",
@@ -253,16 +263,7 @@ class SessionActor(GeventActor):
             self._context.router.tell(
                 RemoveRoutes(self.state.client_id, revoked, session=self.actor_ref)
             )
-            if self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
-                for topic_filter in revoked:
-                    self._hooks.run(
-                        HookPoint.SESSION_UNSUBSCRIBED,
-                        SessionUnsubscribed(
-                            client_id=self.state.client_id, topic_filter=topic_filter
-                        ),
-                    )
-        if self.state.dropped:
-            self._report_dropped()
+        self._carry_out(actions)  # the hook for each Revoked filter; the drops
         return revoked
 
     def _detach(self, detach: Detach) -> None:
@@ -319,56 +320,114 @@ class SessionActor(GeventActor):
     # ----- outgoing messages ----------------------------------------------------------
 
     def _deliver(self, deliver: Deliver) -> None:
-        state = self.state
         transport = self._transport
         connected = transport is not None
         slow = (
             transport is not None
             and transport.backlog_bytes > self._context.limits.max_write_buffer
         )
-        plain_qos0 = connected and not slow and self._version < 5
-        report_delivered = self._hooks.has(_MESSAGE_DELIVERED)
+        deliveries = deliver.deliveries
+        actions = self.state.deliver(deliveries, connected, drop_qos0=slow)
+        # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
+        plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
+        if plain and actions is deliveries:  # all QoS 0, sent now (see SessionState.deliver)
+            wires = list(map(_WIRE, deliveries))
+            if None not in wires:
+                self._out += wires
+                self._context.stats.messages_sent += len(wires)
+                return
+        handlers = _ACTION_HANDLERS
         out = self._out
         sent = 0
-        for delivery in deliver.deliveries:
-            if plain_qos0 and delivery.wire is not None and not state.queue:
-                out.append(delivery.wire)  # the shared encoding; nothing to track for QoS 0
-            elif slow and delivery.qos == 0:
-                state.dropped.append((delivery, DropReason.SLOW_CONSUMER))
-                continue
+        for action in actions:
+            if type(action) is SendPublish:  # the QoS 1/2 hot path: _send_publish, inlined
+                delivery = action.delivery
+                if delivery.seq and self._stored:
+                    self._store_in_flight(
+                        action.packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos]
+                    )
+                out.append(self._encode(action.packet_id, delivery))
+                sent += 1
+                if not plain and self._hooks.has(_MESSAGE_DELIVERED):
+                    self._delivered_hook(delivery)
+            elif plain and type(action) is Delivery and action.wire is not None:
+                out.append(action.wire)
+                sent += 1
             else:
-                packet_id = state.admit(delivery, connected)
-                if packet_id < SEND_WITHOUT_ID:
-                    continue
-                if delivery.seq:
-                    self._store_in_flight(packet_id, delivery)
-                out.append(self._encode(packet_id, delivery))
-            sent += 1
-            if report_delivered:
-                self._delivered_hook(delivery)
+                handlers[type(action)](self, action)
         self._context.stats.messages_sent += sent
-        if state.dropped:
+        if self._drops:
             self._report_dropped()
 
-    def _send_window(self) -> None:
-        for packet_id, delivery in self.state.fill_window():
-            if delivery.seq:
-                self._store_in_flight(packet_id, delivery)
-            self._out.append(self._encode(packet_id, delivery))
-            self._context.stats.messages_sent += 1
-            if self._hooks.has(HookPoint.MESSAGE_DELIVERED):
-                self._delivered_hook(delivery)
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        """Do what the session state asked for, in order; then report the drops."""
+        handlers = _ACTION_HANDLERS
+        for action in actions:
+            handlers[type(action)](self, action)
+        if self._drops:
+            self._report_dropped()
 
-    def _store_in_flight(self, packet_id: int, delivery: Delivery) -> None:
-        if self._stored:
-            stage = self.state.inflight[packet_id].stage.value
-            last = self._ops[-1] if self._ops else None
-            if type(last) is MarkInFlight and last.stage == stage:  # one op per run
-                last.marks.append((delivery.seq, packet_id))
-            else:
-                self._ops.append(
-                    MarkInFlight(self.state.client_id, stage, [(delivery.seq, packet_id)])
-                )
+    def _send_qos0(self, delivery: Delivery) -> None:
+        self._out.append(self._encode(0, delivery))
+        self._context.stats.messages_sent += 1
+        if self._hooks.has(_MESSAGE_DELIVERED):
+            self._delivered_hook(delivery)
+
+    def _send_publish(self, action: SendPublish) -> None:
+        packet_id = action.packet_id
+        delivery = action.delivery
+        if action.dup:  # a resend: already recorded, counted and reported when first sent
+            self._out.append(self._encode(packet_id, delivery, dup=True))
+            return
+        if delivery.seq and self._stored:
+            self._store_in_flight(packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos])
+        self._out.append(self._encode(packet_id, delivery))
+        self._context.stats.messages_sent += 1
+        if self._hooks.has(_MESSAGE_DELIVERED):
+            self._delivered_hook(delivery)
+
+    def _send_pubrel(self, action: SendPubrel) -> None:
+        packet_id = action.packet_id
+        delivery = action.delivery
+        if delivery is not None and delivery.seq and self._stored:
+            self._store_in_flight(packet_id, delivery, _AWAIT_PUBCOMP)
+        self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
+
+    def _completed(self, action: Completed) -> None:
+        delivery = action.delivery
+        if delivery.seq and self._stored:
+            self._store_deleted(delivery.seq)
+        if self._hooks.has(_MESSAGE_ACKED):
+            self._hooks.run(
+                _MESSAGE_ACKED,
+                MessageAcked(
+                    client_id=self.state.client_id,
+                    username=self._client.username if self._client else None,
+                    message=delivery.message,
+                ),
+            )
+
+    def _dropped(self, action: Dropped) -> None:
+        if self._drops is None:
+            self._drops = []
+        self._drops.append(action)
+
+    def _revoked(self, action: Revoked) -> None:
+        # The batch (routes, stored subscriptions, log line) is handled by _reauthorize.
+        if self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
+            self._hooks.run(
+                HookPoint.SESSION_UNSUBSCRIBED,
+                SessionUnsubscribed(
+                    client_id=self.state.client_id, topic_filter=action.topic_filter
+                ),
+            )
+
+    def _store_in_flight(self, packet_id: int, delivery: Delivery, stage: str) -> None:
+        last = self._ops[-1] if self._ops else None
+        if type(last) is MarkInFlight and last.stage == stage:  # one op per run
+            last.marks.append((delivery.seq, packet_id))
+        else:
+            self._ops.append(MarkInFlight(self.state.client_id, stage, [(delivery.seq, packet_id)]))
 
     def _store_deleted(self, seq: int) -> None:
         last = self._ops[-1] if self._ops else None
@@ -402,30 +461,16 @@ class SessionActor(GeventActor):
         )
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
-        completed = False
-        report_acked = self._hooks.has(_MESSAGE_ACKED)
-        for ack, packet_id in acknowledged.acks:
-            stage, delivery = self.state.acknowledge(ack, packet_id)
-            if stage is Stage.AWAIT_PUBCOMP or (stage is None and ack is Ack.PUBREC):
-                # PUBREC -> PUBREL [MQTT-4.3.3-1]; a repeated PUBREC gets PUBREL again.
-                if delivery is not None and delivery.seq:
-                    self._store_in_flight(packet_id, delivery)
-                self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
-            elif delivery is not None:
-                completed = True
-                if delivery.seq and self._stored:
-                    self._store_deleted(delivery.seq)
-                if report_acked:
-                    self._hooks.run(
-                        _MESSAGE_ACKED,
-                        MessageAcked(
-                            client_id=self.state.client_id,
-                            username=self._client.username if self._client else None,
-                            message=delivery.message,
-                        ),
-                    )
-        if completed and self._transport is not None:
-            self._send_window()
+        actions = self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
+        # Hot path: a Completed needs nothing when there is no store and no message.acked hook.
+        quiet = not self._stored and not self._hooks.has(_MESSAGE_ACKED)
+        handlers = _ACTION_HANDLERS
+        for action in actions:
+            kind = type(action)
+            if kind is not Completed or not quiet:
+                handlers[kind](self, action)
+        if self._drops:
+            self._report_dropped()
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
@@ -566,27 +611,28 @@ class SessionActor(GeventActor):
         )
 
     def _report_dropped(self) -> None:
-        dropped = self.state.dropped
+        dropped, self._drops = self._drops or [], None
         self._context.stats.deliveries_dropped += len(dropped)
         counts: dict[DropReason, int] = {}
-        for _delivery, reason in dropped:
-            counts[reason] = counts.get(reason, 0) + 1
+        for drop in dropped:
+            counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:
-            for delivery, _reason in dropped:
-                if delivery.seq:
-                    self._store_deleted(delivery.seq)
+            for drop in dropped:
+                if drop.delivery.seq:
+                    self._store_deleted(drop.delivery.seq)
         if self._hooks.has(HookPoint.MESSAGE_DROPPED):
-            for delivery, reason in dropped:
+            for drop in dropped:
                 self._hooks.run(
                     HookPoint.MESSAGE_DROPPED,
                     MessageDropped(
-                        message=delivery.message, reason=reason, client_id=self.state.client_id
+                        message=drop.delivery.message,
+                        reason=drop.reason,
+                        client_id=self.state.client_id,
                     ),
                 )
-        dropped.clear()
 
 
 # Messages a session handles, and the method for each: class-level, so an idle session
@@ -604,4 +650,15 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Terminate: SessionActor._terminate,
     SessionExpired: SessionActor._expired,
     Reauthorize: SessionActor._reauthorize_on_reload,
+}
+
+
+# What the session does for each action of `core.session_state` (see its docstring).
+_ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
+    Delivery: SessionActor._send_qos0,
+    SendPublish: SessionActor._send_publish,
+    SendPubrel: SessionActor._send_pubrel,
+    Completed: SessionActor._completed,
+    Dropped: SessionActor._dropped,
+    Revoked: SessionActor._revoked,
 }

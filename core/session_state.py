@@ -1,14 +1,31 @@
 """Everything the broker keeps for one client id, as pure data with pure transitions.
 
-The session actor owns one `SessionState` and turns its answers into packets; nothing here
-does I/O, so the QoS flows can be tested without sockets, and the whole state can be
-serialised for persistent sessions and moved between workers later.
+Nothing here does I/O, so the QoS flows can be tested without sockets, and the whole state
+can be serialised for persistent sessions and moved between workers later. Like the
+connection's channel (`channel.channel`), the outgoing transitions return a list of ACTIONS,
+in the order they must happen, which the session actor (`actors.session_actor`) carries out:
+
+- a bare `Delivery`: write it now as QoS 0 (no packet id; nothing to track or store);
+- `SendPublish(packet_id, delivery, dup)`: write a QoS 1/2 PUBLISH; without `dup` the
+  delivery has just entered the in-flight window (record it, count it, run
+  message.delivered), with `dup` it is a resend on reconnect;
+- `SendPubrel(packet_id, delivery)`: write PUBREL; `delivery` has just moved to
+  AWAIT_PUBCOMP (record it), or is None when nothing changed;
+- `Completed(delivery)`: the client acknowledged it to the end (delete it from the store,
+  run message.acked);
+- `Dropped(delivery, reason)`: not kept: queue full, QoS 0 offline or to a slow consumer,
+  no longer authorised (count, log, delete from the store, run message.dropped);
+- `Revoked(topic_filter)`: a subscription the ACL no longer allows was removed.
+
+The transitions: `deliver` (new deliveries), `acknowledge` (PUBACK/PUBREC/PUBCOMP), `resume`
+(the client is back) and `keep_readable` (re-authorisation). The incoming QoS 2 and
+subscription methods answer with a plain value: they have nothing to send.
 
 Outgoing QoS 1/2 (broker -> client) follow ONE path: an in-flight entry whose `stage` says
 what acknowledgement it waits for:
 
-    QoS 1: AWAIT_PUBACK --PUBACK--> done
-    QoS 2: AWAIT_PUBREC --PUBREC--> AWAIT_PUBCOMP (send PUBREL) --PUBCOMP--> done
+    QoS 1: AWAIT_PUBACK --PUBACK--> Completed
+    QoS 2: AWAIT_PUBREC --PUBREC--> AWAIT_PUBCOMP (SendPubrel) --PUBCOMP--> Completed
 
 The in-flight window holds at most `max_inflight` entries in send order (a dict keeps
 insertion order); messages beyond it wait in `queue`, which is bounded (`max_queued`, oldest
@@ -22,9 +39,10 @@ re-sent PUBLISH with the same id is acknowledged but not routed twice [MQTT-4.3.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from operator import itemgetter
 from typing import NamedTuple
 
 from core.message import Message
@@ -49,6 +67,7 @@ class Stage(Enum):
 
 
 _FIRST_STAGE = {1: Stage.AWAIT_PUBACK, 2: Stage.AWAIT_PUBREC}
+_QOS = itemgetter(1)  # Delivery.qos, read in C
 
 
 class Ack(IntEnum):
@@ -87,10 +106,54 @@ class SubscriptionOptions:
     subscription_id: int | None = None
 
 
-# Answers of SessionState.admit besides a packet id (>= 1).
-SEND_WITHOUT_ID = 0  # QoS 0: write it now
-QUEUED = -1  # waits in the queue for a free in-flight slot or for the client to come back
-DROPPED = -2  # not kept (QoS 0 to an offline session); recorded in `dropped`
+# ----- actions: what a transition asks the session actor to do -----------------------
+
+
+@dataclass(slots=True)
+class SendPublish:
+    """Write a PUBLISH of `delivery` with `packet_id` (a new one entering the window, or with
+    `dup` a resend of one in flight [MQTT-4.4.0-1]). QoS 0 never has this action: see below."""
+
+    packet_id: int
+    delivery: Delivery
+    dup: bool = False
+
+
+@dataclass(slots=True)
+class SendPubrel:
+    """Write PUBREL for `packet_id`. `delivery` is the one that has just moved to
+    AWAIT_PUBCOMP (to record), or None when nothing changed (a repeated PUBREC, a resend)."""
+
+    packet_id: int
+    delivery: Delivery | None
+
+
+@dataclass(slots=True)
+class Completed:
+    """An outgoing QoS 1/2 delivery is acknowledged to the end and has left the window."""
+
+    delivery: Delivery
+
+
+@dataclass(slots=True)
+class Dropped:
+    """A delivery the session does not keep (queue full, QoS 0 offline or to a slow consumer,
+    no longer authorised)."""
+
+    delivery: Delivery
+    reason: DropReason
+
+
+@dataclass(slots=True)
+class Revoked:
+    """A subscription removed because the client may no longer read its topic filter."""
+
+    topic_filter: str
+
+
+# A bare `Delivery` in an action list is itself an action: "write this QoS 0 delivery now,
+# without a packet id" (it needs no tracking, and the QoS 0 fan-out path allocates nothing).
+Action = Delivery | SendPublish | SendPubrel | Completed | Dropped | Revoked
 
 
 class TooManyAwaitingRelError(Exception):
@@ -112,71 +175,112 @@ class SessionState:
     queue: deque[Delivery] | None = None
     awaiting_rel: set[int] = field(default_factory=set)
     next_packet_id: int = 1
-    # Deliveries dropped since the owner last looked; the session actor drains this list
-    # after each batch to count them and run the message.dropped hook.
-    dropped: list[tuple[Delivery, DropReason]] = field(default_factory=list)
 
     # ----- outgoing: broker -> client -------------------------------------------------
 
-    def admit(self, delivery: Delivery, connected: bool) -> int:
-        """Take a delivery; return its packet id if it is to be sent now, else an answer above."""
-        if delivery.qos == 0:
-            if connected and not self.queue:
-                return SEND_WITHOUT_ID
-            if not connected and not self.queue_qos0:
-                self.dropped.append((delivery, DropReason.QOS0_OFFLINE))
-                return DROPPED
-        elif connected and not self.queue and len(self.inflight) < self.max_inflight:
-            return self._send(delivery)
-        self._enqueue(delivery)
-        return QUEUED
+    def deliver(
+        self, deliveries: list[Delivery], connected: bool, drop_qos0: bool = False
+    ) -> Sequence[Action]:
+        """Take deliveries for the client, in order; return what to do with each.
 
-    def acknowledge(self, ack: Ack, packet_id: int) -> tuple[Stage | None, Delivery | None]:
-        """Apply a PUBACK/PUBREC/PUBCOMP from the client.
-
-        Returns (next stage, delivery): next stage AWAIT_PUBCOMP means "send PUBREL";
-        (None, delivery) means the delivery is complete; (None, None) means the ack matched
-        nothing in flight (a duplicate or a stray; the spec says to ignore it, except that a
-        PUBREC still gets a PUBREL in the caller).
+        A delivery is sent now if the client is connected, nothing waits before it and (for
+        QoS 1/2) the window has room; otherwise it is queued (QoS 0 only with `queue_qos0`,
+        else dropped while offline). `drop_qos0` is the owner's slow-consumer verdict: QoS 0
+        deliveries are then dropped instead of written.
         """
-        entry = self.inflight.get(packet_id)
-        if entry is None:
-            return None, None
-        expected, next_stage = _TRANSITIONS[ack]
-        if entry.stage is not expected:
-            return None, None
-        if next_stage is None:
-            del self.inflight[packet_id]
-        else:
-            entry.stage = next_stage
-        return next_stage, entry.delivery
+        send_qos0 = connected and not drop_qos0
+        if send_qos0 and not self.queue and not any(map(_QOS, deliveries)):
+            # All QoS 0 and nothing waits before them: the common fan-out case, checked at
+            # C speed; the answer is the list itself, every delivery being its own action.
+            return deliveries
+        actions: list[Action] = []
+        append = actions.append
+        for delivery in deliveries:
+            if delivery.qos == 0:
+                if send_qos0 and not self.queue:
+                    append(delivery)  # the action "send as QoS 0"
+                    continue
+                if drop_qos0:
+                    append(Dropped(delivery, DropReason.SLOW_CONSUMER))
+                    continue
+                if not connected and not self.queue_qos0:
+                    append(Dropped(delivery, DropReason.QOS0_OFFLINE))
+                    continue
+            elif connected and not self.queue and len(self.inflight) < self.max_inflight:
+                append(SendPublish(self._send(delivery), delivery))
+                continue
+            self._enqueue(delivery, append)
+        return actions
 
-    def fill_window(self) -> list[tuple[int, Delivery]]:
-        """Move queued deliveries into free in-flight slots (or out as QoS 0) when connected."""
-        sent: list[tuple[int, Delivery]] = []
+    def acknowledge(self, acks: Iterable[tuple[Ack, int]], connected: bool) -> list[Action]:
+        """Apply PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order.
+
+        An ack that matches the stage of its packet id advances it: PUBREC -> SendPubrel,
+        PUBACK/PUBCOMP -> Completed. Anything else (a duplicate, a stray, the wrong kind) is
+        ignored, except that a PUBREC always gets a PUBREL [MQTT-4.3.3-1]. If slots were
+        freed and the client is connected, queued deliveries follow into the window.
+        """
+        actions: list[Action] = []
+        append = actions.append
+        inflight = self.inflight
+        freed = False
+        for ack, packet_id in acks:
+            entry = inflight.get(packet_id)
+            if entry is not None:
+                expected, next_stage = _TRANSITIONS[ack]
+                if entry.stage is expected:
+                    if next_stage is None:
+                        del inflight[packet_id]
+                        append(Completed(entry.delivery))
+                        freed = True
+                    else:
+                        entry.stage = next_stage
+                        append(SendPubrel(packet_id, entry.delivery))
+                    continue
+            if ack is Ack.PUBREC:
+                append(SendPubrel(packet_id, None))
+        if freed and connected and self.queue:
+            self._fill_window(append)
+        return actions
+
+    def resume(self) -> list[Action]:
+        """The client is back: resend what is in flight, then fill the window from the queue.
+
+        In-flight entries go in their original send order [MQTT-4.4.0-1]: PUBLISH with DUP
+        for those awaiting PUBACK/PUBREC, PUBREL for those awaiting PUBCOMP.
+        """
+        actions: list[Action] = [
+            SendPubrel(packet_id, None)
+            if entry.stage is Stage.AWAIT_PUBCOMP
+            else SendPublish(packet_id, entry.delivery, dup=True)
+            for packet_id, entry in self.inflight.items()
+        ]
+        if self.queue:
+            self._fill_window(actions.append)
+        return actions
+
+    def _fill_window(self, append: Callable[[Action], None]) -> None:
+        """Move queued deliveries into free in-flight slots (or out as QoS 0)."""
         queue = self.queue
         while queue and len(self.inflight) < self.max_inflight:
             delivery = queue.popleft()
-            packet_id = SEND_WITHOUT_ID if delivery.qos == 0 else self._send(delivery)
-            sent.append((packet_id, delivery))
+            if delivery.qos == 0:
+                append(delivery)
+            else:
+                append(SendPublish(self._send(delivery), delivery))
         if not queue:
             self.queue = None
-        return sent
-
-    def unacknowledged(self) -> list[tuple[int, InflightEntry]]:
-        """In-flight entries in their original send order, for resending on reconnect."""
-        return list(self.inflight.items())
 
     def _send(self, delivery: Delivery) -> int:
         packet_id = self._allocate_packet_id()
         self.inflight[packet_id] = InflightEntry(delivery, _FIRST_STAGE[delivery.qos])
         return packet_id
 
-    def _enqueue(self, delivery: Delivery) -> None:
+    def _enqueue(self, delivery: Delivery, append: Callable[[Action], None]) -> None:
         if self.queue is None:
             self.queue = deque()
         elif self.max_queued and len(self.queue) >= self.max_queued:
-            self.dropped.append((self.queue.popleft(), DropReason.QUEUE_FULL))
+            append(Dropped(self.queue.popleft(), DropReason.QUEUE_FULL))
         self.queue.append(delivery)
 
     def _allocate_packet_id(self) -> int:
@@ -217,17 +321,18 @@ class SessionState:
 
     # ----- re-authorisation -----------------------------------------------------------
 
-    def keep_readable(self, may_read: Callable[[str, int], bool]) -> list[str]:
-        """Drop what the client may no longer read; returns the revoked topic filters.
+    def keep_readable(self, may_read: Callable[[str, int], bool]) -> list[Revoked | Dropped]:
+        """Drop what the client may no longer read: Revoked filters first, then Dropped.
 
         `may_read(topic filter or topic name, qos)` is the ACL's answer. Subscriptions it
         denies are removed; so are queued messages and in-flight ones the client has not
-        received yet (awaiting PUBACK or PUBREC), recorded in `dropped` as NOT_AUTHORIZED.
-        A QoS 2 message awaiting PUBCOMP stays: the client has it, only PUBREL is left.
+        received yet (awaiting PUBACK or PUBREC), dropped as NOT_AUTHORIZED. A QoS 2 message
+        awaiting PUBCOMP stays: the client has it, only PUBREL is left.
         """
-        revoked = [f for f, o in self.subscriptions.items() if not may_read(f, o.qos)]
-        for topic_filter in revoked:
-            del self.subscriptions[topic_filter]
+        revoked = [Revoked(f) for f, o in self.subscriptions.items() if not may_read(f, o.qos)]
+        for filter_revoked in revoked:
+            del self.subscriptions[filter_revoked.topic_filter]
+        actions: list[Revoked | Dropped] = list(revoked)
         denied = DropReason.NOT_AUTHORIZED
         for packet_id, entry in list(self.inflight.items()):
             delivery = entry.delivery
@@ -235,13 +340,13 @@ class SessionState:
                 delivery.message.topic, delivery.qos
             ):
                 del self.inflight[packet_id]
-                self.dropped.append((delivery, denied))
+                actions.append(Dropped(delivery, denied))
         if self.queue:
             kept: deque[Delivery] = deque()
             for delivery in self.queue:
                 if may_read(delivery.message.topic, delivery.qos):
                     kept.append(delivery)
                 else:
-                    self.dropped.append((delivery, denied))
+                    actions.append(Dropped(delivery, denied))
             self.queue = kept or None
-        return revoked
+        return actions

@@ -1,16 +1,23 @@
 """SessionState under random interleavings: the window bound holds and no delivery is lost.
 
-Hypothesis draws a list of steps that admit QoS 0/1/2 deliveries to a connected or offline session,
-acknowledge random or in-flight packet ids with PUBACK/PUBREC/PUBCOMP, fill the window and
-connect/disconnect, and a small model checks after every step that:
+Hypothesis draws a list of steps that deliver batches of QoS 0/1/2 deliveries to a connected
+(possibly slow) or offline session, acknowledge batches of random or in-flight packet ids with
+PUBACK/PUBREC/PUBCOMP, resume the session and connect/disconnect, and a small model carries out
+the actions the transitions return and checks after every step that:
 
 - the in-flight window never exceeds `max_inflight`;
-- every admitted QoS 1/2 delivery is in exactly one of in flight, queued, completed, or
-  dropped with QUEUE_FULL (never lost, never duplicated);
+- every delivered QoS 1/2 delivery is in exactly one of in flight, queued, completed, or
+  dropped with QUEUE_FULL (never lost, never duplicated); every QoS 0 one is in exactly one
+  of sent, queued or dropped;
 - packet ids in flight are within 1..65535, and a new one is never an id still in flight
   [MQTT-2.3.1-2] (server: [MQTT-2.3.1-4]);
-- deliveries that go through the queue leave in admission order [MQTT-4.6.0-6] (a QoS 0
-  delivery to a connected session goes out at once and is not ordered against the queue).
+- an ack batch answers each ack as its stage says (PUBREC -> SendPubrel, even a repeated
+  one [MQTT-4.3.3-1]; PUBACK/PUBCOMP -> Completed; anything else nothing), then refills the
+  window from the head of the queue, only when connected and a slot was freed;
+- resume resends every in-flight entry in send order (PUBLISH with DUP, or PUBREL once
+  PUBREC came) [MQTT-4.4.0-1] before anything from the queue;
+- a full queue drops its oldest first; drops carry the reason that applies;
+- deliveries leave in the order they were delivered [MQTT-4.6.0-6].
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from hypothesis import strategies as st
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import (
-    DROPPED,
-    QUEUED,
-    SEND_WITHOUT_ID,
     Ack,
+    Action,
+    Completed,
     Delivery,
+    Dropped,
     InflightEntry,
+    SendPublish,
+    SendPubrel,
     SessionState,
     Stage,
 )
@@ -43,8 +52,9 @@ EXPECTED_TRANSITION = {
 
 
 @dataclass(frozen=True)
-class Admit:
-    qos: int
+class DeliverBatch:
+    qos: tuple[int, ...]
+    slow: bool  # the owner's slow-consumer verdict (only while connected)
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,13 @@ class AckAnything:
 
 
 @dataclass(frozen=True)
-class FillWindow:
-    """What the session actor does when connected, after acks and on reconnect."""
+class AckBatch:
+    acks: tuple[AckExpected | AckAnything, ...]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The client (re)attaches, connected or not before (a takeover): the session resumes."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +88,20 @@ class ToggleConnection:
     pass
 
 
-Step = Admit | AckExpected | AckAnything | FillWindow | ToggleConnection
+Step = DeliverBatch | AckBatch | Resume | ToggleConnection
 
-steps = st.one_of(
-    st.builds(Admit, st.sampled_from([0, 1, 2])),
+acks = st.one_of(
     st.builds(AckExpected, st.integers(0, 3)),
     st.builds(AckAnything, st.sampled_from(list(Ack)), st.integers(0, 4), st.integers(1, 65535)),
-    st.just(FillWindow()),
+)
+steps = st.one_of(
+    st.builds(
+        DeliverBatch,
+        st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4).map(tuple),
+        st.booleans(),
+    ),
+    st.builds(AckBatch, st.lists(acks, min_size=1, max_size=3).map(tuple)),
+    st.just(Resume()),
     st.just(ToggleConnection()),
 )
 
@@ -129,10 +151,12 @@ class SessionModel:
         )
         self.connected = start.connected
         self.admitted = 0
-        self.qos12_admitted: set[int] = set()  # seqs of admitted QoS 1/2 deliveries
+        self.qos12_admitted: set[int] = set()  # seqs of delivered QoS 1/2 deliveries
+        self.qos0_admitted: set[int] = set()
         self.completed: list[int] = []  # seqs of QoS 1/2 deliveries fully acknowledged
-        self.left_in_order: list[int] = []  # seqs as they left through the ordered path
-        self.dropped_seen = 0
+        self.sent_qos0: list[int] = []
+        self.dropped: list[Dropped] = []
+        self.left_in_order: list[int] = []  # seqs as they left, in order
         for packet_id, stage in start.restored:
             qos = 1 if stage is Stage.AWAIT_PUBACK else 2
             seq = self.new_seq(qos)
@@ -141,8 +165,7 @@ class SessionModel:
 
     def new_seq(self, qos: int) -> int:
         self.admitted += 1
-        if qos:
-            self.qos12_admitted.add(self.admitted)
+        (self.qos12_admitted if qos else self.qos0_admitted).add(self.admitted)
         return self.admitted
 
     @staticmethod
@@ -151,75 +174,168 @@ class SessionModel:
 
     def run(self, step: Step) -> None:
         match step:
-            case Admit(qos):
-                self.admit(qos)
-            case AckExpected(pick):
-                self.acknowledge_as_expected(pick)
-            case AckAnything(ack, pick, stray_id):
-                in_flight = list(self.state.inflight)
-                self.acknowledge(ack, in_flight[pick] if pick < len(in_flight) else stray_id)
-            case FillWindow():
-                if self.connected:
-                    self.fill_window()
+            case DeliverBatch(qos, slow):
+                self.deliver(qos, slow and self.connected)
+            case AckBatch(batch):
+                self.acknowledge(batch)
+            case Resume():
+                self.connected = True
+                self.resume()
             case ToggleConnection():
-                self.connected = not self.connected
+                if self.connected:
+                    self.connected = False
+                else:  # the client attaches: the session resumes
+                    self.connected = True
+                    self.resume()
 
-    def admit(self, qos: int) -> None:
-        seq = self.new_seq(qos)
-        delivery = self.delivery(seq, qos)
-        in_flight_before = set(self.state.inflight)
-        queue_was_empty = not self.state.queue
-        answer = self.state.admit(delivery, self.connected)
-        if qos == 0:
-            assert answer in (SEND_WITHOUT_ID, QUEUED, DROPPED)
-            assert answer != SEND_WITHOUT_ID or self.connected
-            assert answer != DROPPED or (not self.connected and not self.state.queue_qos0)
-        elif answer != QUEUED:
-            assert self.connected and queue_was_empty
-            self.check_new_packet_id(answer, in_flight_before)
-            assert self.state.inflight[answer].delivery is delivery
-            self.left_in_order.append(seq)
-        else:
-            assert delivery in (self.state.queue or ())
+    # ----- carrying out actions -------------------------------------------------------
 
-    def fill_window(self) -> None:
-        in_flight_before = set(self.state.inflight)
-        for packet_id, delivery in self.state.fill_window():
-            if delivery.qos == 0:
-                assert packet_id == SEND_WITHOUT_ID
+    def sent_from_queue(
+        self, actions: list[Action], queue_before: list[Delivery], filled: bool
+    ) -> None:
+        """`actions` are the window refill: the head of the queue, in order, as it must go;
+        `filled`: the window was to be filled, so what still waits has no free slot."""
+        in_flight_before = set(self.state.inflight) - {
+            a.packet_id for a in actions if type(a) is SendPublish
+        }
+        assert len(actions) <= len(queue_before)
+        for action, expected in zip(actions, queue_before, strict=False):
+            if expected.qos == 0:
+                assert action is expected
+                self.sent_qos0.append(expected.seq)
             else:
-                self.check_new_packet_id(packet_id, in_flight_before)
-                in_flight_before.add(packet_id)
-            self.left_in_order.append(delivery.seq)
+                assert type(action) is SendPublish and not action.dup
+                assert action.delivery is expected
+                self.check_new_packet_id(action.packet_id, in_flight_before)
+                in_flight_before.add(action.packet_id)
+                assert self.state.inflight[action.packet_id].delivery is expected
+            self.left_in_order.append(expected.seq)
+        assert list(self.state.queue or ()) == queue_before[len(actions) :]
+        if filled and self.state.queue:  # stopped only because the window is full again
+            assert len(self.state.inflight) == self.state.max_inflight
 
-    def acknowledge_as_expected(self, pick: int) -> None:
-        if not self.state.inflight:
-            return
-        in_flight = list(self.state.inflight.items())
-        packet_id, entry = in_flight[pick % len(in_flight)]
-        ack = next(ack for ack, (stage, _) in EXPECTED_TRANSITION.items() if stage is entry.stage)
-        self.acknowledge(ack, packet_id)
+    def drop(self, action: Dropped) -> None:
+        self.dropped.append(action)
 
-    def acknowledge(self, ack: Ack, packet_id: int) -> None:
-        """Apply one ack and check it against the expected transition."""
-        entry = self.state.inflight.get(packet_id)
-        stage_before = None if entry is None else entry.stage
-        others_before = {pid: e.stage for pid, e in self.state.inflight.items() if pid != packet_id}
-        expected_stage, next_stage = EXPECTED_TRANSITION[ack]
-        result = self.state.acknowledge(ack, packet_id)
-        if entry is None or stage_before is not expected_stage:
-            assert result == (None, None)
-            assert self.state.inflight.get(packet_id) is entry
-            assert entry is None or entry.stage is stage_before
-        else:
-            assert result == (next_stage, entry.delivery)
-            if next_stage is None:
-                assert packet_id not in self.state.inflight
-                self.completed.append(entry.delivery.seq)
+    def deliver(self, qos: tuple[int, ...], slow: bool) -> None:
+        batch = [self.delivery(self.new_seq(q), q) for q in qos]
+        queued_before = {d.seq for d in self.state.queue or ()}
+        in_flight_before = set(self.state.inflight)
+        actions = self.state.deliver(batch, self.connected, drop_qos0=slow)
+        accounted: list[int] = []
+        for action in actions:
+            if type(action) is Dropped:
+                delivery, reason = action.delivery, action.reason
+                if reason is DropReason.QUEUE_FULL:
+                    assert delivery.seq in queued_before or delivery in batch
+                else:
+                    assert delivery.qos == 0 and delivery in batch
+                    if reason is DropReason.SLOW_CONSUMER:
+                        assert slow
+                    else:
+                        assert reason is DropReason.QOS0_OFFLINE
+                        assert not self.connected and not self.state.queue_qos0
+                    accounted.append(delivery.seq)
+                self.drop(action)
+            elif type(action) is Delivery:
+                assert action.qos == 0 and self.connected and not slow
+                self.sent_qos0.append(action.seq)
+                self.left_in_order.append(action.seq)
+                accounted.append(action.seq)
             else:
-                assert self.state.inflight[packet_id].stage is next_stage
-        others_after = {pid: e.stage for pid, e in self.state.inflight.items() if pid != packet_id}
-        assert others_after == others_before
+                assert type(action) is SendPublish and not action.dup
+                assert self.connected
+                self.check_new_packet_id(action.packet_id, in_flight_before)
+                in_flight_before.add(action.packet_id)
+                assert self.state.inflight[action.packet_id].delivery is action.delivery
+                self.left_in_order.append(action.delivery.seq)
+                accounted.append(action.delivery.seq)
+        # what was not sent or dropped outright waits in the queue (or was pushed out of it)
+        queued_now = {d.seq for d in self.state.queue or ()}
+        full_drops = {a.delivery.seq for a in actions if type(a) is Dropped}
+        for delivery in batch:
+            if delivery.seq not in accounted:
+                assert delivery.seq in queued_now or delivery.seq in full_drops
+        # a full queue drops its oldest first
+        for dropped_seq in (a.delivery.seq for a in actions if type(a) is Dropped):
+            if dropped_seq not in accounted and queued_now:
+                assert dropped_seq < min(queued_now)
+
+    def resolve(self, batch: tuple[AckExpected | AckAnything, ...]) -> list[tuple[Ack, int]]:
+        """The acks as the client sends them, picked against the stages they will meet."""
+        stages = {pid: e.stage for pid, e in self.state.inflight.items()}
+        resolved = []
+        for item in batch:
+            match item:
+                case AckExpected(pick):
+                    if not stages:
+                        continue
+                    packet_id = list(stages)[pick % len(stages)]
+                    ack = next(
+                        a
+                        for a, (stage, _) in EXPECTED_TRANSITION.items()
+                        if stage is stages[packet_id]
+                    )
+                case AckAnything(ack, pick, stray_id):
+                    in_flight = list(stages)
+                    packet_id = in_flight[pick] if pick < len(in_flight) else stray_id
+            expected_stage, next_stage = EXPECTED_TRANSITION[ack]
+            if stages.get(packet_id) is expected_stage:
+                if next_stage is None:
+                    del stages[packet_id]
+                else:
+                    stages[packet_id] = next_stage
+            resolved.append((ack, packet_id))
+        return resolved
+
+    def acknowledge(self, batch: tuple[AckExpected | AckAnything, ...]) -> None:
+        """Apply a batch of acks and check each answer against the expected transition."""
+        resolved = self.resolve(batch)
+        entries = dict(self.state.inflight)
+        stages = {pid: e.stage for pid, e in entries.items()}
+        queue_before = list(self.state.queue or ())
+        expected: list[Action] = []
+        for ack, packet_id in resolved:
+            expected_stage, next_stage = EXPECTED_TRANSITION[ack]
+            if stages.get(packet_id) is expected_stage:
+                delivery = entries[packet_id].delivery
+                if next_stage is None:
+                    del stages[packet_id]
+                    expected.append(Completed(delivery))
+                    self.completed.append(delivery.seq)
+                else:
+                    stages[packet_id] = next_stage
+                    expected.append(SendPubrel(packet_id, delivery))
+            elif ack is Ack.PUBREC:
+                expected.append(SendPubrel(packet_id, None))
+        actions = self.state.acknowledge(resolved, self.connected)
+        assert actions[: len(expected)] == expected
+        refill = actions[len(expected) :]
+        freed = any(type(a) is Completed for a in expected)
+        if not (self.connected and freed):
+            assert refill == []
+        self.sent_from_queue(refill, queue_before, filled=self.connected and freed)
+        # the acked entries moved as expected; the others did not change
+        for packet_id, stage in stages.items():
+            assert self.state.inflight[packet_id].stage is stage
+            assert self.state.inflight[packet_id] is entries[packet_id]
+        assert set(self.state.inflight) - set(stages) == {
+            a.packet_id for a in refill if type(a) is SendPublish
+        }
+
+    def resume(self) -> None:
+        entries = list(self.state.inflight.items())
+        queue_before = list(self.state.queue or ())
+        actions = self.state.resume()
+        resent = actions[: len(entries)]
+        assert len(resent) == len(entries)
+        for action, (packet_id, entry) in zip(resent, entries, strict=True):
+            if entry.stage is Stage.AWAIT_PUBCOMP:
+                assert action == SendPubrel(packet_id, None)
+            else:
+                assert action == SendPublish(packet_id, entry.delivery, dup=True)
+        assert list(self.state.inflight.items())[: len(entries)] == entries  # unchanged
+        self.sent_from_queue(actions[len(entries) :], queue_before, filled=True)
 
     # ----- checks ---------------------------------------------------------------------
 
@@ -244,18 +360,26 @@ class SessionModel:
         places.update(d.seq for d in self.state.queue or () if d.qos)
         places.update(self.completed)
         places.update(
-            d.seq for d, reason in self.state.dropped if d.qos and reason is DropReason.QUEUE_FULL
+            d.delivery.seq
+            for d in self.dropped
+            if d.delivery.qos and d.reason is DropReason.QUEUE_FULL
         )
         assert set(places) == self.qos12_admitted
         assert all(count == 1 for count in places.values()), places
 
+    def every_qos0_delivery_is_in_exactly_one_place(self) -> None:
+        places: Counter[int] = Counter(self.sent_qos0)
+        places.update(d.seq for d in self.state.queue or () if not d.qos)
+        places.update(d.delivery.seq for d in self.dropped if not d.delivery.qos)
+        assert set(places) == self.qos0_admitted
+        assert all(count == 1 for count in places.values()), places
+
     def drops_have_the_right_reason(self) -> None:
-        for delivery, reason in self.state.dropped[self.dropped_seen :]:
-            if reason is DropReason.QOS0_OFFLINE:
-                assert delivery.qos == 0
+        for drop in self.dropped:
+            if drop.reason in (DropReason.QOS0_OFFLINE, DropReason.SLOW_CONSUMER):
+                assert drop.delivery.qos == 0
             else:
-                assert reason is DropReason.QUEUE_FULL
-        self.dropped_seen = len(self.state.dropped)
+                assert drop.reason is DropReason.QUEUE_FULL
 
     def queued_deliveries_leave_in_admission_order(self) -> None:
         assert self.left_in_order == sorted(self.left_in_order)
@@ -269,6 +393,7 @@ class SessionModel:
         self.packet_ids_are_valid()
         self.queue_respects_its_bound()
         self.every_qos12_delivery_is_in_exactly_one_place()
+        self.every_qos0_delivery_is_in_exactly_one_place()
         self.drops_have_the_right_reason()
         self.queued_deliveries_leave_in_admission_order()
 

@@ -1,4 +1,5 @@
-"""SessionState: admission, the in-flight window, packet ids, the bounded queue, QoS 2 both ways.
+"""SessionState: the actions of its transitions (deliver, acknowledge, resume, keep_readable),
+the in-flight window, packet ids, the bounded queue, QoS 2 both ways.
 
 Spec references are MQTT 3.1.1 unless stated; the rules are the same in 5.0.
 """
@@ -12,12 +13,15 @@ import pytest
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import (
-    DROPPED,
-    QUEUED,
-    SEND_WITHOUT_ID,
     Ack,
+    Action,
+    Completed,
     Delivery,
+    Dropped,
     InflightEntry,
+    Revoked,
+    SendPublish,
+    SendPubrel,
     SessionState,
     Stage,
     SubscriptionOptions,
@@ -55,31 +59,71 @@ def queued(state: SessionState) -> list[Delivery]:
     return list(state.queue or ())
 
 
+def deliver(state: SessionState, message: Delivery, connected: bool = True) -> list[Action]:
+    return state.deliver([message], connected)
+
+
+def ack(state: SessionState, kind: Ack, packet_id: int, connected: bool = True) -> list[Action]:
+    return state.acknowledge([(kind, packet_id)], connected)
+
+
+def sent_id(actions: list[Action]) -> int:
+    """The packet id of the one new PUBLISH in `actions`."""
+    [action] = actions
+    assert type(action) is SendPublish and not action.dup
+    return action.packet_id
+
+
 # ----- QoS 0 ------------------------------------------------------------------------------
 
 
 def test_qos0_to_a_connected_session_is_sent_without_a_packet_id() -> None:
     state = session()
-    assert state.admit(delivery(0), connected=True) == SEND_WITHOUT_ID
+    message = delivery(0)
+    assert deliver(state, message) == [message]  # a bare Delivery: write it as QoS 0
     assert state.inflight == {}
     assert state.queue is None
-    assert state.dropped == []
+
+
+def test_an_all_qos0_batch_sent_now_is_answered_with_the_batch_itself() -> None:
+    """The fan-out fast path: no action objects, the owner can test the answer with `is`."""
+    state = session()
+    batch = [delivery(0), delivery(0), delivery(0)]
+    assert state.deliver(batch, connected=True) is batch
+    assert state.inflight == {} and state.queue is None
+
+
+def test_a_mixed_batch_answers_each_delivery_in_order() -> None:
+    state = session(max_inflight=1)
+    qos0, qos1, qos2, later_qos0 = delivery(0), delivery(1), delivery(2), delivery(0)
+    actions = state.deliver([qos0, qos1, qos2, later_qos0], connected=True)
+    # qos2 waits for the window, and the QoS 0 after it waits behind it [MQTT-4.6.0-6]
+    assert actions == [qos0, SendPublish(1, qos1)]
+    assert queued(state) == [qos2, later_qos0]
 
 
 def test_qos0_to_an_offline_session_is_dropped_by_default() -> None:
     state = session()
     message = delivery(0)
-    assert state.admit(message, connected=False) == DROPPED
-    assert state.dropped == [(message, DropReason.QOS0_OFFLINE)]
+    assert deliver(state, message, connected=False) == [Dropped(message, DropReason.QOS0_OFFLINE)]
     assert state.queue is None
 
 
-def test_qos0_to_an_offline_session_is_queued_with_queue_qos0_and_sent_on_fill() -> None:
+def test_qos0_to_a_slow_consumer_is_dropped_but_qos1_still_goes_out() -> None:
+    """`drop_qos0` is the owner's verdict on the transport backlog."""
+    state = session(queue_qos0=True)
+    qos0, qos1 = delivery(0), delivery(1)
+    actions = state.deliver([qos0, qos1], connected=True, drop_qos0=True)
+    assert actions == [Dropped(qos0, DropReason.SLOW_CONSUMER), SendPublish(1, qos1)]
+    assert state.queue is None  # dropped, not queued, even with queue_qos0
+
+
+def test_qos0_to_an_offline_session_is_queued_with_queue_qos0_and_sent_on_resume() -> None:
     state = session(queue_qos0=True)
     message = delivery(0)
-    assert state.admit(message, connected=False) == QUEUED
+    assert deliver(state, message, connected=False) == []
     assert queued(state) == [message]
-    assert state.fill_window() == [(SEND_WITHOUT_ID, message)]
+    assert state.resume() == [message]
     assert state.inflight == {}
     assert state.queue is None
 
@@ -88,14 +132,11 @@ def test_qos0_does_not_overtake_queued_qos0_of_the_same_topic() -> None:
     """Same topic and QoS from one publisher arrive in the order published [MQTT-4.6.0-6]."""
     state = session(max_inflight=1, queue_qos0=True)
     blocker, older, newer = delivery(1), delivery(0, "older"), delivery(0, "newer")
-    state.admit(blocker, connected=False)
-    state.admit(older, connected=False)
-    assert state.fill_window() == [(1, blocker)]  # reconnect: the window is full again
-    answer = state.admit(newer, connected=True)
-    sent_now = [newer] if answer == SEND_WITHOUT_ID else []
-    state.acknowledge(Ack.PUBACK, 1)
-    sent_after_ack = [sent for _packet_id, sent in state.fill_window()]
-    assert [*sent_now, *sent_after_ack] == [older, newer]
+    state.deliver([blocker, older], connected=False)
+    assert state.resume() == [SendPublish(1, blocker)]  # reconnect: the window is full again
+    sent_now = deliver(state, newer)
+    sent_after_ack = ack(state, Ack.PUBACK, 1)
+    assert [*sent_now, *sent_after_ack] == [Completed(blocker), older, newer]
 
 
 # ----- QoS 1/2 and the in-flight window ---------------------------------------------------
@@ -107,17 +148,19 @@ def test_qos1_and_qos2_are_sent_with_a_packet_id_while_the_window_has_room(
 ) -> None:
     state = session(max_inflight=2)
     first, second = delivery(qos), delivery(qos)
-    assert state.admit(first, connected=True) == 1
-    assert state.admit(second, connected=True) == 2
+    assert state.deliver([first, second], connected=True) == [
+        SendPublish(1, first),
+        SendPublish(2, second),
+    ]
     assert state.inflight == {1: InflightEntry(first, stage), 2: InflightEntry(second, stage)}
 
 
 def test_beyond_max_inflight_deliveries_are_queued() -> None:
     state = session(max_inflight=2)
-    sent = [state.admit(delivery(1), connected=True) for _ in range(2)]
+    sent = [sent_id(deliver(state, delivery(1))) for _ in range(2)]
     extra = delivery(2)
     assert sent == [1, 2]
-    assert state.admit(extra, connected=True) == QUEUED
+    assert deliver(state, extra) == []
     assert queued(state) == [extra]
     assert len(state.inflight) == 2
 
@@ -125,7 +168,7 @@ def test_beyond_max_inflight_deliveries_are_queued() -> None:
 def test_qos1_to_an_offline_session_is_queued_not_sent() -> None:
     state = session()
     message = delivery(1)
-    assert state.admit(message, connected=False) == QUEUED
+    assert deliver(state, message, connected=False) == []
     assert state.inflight == {}
     assert queued(state) == [message]
 
@@ -134,37 +177,47 @@ def test_a_new_delivery_does_not_overtake_the_queue_even_with_a_free_slot() -> N
     """Messages to one subscriber leave in order [MQTT-4.6.0-6]."""
     state = session(max_inflight=1)
     older = delivery(1)
-    state.admit(older, connected=False)
+    deliver(state, older, connected=False)
     newer = delivery(1)
-    assert state.admit(newer, connected=True) == QUEUED  # the slot is free, the queue is not empty
+    assert deliver(state, newer) == []  # the slot is free, the queue is not empty
     assert queued(state) == [older, newer]
 
 
-def test_fill_window_after_an_ack_sends_queued_deliveries_in_order() -> None:
+def test_acks_that_free_slots_send_queued_deliveries_in_order() -> None:
     state = session(max_inflight=2)
     in_flight = [delivery(1), delivery(1)]
     waiting = [delivery(1), delivery(2), delivery(1)]
-    for message in in_flight + waiting:
-        state.admit(message, connected=True)
-    assert state.fill_window() == []  # no free slot yet
-    state.acknowledge(Ack.PUBACK, 1)
-    state.acknowledge(Ack.PUBACK, 2)
-    assert state.fill_window() == [(3, waiting[0]), (4, waiting[1])]
+    state.deliver(in_flight + waiting, connected=True)
+    assert ack(state, Ack.PUBACK, 999) == []  # a stray ack frees no slot: nothing sent
+    assert state.acknowledge([(Ack.PUBACK, 1), (Ack.PUBACK, 2)], connected=True) == [
+        Completed(in_flight[0]),
+        Completed(in_flight[1]),
+        SendPublish(3, waiting[0]),
+        SendPublish(4, waiting[1]),
+    ]
     assert queued(state) == [waiting[2]]
-    state.acknowledge(Ack.PUBACK, 3)
-    assert state.fill_window() == [(5, waiting[2])]
+    assert ack(state, Ack.PUBACK, 3) == [Completed(waiting[0]), SendPublish(5, waiting[2])]
     assert state.queue is None  # an emptied queue holds no deque
     assert state.inflight[4].stage is Stage.AWAIT_PUBREC
+
+
+def test_an_ack_while_disconnected_frees_the_slot_but_sends_nothing() -> None:
+    state = session(max_inflight=1)
+    first, second = delivery(1), delivery(1)
+    state.deliver([first, second], connected=True)
+    assert ack(state, Ack.PUBACK, 1, connected=False) == [Completed(first)]
+    assert state.inflight == {}
+    assert queued(state) == [second]
+    assert state.resume() == [SendPublish(2, second)]
 
 
 def test_packet_ids_in_flight_are_never_reused() -> None:
     """A new PUBLISH gets a currently unused packet id [MQTT-2.3.1-2] (server: [MQTT-2.3.1-4])."""
     state = session(max_inflight=3)
-    for _ in range(3):
-        state.admit(delivery(1), connected=True)
-    state.acknowledge(Ack.PUBACK, 2)
+    state.deliver([delivery(1) for _ in range(3)], connected=True)
+    ack(state, Ack.PUBACK, 2)
     state.next_packet_id = 1  # force the allocator onto ids still in flight
-    new_id = state.admit(delivery(1), connected=True)
+    new_id = sent_id(deliver(state, delivery(1)))
     assert new_id == 2
     assert set(state.inflight) == {1, 2, 3}
 
@@ -172,13 +225,13 @@ def test_packet_ids_in_flight_are_never_reused() -> None:
 def test_packet_ids_wrap_from_65535_to_1_skipping_ids_in_flight() -> None:
     state = session(max_inflight=4)
     state.next_packet_id = 65534
-    assert state.admit(delivery(1), connected=True) == 65534
-    assert state.admit(delivery(1), connected=True) == 65535
+    assert sent_id(deliver(state, delivery(1))) == 65534
+    assert sent_id(deliver(state, delivery(1))) == 65535
     assert state.next_packet_id == 1
-    assert state.admit(delivery(1), connected=True) == 1
-    state.acknowledge(Ack.PUBACK, 65534)
+    assert sent_id(deliver(state, delivery(1))) == 1
+    ack(state, Ack.PUBACK, 65534)
     state.next_packet_id = 65535  # 65535 and 1 are in flight: the next free id is 2
-    assert state.admit(delivery(1), connected=True) == 2
+    assert sent_id(deliver(state, delivery(1))) == 2
     assert state.next_packet_id == 3
     assert 0 not in state.inflight
 
@@ -187,8 +240,12 @@ def test_packet_id_zero_is_never_allocated() -> None:
     """QoS > 0 PUBLISH needs a non-zero packet id [MQTT-2.3.1-1]."""
     state = session(max_inflight=65535)
     state.next_packet_id = 65535
-    ids = [state.admit(delivery(1), connected=True) for _ in range(3)]
-    assert ids == [65535, 1, 2]
+    actions = state.deliver([delivery(1) for _ in range(3)], connected=True)
+    assert [action.packet_id for action in actions if type(action) is SendPublish] == [
+        65535,
+        1,
+        2,
+    ]
 
 
 # ----- the queue bound --------------------------------------------------------------------
@@ -197,31 +254,30 @@ def test_packet_id_zero_is_never_allocated() -> None:
 def test_over_max_queued_the_oldest_is_dropped_as_queue_full() -> None:
     state = session(max_queued=3)
     messages = [delivery(1) for _ in range(5)]
-    for message in messages:
-        assert state.admit(message, connected=False) == QUEUED
-    assert queued(state) == messages[2:]
-    assert state.dropped == [
-        (messages[0], DropReason.QUEUE_FULL),
-        (messages[1], DropReason.QUEUE_FULL),
+    answers = [deliver(state, message, connected=False) for message in messages]
+    assert answers == [
+        [],
+        [],
+        [],
+        [Dropped(messages[0], DropReason.QUEUE_FULL)],
+        [Dropped(messages[1], DropReason.QUEUE_FULL)],
     ]
+    assert queued(state) == messages[2:]
 
 
 def test_the_queue_bound_counts_only_queued_deliveries_not_in_flight_ones() -> None:
     state = session(max_inflight=2, max_queued=2)
     messages = [delivery(1) for _ in range(4)]
-    for message in messages:
-        state.admit(message, connected=True)
-    assert state.dropped == []
+    actions = state.deliver(messages, connected=True)
+    assert actions == [SendPublish(1, messages[0]), SendPublish(2, messages[1])]  # no Dropped
     assert queued(state) == messages[2:]
 
 
 def test_max_queued_zero_means_unbounded() -> None:
     state = session(max_queued=0)
     messages = [delivery(1) for _ in range(2000)]
-    for message in messages:
-        state.admit(message, connected=False)
+    assert state.deliver(messages, connected=False) == []  # nothing dropped
     assert queued(state) == messages
-    assert state.dropped == []
 
 
 # ----- acknowledgements -------------------------------------------------------------------
@@ -230,8 +286,8 @@ def test_max_queued_zero_means_unbounded() -> None:
 def test_puback_completes_a_qos1_delivery() -> None:
     state = session()
     message = delivery(1)
-    packet_id = state.admit(message, connected=True)
-    assert state.acknowledge(Ack.PUBACK, packet_id) == (None, message)
+    packet_id = sent_id(deliver(state, message))
+    assert ack(state, Ack.PUBACK, packet_id) == [Completed(message)]
     assert state.inflight == {}
 
 
@@ -239,10 +295,22 @@ def test_pubrec_moves_qos2_to_await_pubcomp_and_pubcomp_completes_it() -> None:
     """QoS 2 sender: PUBREC -> send PUBREL, PUBCOMP -> done (MQTT 3.1.1 4.3.3)."""
     state = session()
     message = delivery(2)
-    packet_id = state.admit(message, connected=True)
-    assert state.acknowledge(Ack.PUBREC, packet_id) == (Stage.AWAIT_PUBCOMP, message)
+    packet_id = sent_id(deliver(state, message))
+    assert ack(state, Ack.PUBREC, packet_id) == [SendPubrel(packet_id, message)]
     assert state.inflight[packet_id] == InflightEntry(message, Stage.AWAIT_PUBCOMP)
-    assert state.acknowledge(Ack.PUBCOMP, packet_id) == (None, message)
+    assert ack(state, Ack.PUBCOMP, packet_id) == [Completed(message)]
+    assert state.inflight == {}
+
+
+def test_pubrec_and_pubcomp_in_one_batch_complete_the_delivery() -> None:
+    """Each action carries its delivery: a later ack in the batch cannot invalidate it."""
+    state = session()
+    message = delivery(2)
+    packet_id = sent_id(deliver(state, message))
+    assert state.acknowledge([(Ack.PUBREC, packet_id), (Ack.PUBCOMP, packet_id)], True) == [
+        SendPubrel(packet_id, message),
+        Completed(message),
+    ]
     assert state.inflight == {}
 
 
@@ -260,43 +328,67 @@ def test_pubrec_moves_qos2_to_await_pubcomp_and_pubcomp_completes_it() -> None:
 def test_an_ack_of_the_wrong_kind_changes_nothing(
     qos: int, acks_before: list[Ack], wrong_ack: Ack
 ) -> None:
+    """Ignored, except that a PUBREC is always answered with PUBREL [MQTT-4.3.3-1]."""
     state = session()
     message = delivery(qos)
-    packet_id = state.admit(message, connected=True)
-    for ack in acks_before:
-        state.acknowledge(ack, packet_id)
+    packet_id = sent_id(deliver(state, message))
+    for kind in acks_before:
+        ack(state, kind, packet_id)
     before = dict(state.inflight)
     stage_before = state.inflight[packet_id].stage
-    assert state.acknowledge(wrong_ack, packet_id) == (None, None)
+    expected = [SendPubrel(packet_id, None)] if wrong_ack is Ack.PUBREC else []
+    assert ack(state, wrong_ack, packet_id) == expected
     assert state.inflight == before
     assert state.inflight[packet_id].stage is stage_before
 
 
-@pytest.mark.parametrize("ack", list(Ack))
-def test_an_ack_for_an_unknown_or_completed_packet_id_changes_nothing(ack: Ack) -> None:
+@pytest.mark.parametrize("kind", list(Ack))
+def test_an_ack_for_an_unknown_or_completed_packet_id_changes_nothing(kind: Ack) -> None:
     state = session()
     message = delivery(1)
-    packet_id = state.admit(message, connected=True)
-    state.acknowledge(Ack.PUBACK, packet_id)
-    assert state.acknowledge(ack, packet_id) == (None, None)  # duplicate or stray
-    assert state.acknowledge(ack, 999) == (None, None)
+    packet_id = sent_id(deliver(state, message))
+    ack(state, Ack.PUBACK, packet_id)
+    # duplicate or stray: ignored, but a PUBREC still gets its PUBREL [MQTT-4.3.3-1]
+    for unknown in (packet_id, 999):
+        expected = [SendPubrel(unknown, None)] if kind is Ack.PUBREC else []
+        assert ack(state, kind, unknown) == expected
     assert state.inflight == {}
 
 
-def test_unacknowledged_lists_in_flight_entries_in_original_send_order() -> None:
-    """Re-sent on reconnect with their original packet ids, in order [MQTT-4.4.0-1]."""
+# ----- resuming ---------------------------------------------------------------------------
+
+
+def test_resume_resends_in_flight_entries_in_original_send_order_then_fills_the_window() -> None:
+    """Re-sent on reconnect with their original packet ids, in order [MQTT-4.4.0-1]:
+    PUBLISH with DUP for those not yet received, PUBREL for those awaiting PUBCOMP."""
     state = session(max_inflight=4)
     state.next_packet_id = 65534
     messages = [delivery(2), delivery(1), delivery(2), delivery(1)]
-    ids = [state.admit(message, connected=True) for message in messages]
+    actions = state.deliver(messages, connected=True)
+    ids = [action.packet_id for action in actions if type(action) is SendPublish]
     assert ids == [65534, 65535, 1, 2]  # send order differs from numeric order
-    state.acknowledge(Ack.PUBREC, 65534)
-    state.acknowledge(Ack.PUBACK, 65535)
-    assert state.unacknowledged() == [
+    ack(state, Ack.PUBREC, 65534)
+    waiting = delivery(1)
+    deliver(state, waiting)  # the window is full: queued
+    ack(state, Ack.PUBACK, 65535, connected=False)  # frees a slot while the client is away
+    assert state.resume() == [
+        SendPubrel(65534, None),
+        SendPublish(1, messages[2], dup=True),
+        SendPublish(2, messages[3], dup=True),
+        SendPublish(3, waiting),
+    ]
+    assert list(state.inflight.items()) == [
         (65534, InflightEntry(messages[0], Stage.AWAIT_PUBCOMP)),
         (1, InflightEntry(messages[2], Stage.AWAIT_PUBREC)),
         (2, InflightEntry(messages[3], Stage.AWAIT_PUBACK)),
+        (3, InflightEntry(waiting, Stage.AWAIT_PUBACK)),
     ]
+
+
+def test_resume_of_an_empty_session_does_nothing() -> None:
+    state = session()
+    assert state.resume() == []
+    assert state.inflight == {} and state.queue is None
 
 
 # ----- incoming QoS 2 ---------------------------------------------------------------------
@@ -365,46 +457,44 @@ def test_keep_readable_revokes_denied_filters_and_drops_what_was_not_received() 
     state = session(max_inflight=2)
     state.subscribe("bob/#", SubscriptionOptions(qos=2))
     state.subscribe("news/#", SubscriptionOptions(qos=1))
-    sent_qos1 = state.admit(on_topic("bob/a", 1), connected=True)
-    sent_qos2 = state.admit(on_topic("bob/b", 2), connected=True)
-    state.acknowledge(Ack.PUBREC, sent_qos2)  # received by the client: only PUBREL is left
-    state.admit(on_topic("bob/c", 1), connected=True)  # queued behind the full window
-    state.admit(on_topic("news/1", 1), connected=True)
+    bob_a, bob_c = on_topic("bob/a", 1), on_topic("bob/c", 1)
+    sent_qos1 = sent_id(deliver(state, bob_a))
+    sent_qos2 = sent_id(deliver(state, on_topic("bob/b", 2)))
+    ack(state, Ack.PUBREC, sent_qos2)  # received by the client: only PUBREL is left
+    deliver(state, bob_c)  # queued behind the full window
+    deliver(state, on_topic("news/1", 1))
     asked: list[tuple[str, int]] = []
 
     def may_read(topic: str, qos: int) -> bool:
         asked.append((topic, qos))
         return not topic.startswith("bob/")
 
-    revoked = state.keep_readable(may_read)
+    actions = state.keep_readable(may_read)
 
-    assert revoked == ["bob/#"]
+    assert actions == [
+        Revoked("bob/#"),
+        Dropped(bob_a, DropReason.NOT_AUTHORIZED),
+        Dropped(bob_c, DropReason.NOT_AUTHORIZED),
+    ]
     assert list(state.subscriptions) == ["news/#"]
     assert ("bob/#", 2) in asked  # a filter is asked with its granted QoS
     assert sent_qos1 not in state.inflight
     assert state.inflight[sent_qos2].stage is Stage.AWAIT_PUBCOMP  # kept: PUBREL still due
     assert [d.message.topic for d in queued(state)] == ["news/1"]
-    assert [(d.message.topic, r) for d, r in state.dropped] == [
-        ("bob/a", DropReason.NOT_AUTHORIZED),
-        ("bob/c", DropReason.NOT_AUTHORIZED),
-    ]
 
 
 def test_keep_readable_with_everything_allowed_changes_nothing() -> None:
     state = session(max_inflight=1)
     state.subscribe("a/#", SubscriptionOptions(qos=1))
-    state.admit(on_topic("a/1", 1), connected=True)
-    state.admit(on_topic("a/2", 1), connected=True)
-    assert state.keep_readable(lambda _topic, _qos: True) == []
+    state.deliver([on_topic("a/1", 1), on_topic("a/2", 1)], connected=True)
+    assert state.keep_readable(lambda _topic, _qos: True) == []  # nothing revoked or dropped
     assert list(state.subscriptions) == ["a/#"]
     assert len(state.inflight) == 1
     assert [d.message.topic for d in queued(state)] == ["a/2"]
-    assert state.dropped == []
 
 
 def test_keep_readable_that_empties_the_queue_leaves_no_deque() -> None:
     state = session(max_inflight=1)
-    state.admit(on_topic("x/1", 1), connected=True)
-    state.admit(on_topic("x/2", 1), connected=True)
+    state.deliver([on_topic("x/1", 1), on_topic("x/2", 1)], connected=True)
     state.keep_readable(lambda _topic, _qos: False)
     assert state.queue is None and state.inflight == {}
