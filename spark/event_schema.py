@@ -53,10 +53,6 @@ FIELD_NAMES: Final = tuple(name for name, _ in EVENT_FIELDS)
 CORRUPT_RECORD_COLUMN: Final = "_corrupt_record"
 
 
-# Spark's timestampFormat for `ts` (microseconds, literal Z for UTC).
-SPARK_TIMESTAMP_FORMAT: Final = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
-
-
 def format_ts(epoch_seconds: float) -> str:
     """Epoch seconds as ISO-8601 UTC with exactly six fractional digits and a `Z`."""
     moment = datetime.fromtimestamp(epoch_seconds, UTC).replace(tzinfo=None)

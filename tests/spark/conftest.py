@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,12 +36,20 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture
 def write_events() -> EventWriter:
-    """Write records as an event file the way the sink publishes one (write aside, rename in)."""
+    """Write records as an event file the way the sink publishes one (write aside, rename in).
+
+    Spark takes new files in modification-time order (milliseconds); files a test writes in
+    a row get times a second apart, as the sink's would be, so that order is the writing order.
+    """
+    last_stamp = 0.0
 
     def write(directory: Path, name: str, records: Iterable[dict[str, object]]) -> Path:
+        nonlocal last_stamp
         directory.mkdir(parents=True, exist_ok=True)
         aside = directory / f"_{name}"
         aside.write_bytes(b"".join(to_json_line(record) for record in records))
+        last_stamp = max(time.time(), last_stamp + 1)
+        os.utime(aside, (last_stamp, last_stamp))
         final = directory / name
         os.replace(aside, final)
         return final

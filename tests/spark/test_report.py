@@ -74,4 +74,4 @@ def test_report_lists_the_newest_window_first_busiest_first(
         ["c3", "4", "0", "0", "1", "keepalive_timeout=1"],
         ["c2", "2", "0", "0", "0", "-"],
     ]
-    assert report[-1] == "Event lines read: 16, corrupt lines skipped: 0"
+    assert report[-1] == "Event lines read: 16, corrupt lines skipped: 0, late events dropped: 0"
