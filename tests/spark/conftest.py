@@ -1,7 +1,12 @@
-"""Shared Spark fixtures: ONE local SparkSession for the whole test run, and an event writer.
+"""Shared Spark fixtures: ONE local SparkSession for the whole test run, an event writer, and
+the Python path a cluster gives the job.
 
 The session is small (local[2], 2 shuffle partitions, driver on 127.0.0.1, no UI): Spark's
 start-up (~7 s here) is paid once. Spark tests are skipped only when `java` is missing.
+
+`cluster_python_path` is what a plain Spark distribution's driver has, for `python -S` (no
+site-packages): the job's zip (`spark` and `hooks`, as docs/events.md builds it) and pyspark
+with py4j. A job that imports anything else (orjson, gevent, ...) fails there as on a cluster.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 EventWriter = Callable[[Path, str, Iterable[dict[str, object]]], Path]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +39,30 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def job_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """broker.zip as docs/events.md makes it: the `spark` and `hooks` packages, sources only."""
+    archive = tmp_path_factory.mktemp("job") / "broker.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for package in ("spark", "hooks"):
+            for source in sorted((REPO / package).glob("*.py")):
+                bundle.write(source, source.relative_to(REPO).as_posix())
+    return archive
+
+
+@pytest.fixture(scope="session")
+def cluster_python_path(tmp_path_factory: pytest.TempPathFactory, job_zip: Path) -> str:
+    """PYTHONPATH for `python -S`: the job zip, pyspark and py4j, nothing else."""
+    import py4j  # noqa: PLC0415
+    import pyspark  # noqa: PLC0415
+
+    libraries = tmp_path_factory.mktemp("spark-python")
+    for module in (pyspark, py4j):
+        package = Path(module.__file__ or "").parent
+        (libraries / package.name).symlink_to(package, target_is_directory=True)
+    return os.pathsep.join([str(job_zip), str(libraries)])
 
 
 @pytest.fixture
