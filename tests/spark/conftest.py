@@ -53,8 +53,8 @@ def job_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cluster_python_path(tmp_path_factory: pytest.TempPathFactory, job_zip: Path) -> str:
-    """PYTHONPATH for `python -S`: the job zip, pyspark and py4j, nothing else."""
+def spark_libraries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding only pyspark and py4j (links), as a Spark distribution's python/."""
     import py4j  # noqa: PLC0415
     import pyspark  # noqa: PLC0415
 
@@ -62,7 +62,13 @@ def cluster_python_path(tmp_path_factory: pytest.TempPathFactory, job_zip: Path)
     for module in (pyspark, py4j):
         package = Path(module.__file__ or "").parent
         (libraries / package.name).symlink_to(package, target_is_directory=True)
-    return os.pathsep.join([str(job_zip), str(libraries)])
+    return libraries
+
+
+@pytest.fixture(scope="session")
+def cluster_python_path(job_zip: Path, spark_libraries: Path) -> str:
+    """PYTHONPATH for `python -S`: the job zip, pyspark and py4j, nothing else."""
+    return os.pathsep.join([str(job_zip), str(spark_libraries)])
 
 
 @pytest.fixture
