@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -52,12 +52,35 @@ logger = logging.getLogger(__name__)
 QUERY_NAME: Final = "mqtt_events"
 DEFAULT_MAX_FILES_PER_TRIGGER: Final = 16  # x rotate_bytes (64 MiB by default) per batch
 TERMINATION_LOG_WAIT_SECONDS: Final = 10.0
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+# Set on the streaming query's session for its batches.
+_BATCH_SETTINGS: Final = {
+    # standard Parquet timestamps (not Spark's legacy INT96), which every reader understands
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # the parsed batch is cached for one batch only: compressing it cost more (5 of 12 s on
+    # 2,000,000 events) than reading it back uncompressed saves
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # a batch runs a few small jobs: adaptive execution re-planned them at every shuffle
+    # (twice the time of the tables' aggregations) and read the cache in a stage of its own
+    "spark.sql.adaptive.enabled": "false",
+    # collect_set (the publishers of a window and topic) fell back to sort-based aggregation
+    # after 128 keys per task: 4x the CPU of the hash map it keeps up to this many keys
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "100000",
+}
 # Row status in a parsed batch.
 ON_TIME: Final = 0
 LATE: Final = 1
 CORRUPT: Final = 2
-# The parsed columns the tables use; every other field is parsed (to find corrupt lines) only.
-USED_FIELDS: Final = ("event", "ts", "client_id", "topic", "payload_bytes", "publisher", "reason")
+# The parsed fields the tables use; every other field is parsed (to find corrupt lines) only.
+USED_FIELDS: Final = ("ts", "client_id", "topic", "payload_bytes", "publisher", "reason")
+# The events the tables count, as the small code a parsed batch carries instead of the name
+# (every later filter and count compares integers); any other event is 0.
+EVENT_CODES: Final = {
+    "message.publish": 1,
+    "message.delivered": 2,
+    "client.connected": 3,
+    "client.disconnected": 4,
+}
 
 _DURATION_UNITS: Final = {
     "microsecond": timedelta(microseconds=1),
@@ -113,7 +136,7 @@ class BatchStats:
     lines: int
     corrupt: int
     late: int
-    watermark: datetime | None
+    watermark: int | None  # epoch microseconds
 
 
 @dataclass(slots=True)
@@ -125,8 +148,9 @@ class RunSummary:
     seconds: float = 0.0
 
 
-def parse_events(lines: DataFrame, options: StreamOptions, watermark: datetime | None) -> DataFrame:
-    """A batch of raw lines as the used fields, their window and a status (ON_TIME/LATE/CORRUPT).
+def parse_events(lines: DataFrame, options: StreamOptions, watermark: int | None) -> DataFrame:
+    """A batch of raw lines as the used fields, the event's code (EVENT_CODES), its window start
+    and a status (ON_TIME/LATE/CORRUPT). `watermark` is in epoch microseconds.
 
     The window is computed from `ts` directly (Spark's `window()` filters out null times, and
     with them the corrupt lines this must count).
@@ -136,28 +160,34 @@ def parse_events(lines: DataFrame, options: StreamOptions, watermark: datetime |
     schema = spark_schema().add(CORRUPT_RECORD_COLUMN, "string")
     parse_options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD_COLUMN}
     parsed = lines.select(F.from_json("value", schema, parse_options).alias("e")).select("e.*")
-    window_micros = parse_duration(options.window) // timedelta(microseconds=1)
+    window_micros = _micros(parse_duration(options.window))
     micros = F.unix_micros("ts")
-    window_start = F.timestamp_micros(micros - F.pmod(micros, F.lit(window_micros)))
-    window_end = F.timestamp_micros(micros - F.pmod(micros, F.lit(window_micros)) + window_micros)
+    start_micros = micros - F.pmod(micros, F.lit(window_micros))
     valid = (
         F.col(CORRUPT_RECORD_COLUMN).isNull() & F.col("ts").isNotNull() & F.col("event").isNotNull()
     )
     status = F.when(~valid, CORRUPT)
     if watermark is not None:
-        status = status.when(window_end <= F.lit(watermark), LATE)
+        status = status.when(start_micros + window_micros <= F.lit(watermark), LATE)
+    kind = F.lit(0)
+    for name, code in EVENT_CODES.items():
+        kind = F.when(F.col("event") == F.lit(name), code).otherwise(kind)
     return parsed.select(
+        kind.cast("tinyint").alias("kind"),
         *USED_FIELDS,
-        window_start.alias("window_start"),
-        window_end.alias("window_end"),
-        status.otherwise(ON_TIME).alias("status"),
+        F.timestamp_micros(start_micros).alias("window_start"),
+        status.otherwise(ON_TIME).cast("tinyint").alias("status"),
     )
+
+
+def _micros(duration: timedelta) -> int:
+    return duration // timedelta(microseconds=1)
 
 
 def _is_event(name: str) -> Column:
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.col("event") == F.lit(name)
+    return F.col("kind") == F.lit(EVENT_CODES[name])
 
 
 def _count_where(condition: Column) -> Column:
@@ -179,14 +209,21 @@ def _client_rows() -> Column:
     return F.col("client_id").isNotNull()
 
 
-def topic_traffic(events: DataFrame) -> DataFrame:
+def _with_window_end(aggregated: DataFrame, window: timedelta) -> DataFrame:
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    end = F.timestamp_micros(F.unix_micros("window_start") + F.lit(_micros(window)))
+    return aggregated.withColumn("window_end", end)
+
+
+def topic_traffic(events: DataFrame, window: timedelta) -> DataFrame:
     """A batch's totals per (window, topic) of publish and delivery events (on-time rows)."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     published = _is_event("message.publish")
-    return (
+    aggregated = (
         events.filter(_topic_rows())
-        .groupBy("window_start", "window_end", "topic")
+        .groupBy("window_start", "topic")
         .agg(
             _count_where(published).alias("published"),
             _count_where(_is_event("message.delivered")).alias("delivered"),
@@ -195,9 +232,10 @@ def topic_traffic(events: DataFrame) -> DataFrame:
         )
         .withColumn("distinct_publishers", F.size("publishers"))
     )
+    return _with_window_end(aggregated, window)
 
 
-def client_sessions(events: DataFrame) -> DataFrame:
+def client_sessions(events: DataFrame, window: timedelta) -> DataFrame:
     """A batch's totals per (window, client) of any event of the client (on-time rows)."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
@@ -205,7 +243,7 @@ def client_sessions(events: DataFrame) -> DataFrame:
     reasons = [reason.value for reason in DisconnectReason]
     aggregated = (
         events.filter(_client_rows())
-        .groupBy("window_start", "window_end", "client_id")
+        .groupBy("window_start", "client_id")
         .agg(
             _count_where(_is_event("client.connected")).alias("connects"),
             _count_where(disconnected).alias("disconnects"),
@@ -221,7 +259,7 @@ def client_sessions(events: DataFrame) -> DataFrame:
         F.create_map(*[part for r in reasons for part in (F.lit(r), F.col(f"_r_{r}"))]),
         lambda _reason, count: count > 0,
     )
-    return aggregated.select(
+    return _with_window_end(aggregated, window).select(
         "window_start",
         "window_end",
         "client_id",
@@ -238,8 +276,9 @@ class BatchWriter:
 
     def __init__(self, options: StreamOptions) -> None:
         self._options = options
-        self._delay = parse_duration(options.watermark)
-        self._max_event_time: datetime | None = None
+        self._delay = _micros(parse_duration(options.watermark))
+        self._window = parse_duration(options.window)
+        self._max_event_time: int | None = None  # epoch microseconds
         self._started = False
         self._stats: dict[int, BatchStats] = {}
         self._lock = threading.Lock()
@@ -253,9 +292,11 @@ class BatchWriter:
         from pyspark import StorageLevel  # noqa: PLC0415
         from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-        spark = lines.sparkSession
+        spark = lines.sparkSession  # the query's own clone of the session: settings stay here
+        for key, value in _BATCH_SETTINGS.items():
+            spark.conf.set(key, value)
         output = self._options.output_dir
-        processed_at = datetime.now(UTC).replace(tzinfo=None)
+        processed_at = _micros(datetime.now(UTC) - _EPOCH)
         tables.clean_stages(spark, output, batch_id)
         if not self._started:
             self._max_event_time = _max_event_time_before(spark, output, batch_id)
@@ -265,14 +306,16 @@ class BatchWriter:
         try:
             totals = _count(events)  # the one pass over the input: parses it into the cache
             if totals["max_ts"] is not None:
-                self._max_event_time = max(
-                    self._max_event_time or totals["max_ts"], totals["max_ts"]
-                )
+                self._max_event_time = max(self._max_event_time or 0, totals["max_ts"])
             stats = BatchStats(totals["lines"], totals["corrupt"], totals["late"], watermark)
             on_time = events.filter(F.col("status") == ON_TIME)
-            work = [(table, derive(on_time), totals[table.name]) for table, _, derive in _OUTPUTS]
+            work = [
+                (table, derive(on_time, self._window), _window_partitions(totals, table))
+                for table, _, derive in _OUTPUTS
+            ]
             record = self._batch_record(spark, batch_id, processed_at, stats)
-            work.append((tables.BATCHES, record, [(processed_at.date(),)]))
+            processed_day = (_EPOCH + timedelta(microseconds=processed_at)).date()
+            work.append((tables.BATCHES, record, [(processed_day,)]))
             merges = [
                 partial(tables.merge_batch, spark, output, table, rows, batch_id, partitions=parts)
                 for table, rows, parts in work
@@ -285,9 +328,11 @@ class BatchWriter:
             self._stats[batch_id] = stats
 
     def _batch_record(
-        self, spark: SparkSession, batch_id: int, processed_at: datetime, stats: BatchStats
+        self, spark: SparkSession, batch_id: int, processed_at: int, stats: BatchStats
     ) -> DataFrame:
-        """The batch's row of the `batches` table."""
+        """The batch's row of the `batches` table (times given in epoch microseconds)."""
+        from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
         row = (
             batch_id,
             processed_at,
@@ -298,7 +343,16 @@ class BatchWriter:
             stats.watermark,
         )
         columns = [name for name, _ in tables.BATCHES.keys + tables.BATCHES.values]
-        return spark.createDataFrame([row], schema=_ddl(tables.BATCHES, columns))
+        kinds = dict(tables.BATCHES.columns)
+        record = spark.createDataFrame(
+            [row], schema=", ".join(f"`{name}` BIGINT" for name in columns)
+        )
+        return record.select(
+            *[
+                F.timestamp_micros(name).alias(name) if kinds[name] == "TIMESTAMP" else name
+                for name in columns
+            ]
+        )
 
 
 # Each table made from a parsed batch: which rows it counts, and how it aggregates them.
@@ -309,23 +363,39 @@ _OUTPUTS: Final = (
 
 
 def _count(events: DataFrame) -> Row:
-    """Lines, corrupt lines, late rows, greatest event time, and the partitions each table's
-    on-time rows fall in (a column per table, named after it)."""
+    """Lines, corrupt lines, late rows, the greatest event time, and for each table the first
+    and last window start of its on-time rows (`<table>_first`, `<table>_last`); times in µs.
+
+    Only plain aggregates: this runs over every row of the batch, as it builds the cache.
+    """
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     on_time = F.col("status") == ON_TIME
+    window_micros = F.unix_micros("window_start")
     totals = events.agg(
         F.count(F.lit(1)).alias("lines"),
         _count_where(F.col("status") == CORRUPT).alias("corrupt"),
         _count_where(F.col("status") == LATE).alias("late"),
-        F.max(F.when(F.col("status") != CORRUPT, F.col("ts"))).alias("max_ts"),
+        F.max(F.when(F.col("status") != CORRUPT, F.unix_micros("ts"))).alias("max_ts"),
         *[
-            F.collect_set(F.when(on_time & rows(), table.partition_struct())).alias(table.name)
+            column
             for table, rows, _ in _OUTPUTS
+            for column in (
+                F.min(F.when(on_time & rows(), window_micros)).alias(f"{table.name}_first"),
+                F.max(F.when(on_time & rows(), window_micros)).alias(f"{table.name}_last"),
+            )
         ],
     ).first()
     assert totals is not None  # a global aggregation always has one row
     return totals
+
+
+def _window_partitions(totals: Row, table: tables.Table) -> list[tuple[date, int]]:
+    """The hourly partitions between the table's first and last window start in the batch."""
+    first, last = totals[f"{table.name}_first"], totals[f"{table.name}_last"]
+    if first is None:
+        return []
+    return tables.hourly_partitions(first, last)
 
 
 def _report_losses(batch_id: int, stats: BatchStats) -> None:
@@ -377,24 +447,23 @@ def _in_parallel(tasks: Sequence[Callable[[], object]]) -> None:
         raise failures[0]
 
 
-def _ddl(table: tables.Table, columns: list[str]) -> str:
-    kinds = dict(table.columns)
-    return ", ".join(f"`{name}` {kinds[name]}" for name in columns)
-
-
-def _max_event_time_before(spark: SparkSession, output_dir: str, batch_id: int) -> datetime | None:
-    """The greatest event time of the batches before `batch_id` (from the `batches` table)."""
+def _max_event_time_before(spark: SparkSession, output_dir: str, batch_id: int) -> int | None:
+    """The greatest event time (µs) of the batches before `batch_id` (from `batches`)."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     batches = tables.read(spark, output_dir, tables.BATCHES)
     if batches is None:
         return None
-    row = batches.filter(F.col("batch_id") < batch_id).agg(F.max("max_event_time")).first()
+    before = batches.filter(F.col("batch_id") < batch_id)
+    row = before.agg(F.max(F.unix_micros("max_event_time"))).first()
     return None if row is None else row[0]
 
 
-def _format_time(moment: datetime | None) -> str:
-    return "none" if moment is None else moment.isoformat(timespec="seconds") + "Z"
+def _format_time(micros: int | None) -> str:
+    if micros is None:
+        return "none"
+    moment = _EPOCH + timedelta(microseconds=micros)
+    return moment.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 class ProgressLog:
@@ -474,8 +543,6 @@ def run(spark: SparkSession, options: StreamOptions) -> RunSummary:
 
     Raises the query's failure (pyspark's StreamingQueryException) once it has stopped.
     """
-    # Standard Parquet timestamps (not Spark's legacy INT96), which every reader understands.
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     writer = BatchWriter(options)
     log = ProgressLog(writer)
     listener = log.listener()

@@ -2,7 +2,7 @@
 
 Layout under the job's OUTPUT directory (docs/events.md has the columns):
 
-    topic_traffic/date=2025-01-31/hour=13/part-*.parquet    one row per (window, topic)
+    topic_traffic/date=2025-01-31/hour=13/part-*.parquet    one row per (window, topic), UTC
     client_sessions/date=2025-01-31/hour=13/part-*.parquet  one row per (window, client)
     batches/date=2025-01-31/part-*.parquet                  one row per micro-batch
     _stage/<table>/batch_id=N/...                           batch N's merged partitions
@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -89,16 +89,40 @@ def _sum_maps(name: str) -> Column:
     return F.aggregate(F.collect_list(name), empty, lambda acc, m: F.map_zip_with(acc, m, add))
 
 
-def _window_partitions() -> dict[str, Column]:
+MICROS_PER_HOUR: Final = 3_600_000_000
+
+
+def _utc_date_and_hour(column: str) -> dict[str, Column]:
+    """UTC date and hour of a timestamp column, by integer arithmetic: cheap on every row, and
+    the same partitions whatever the session's time zone."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return {"date": F.to_date("window_start"), "hour": F.hour("window_start")}
+    def floor_div(value: Column, divisor: int) -> Column:  # exact: the remainder goes first
+        return ((value - F.pmod(value, F.lit(divisor))) / F.lit(divisor)).cast("long")
+
+    hours = floor_div(F.unix_micros(column), MICROS_PER_HOUR)
+    return {
+        "date": F.date_from_unix_date(floor_div(hours, 24).cast("int")),
+        "hour": F.pmod(hours, F.lit(24)).cast("int"),
+    }
+
+
+def hourly_partitions(first_micros: int, last_micros: int) -> list[tuple[date, int]]:
+    """The (date, hour) partitions of every UTC hour from one epoch time to another (in µs),
+    as `_utc_date_and_hour` computes them in Spark."""
+    epoch = date(1970, 1, 1)
+    return [
+        (epoch + timedelta(days=hour // 24), hour % 24)
+        for hour in range(first_micros // MICROS_PER_HOUR, last_micros // MICROS_PER_HOUR + 1)
+    ]
+
+
+def _window_partitions() -> dict[str, Column]:
+    return _utc_date_and_hour("window_start")
 
 
 def _batch_partitions() -> dict[str, Column]:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
-
-    return {"date": F.to_date("processed_at")}
+    return {"date": _utc_date_and_hour("processed_at")["date"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +310,9 @@ def merge_batch(
 ) -> int:
     """Merge batch `batch_id`'s rows into the table; returns how many partitions it published.
 
-    `increments` has the key and value columns; `partitions` lists the partition values of its
-    rows (the caller gets them in a pass it makes anyway). Idempotent per batch id (see the
+    `increments` has the key and value columns; `partitions` lists partition values that cover
+    its rows (the caller gets them in a pass it makes anyway; a partition with no new rows is
+    only rewritten as it was). Idempotent per batch id (see the
     module docstring): a replay after a crash at any point leaves the same table as one
     uninterrupted run.
     """
@@ -327,8 +352,8 @@ def _merged(
         *[partition_values[name].cast(kind).alias(name) for name, kind in table.partitions],
     )
     target = table_path(output_dir, table)
-    files = HadoopFiles(spark, output_dir)
-    existing = [f"{target}/{path}" for path in touched if files.exists(f"{target}/{path}")]
+    present = set(HadoopFiles(spark, output_dir).partition_dirs(target, len(table.partitions)))
+    existing = [f"{target}/{path}" for path in touched if path in present]
     ordered = [name for name, _ in table.columns]
     old = None
     if existing:
@@ -344,4 +369,5 @@ def _merged(
             .groupBy(*table.partition_names, *table.key_names)
             .agg(*[table.merge[name](name).alias(name) for name, _ in table.values])
         )
-    return merged.select(*ordered).sortWithinPartitions(*table.partition_names, *table.key_names)
+    # sorted by time within each file: readers skip row groups outside the windows they want
+    return merged.select(*ordered).sortWithinPartitions(*table.partition_names, table.keys[0][0])
