@@ -49,8 +49,9 @@ from hooks.events import (
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from plugins.base import PluginConfigError, PluginContext, parse_options
-from spark.event_schema import SINK_DROPPED, event_record, to_json_line
+from spark.event_schema import SINK_DROPPED, event_record
 from spark.file_sink import RotatingFileSink
+from spark.json_lines import to_json_line
 
 logger = logging.getLogger(__name__)
 

@@ -6,15 +6,16 @@ with `spark_schema()`; tests write synthetic files with the same two functions. 
 `SCHEMA_VERSION` whenever a field is added, removed or changes meaning, and update
 docs/events.md.
 
-pyspark is imported only inside `spark_schema()`, so the broker never needs it.
+This module is on the Spark job's import path, which must need nothing but pyspark and the
+standard library (the job travels to a cluster in a zip, and compiled extensions cannot). So
+pyspark is imported only inside `spark_schema()` (the broker never needs it), and `to_json_line`,
+which needs orjson, lives in `spark.json_lines`, which the job never imports.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
-
-import orjson
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -49,9 +50,6 @@ FIELD_NAMES: Final = tuple(name for name, _ in EVENT_FIELDS)
 
 # Name of the column Spark fills with lines that do not match the schema (PERMISSIVE mode).
 CORRUPT_RECORD_COLUMN: Final = "_corrupt_record"
-
-# Spark's timestampFormat for `ts` (microseconds, literal Z for UTC).
-SPARK_TIMESTAMP_FORMAT: Final = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
 
 
 def format_ts(epoch_seconds: float) -> str:
@@ -99,11 +97,6 @@ def event_record(
         "dropped": dropped,
         "schema": SCHEMA_VERSION,
     }
-
-
-def to_json_line(record: dict[str, object]) -> bytes:
-    """The record as one line of UTF-8 JSON ending in a newline."""
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def spark_schema() -> StructType:

@@ -1,9 +1,10 @@
-"""`python -m spark.report OUTPUT [--limit N]`: the newest windows of the job's tables as text.
+"""`python -m spark.report OUTPUT [--limit N] [--chart FILE.png]`: the job's tables at a glance.
 
-Reads `topic_traffic` and `client_sessions` through `spark.stream.read_table` (the current row
-of every (window, key)) and prints, newest window first, the busiest topics and clients, then
-the corrupt-line count. Spark reads the Parquet: pyarrow is not installed in this project and
-the job's merge rule (latest batch wins) lives in one place.
+Prints, newest window first, the busiest topics and clients of `topic_traffic` and
+`client_sessions`, then what the job read and skipped (`batches`: lines, corrupt lines, late
+events). With `--chart`, also draws a PNG (matplotlib): traffic per window (published and
+delivered), and the top topics and clients over all windows. The tables are plain Parquet with
+one row per key, so Spark reads them as they are (`spark.tables.read` only adds their types).
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
-from spark.session import build_session
-from spark.stream import CLIENT_SESSIONS, TOPIC_TRAFFIC, corrupt_line_count, read_table
+from spark import tables
+from spark.session import DEFAULT_SPARK_LOG_LEVEL, build_session, parse_conf
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from matplotlib.axes import Axes
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
 
 TOPIC_COLUMNS = ("window_start", "topic", "published", "delivered", "bytes", "distinct_publishers")
 CLIENT_COLUMNS = (
@@ -30,6 +37,13 @@ CLIENT_COLUMNS = (
     "disconnects",
     "disconnects_by_reason",
 )
+CHART_WIDTH_PX: Final = 1200
+CHART_HEIGHT_PX: Final = 1500
+CHART_DPI: Final = 100
+
+
+class NoTablesError(LookupError):
+    """OUTPUT has no tables yet: the job has not written a batch there."""
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -52,13 +66,34 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def _table(spark: SparkSession, output_dir: str, table: tables.Table) -> DataFrame:
+    frame = tables.read(spark, output_dir, table)
+    if frame is None:
+        raise NoTablesError(f"{output_dir} has no {table.name} table: run spark.stream first")
+    return frame
+
+
+def ingest_totals(spark: SparkSession, output_dir: str) -> tuple[int, int, int]:
+    """(lines read, corrupt lines skipped, late events dropped) over every batch so far."""
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    row = (
+        _table(spark, output_dir, tables.BATCHES)
+        .agg(F.sum("input_lines"), F.sum("corrupt_lines"), F.sum("late_rows"))
+        .first()
+    )
+    if row is None or row[0] is None:
+        return (0, 0, 0)
+    return (int(row[0]), int(row[1]), int(row[2]))
+
+
 def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
     """The report text: top `limit` rows of each table, newest windows first."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     window_text = F.date_format("window_start", "yyyy-MM-dd HH:mm:ss")  # session zone: UTC
     topics = (
-        read_table(spark, output_dir, TOPIC_TRAFFIC)
+        _table(spark, output_dir, tables.TOPIC_TRAFFIC)
         .orderBy(F.col("window_start").desc(), F.col("published").desc(), F.col("topic"))
         .withColumn("window_start", window_text)
         .select(*TOPIC_COLUMNS)
@@ -66,7 +101,7 @@ def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
         .collect()
     )
     clients = (
-        read_table(spark, output_dir, CLIENT_SESSIONS)
+        _table(spark, output_dir, tables.CLIENT_SESSIONS)
         .withColumn("_traffic", F.col("messages_in") + F.col("messages_out"))
         .orderBy(F.col("window_start").desc(), F.col("_traffic").desc(), F.col("client_id"))
         .withColumn("window_start", window_text)
@@ -74,7 +109,7 @@ def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
         .limit(limit)
         .collect()
     )
-    lines_read, corrupt = corrupt_line_count(spark, output_dir)
+    lines_read, corrupt, late = ingest_totals(spark, output_dir)
     return "\n".join(
         [
             "Top topics (newest window first, UTC)",
@@ -83,21 +118,128 @@ def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
             "Top clients (newest window first, UTC)",
             format_table(CLIENT_COLUMNS, [tuple(row) for row in clients]),
             "",
-            f"Event lines read: {lines_read}, corrupt lines skipped: {corrupt}",
+            f"Event lines read: {lines_read}, corrupt lines skipped: {corrupt}, "
+            f"late events dropped: {late}",
         ]
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ChartData:
+    """What the chart shows, collected from the tables."""
+
+    windows: list[tuple[datetime, int, int]]  # (window start, published, delivered)
+    topics: list[tuple[str, int, int]]  # (topic, published, delivered), busiest first
+    clients: list[tuple[str, int, int]]  # (client id, messages in, messages out), busiest first
+
+
+def chart_data(spark: SparkSession, output_dir: str, limit: int) -> ChartData:
+    """Traffic per window, and the `limit` busiest topics and clients (messages in and out)."""
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    traffic = _table(spark, output_dir, tables.TOPIC_TRAFFIC)
+    windows = (
+        traffic.groupBy("window_start")
+        .agg(F.sum("published").alias("published"), F.sum("delivered").alias("delivered"))
+        .orderBy("window_start")
+        .collect()
+    )
+    topics = (
+        traffic.groupBy("topic")
+        .agg(F.sum("published").alias("published"), F.sum("delivered").alias("delivered"))
+        .orderBy((F.col("published") + F.col("delivered")).desc(), "topic")
+        .limit(limit)
+        .collect()
+    )
+    clients = (
+        _table(spark, output_dir, tables.CLIENT_SESSIONS)
+        .groupBy("client_id")
+        .agg(F.sum("messages_in").alias("messages_in"), F.sum("messages_out").alias("out"))
+        .orderBy((F.col("messages_in") + F.col("out")).desc(), "client_id")
+        .limit(limit)
+        .collect()
+    )
+    return ChartData(
+        windows=[(row[0], int(row[1]), int(row[2])) for row in windows],
+        topics=[(row[0], int(row[1]), int(row[2])) for row in topics],
+        clients=[(row[0], int(row[1]), int(row[2])) for row in clients],
+    )
+
+
+def draw_chart(data: ChartData, path: Path) -> None:
+    """Three panels in one PNG of CHART_WIDTH_PX x CHART_HEIGHT_PX (matplotlib, no display)."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    figure = Figure(
+        figsize=(CHART_WIDTH_PX / CHART_DPI, CHART_HEIGHT_PX / CHART_DPI),
+        dpi=CHART_DPI,
+        layout="constrained",
+    )
+    per_window, top_topics, top_clients = figure.subplots(
+        3, 1, height_ratios=(1, 1.2, 1.2), squeeze=True
+    )
+    starts = [start for start, _, _ in data.windows]
+    per_window.plot(starts, [p for _, p, _ in data.windows], label="published", marker=".")
+    per_window.plot(starts, [d for _, _, d in data.windows], label="delivered", marker=".")
+    locator = AutoDateLocator()
+    per_window.xaxis.set_major_locator(locator)
+    per_window.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    per_window.set_title("Messages per window (UTC)")
+    per_window.set_ylabel("messages")
+    per_window.set_ylim(bottom=0)
+    per_window.legend()
+    per_window.grid(alpha=0.3)
+    _bars(top_topics, data.topics, ("published", "delivered"), "Top topics")
+    _bars(top_clients, data.clients, ("messages in", "messages out"), "Top clients")
+    figure.savefig(path, format="png")
+
+
+def _bars(
+    axes: Axes, rows: list[tuple[str, int, int]], labels: tuple[str, str], title: str
+) -> None:
+    """Horizontal stacked bars, busiest at the top."""
+    names = [name for name, _, _ in rows][::-1]
+    first = [a for _, a, _ in rows][::-1]
+    second = [b for _, _, b in rows][::-1]
+    axes.barh(names, first, label=labels[0])
+    axes.barh(names, second, left=first, label=labels[1])
+    axes.set_title(f"{title} (all windows)")
+    axes.set_xlabel("messages")
+    axes.legend(loc="lower right")
+    axes.grid(axis="x", alpha=0.3)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark.report", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m spark.report", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("output", help="the --output directory of spark.stream")
     parser.add_argument("--limit", type=int, default=20, help="rows per table (default 20)")
+    parser.add_argument("--chart", type=Path, help="also draw the tables into this PNG file")
     parser.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--spark-log-level", default=DEFAULT_SPARK_LOG_LEVEL)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    spark = build_session("mqtt-broker-events-report", master=args.master)
+    try:
+        conf = parse_conf(args.conf)
+    except ValueError as error:
+        parser.error(str(error))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    spark = build_session(
+        "mqtt-broker-events-report",
+        master=args.master,
+        conf=conf,
+        log_level=args.spark_log_level,
+    )
     try:
         sys.stdout.write(build_report(spark, args.output, args.limit) + "\n")
+        if args.chart is not None:
+            draw_chart(chart_data(spark, args.output, args.limit), args.chart)
+            logger.info("chart written to %s", args.chart)
+    except NoTablesError as error:
+        logger.error("%s", error)
+        return 1
     finally:
         spark.stop()
     return 0

@@ -5,13 +5,18 @@ bound to 127.0.0.1, the web UI off and few shuffle partitions (200, Spark's defa
 small `availableNow` query 20x slower here). Run under `spark-submit --master spark://…`, the
 master and everything else come from spark-submit: only what the caller passes explicitly is
 set, so nothing local leaks into a cluster run.
+
+Spark's own logs (log4j, through `spark.log.level`) and py4j's (Python logging) are kept at
+WARN unless the caller asks for another level: at INFO they drown the job's one line per batch.
+`parse_conf` turns the command lines' `--conf KEY=VALUE` into settings, the way spark-submit
+takes them, so a plain `python -m spark.…` run can be tuned the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +27,7 @@ logger = logging.getLogger(__name__)
 LOCAL_MASTER = "local[*]"
 LOCAL_SHUFFLE_PARTITIONS = 2
 LOOPBACK = "127.0.0.1"
+DEFAULT_SPARK_LOG_LEVEL = "WARN"
 
 
 def launched_by_spark_submit() -> bool:
@@ -41,17 +47,36 @@ def local_conf(shuffle_partitions: int = LOCAL_SHUFFLE_PARTITIONS) -> dict[str, 
     }
 
 
+def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """`["k=v", ...]` (repeated `--conf` flags) as a dict; raises ValueError on a pair with no =."""
+    settings = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key.strip():
+            raise ValueError(f"--conf takes KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value
+    return settings
+
+
 def build_session(
     app_name: str,
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    log_level: str = DEFAULT_SPARK_LOG_LEVEL,
 ) -> SparkSession:
-    """Get or create the session; `master` None means spark-submit's master, else local[*]."""
+    """Get or create the session; `master` None means spark-submit's master, else local[*].
+
+    `log_level` applies to Spark (log4j) and py4j; `conf` wins over every default set here.
+    """
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is the optional [spark] extra
 
+    logging.getLogger("py4j").setLevel(log_level.upper())
     builder = SparkSession.builder.appName(app_name)
-    settings: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    settings: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.log.level": log_level.upper(),
+    }
     if master is None and not launched_by_spark_submit():
         master = LOCAL_MASTER
     if master is not None:
@@ -63,5 +88,6 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(settings["spark.log.level"])  # also when the JVM was up
     logger.info("spark session %s on master %s", app_name, session.sparkContext.master)
     return session

@@ -5,14 +5,17 @@ clients publish a known set of messages, other clients connect and disconnect; S
 the sink publish its last file. `spark.stream.run(once=True)` must then report, per topic,
 exactly the messages published and delivered, and per client the connects, disconnects (by
 reason) and messages in/out. A second broker run on the same event directory adds traffic;
-the second Spark run must add only the new counts (file offsets and state come from the
-checkpoint, so no file is read twice). One Spark run per phase; windows are summed per key,
-so a phase that straddles a minute boundary still adds up.
+the second Spark run must add only the new counts (file offsets come from the checkpoint, so
+no file is read twice). One Spark run per phase; windows are summed per key, so a phase that
+straddles a minute boundary still adds up. The tables are read with plain
+`spark.read.parquet`. A reconnect storm (takeovers and closed sockets within milliseconds)
+must show as many disconnects as connects.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,14 +25,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from mqtt.packets import Disconnect
-from spark.stream import (
-    CLIENT_SESSIONS,
-    TOPIC_TRAFFIC,
-    StreamOptions,
-    corrupt_line_count,
-    read_table,
-    run,
-)
+from spark.stream import StreamOptions, run
+from tests.spark.readers import CLIENT_SESSIONS, TOPIC_TRAFFIC, batch_totals, with_spark
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, connect_raw, unique
@@ -138,10 +135,10 @@ def broker_phase(
 
 def topic_totals(spark: SparkSession, output: Path, names: Names) -> dict[str, tuple[int, int]]:
     totals: dict[str, tuple[int, int]] = {}
-    for row in read_table(spark, str(output), TOPIC_TRAFFIC).collect():
-        if row["topic"].startswith(names.prefix + "/"):
-            published, delivered = totals.get(row["topic"], (0, 0))
-            totals[row["topic"]] = (published + row["published"], delivered + row["delivered"])
+    for (_, topic), values in with_spark(spark, output, TOPIC_TRAFFIC).items():
+        if topic.startswith(names.prefix + "/"):
+            published, delivered = totals.get(topic, (0, 0))
+            totals[topic] = (published + values[0], delivered + values[1])
     return totals
 
 
@@ -149,19 +146,17 @@ def client_totals(
     spark: SparkSession, output: Path, names: Names
 ) -> dict[str, tuple[int, dict[str, int], int, int]]:
     totals: dict[str, tuple[int, Counter[str], int, int]] = {}
-    for row in read_table(spark, str(output), CLIENT_SESSIONS).collect():
-        if not row["client_id"].startswith(names.prefix + "-"):
+    for (_, client_id), values in with_spark(spark, output, CLIENT_SESSIONS).items():
+        if not client_id.startswith(names.prefix + "-"):
             continue
-        connects, reasons, messages_in, messages_out = totals.get(
-            row["client_id"], (0, Counter(), 0, 0)
-        )
-        reasons = reasons + Counter(dict(row["disconnects_by_reason"]))
-        assert row["disconnects"] == sum(dict(row["disconnects_by_reason"]).values())
-        totals[row["client_id"]] = (
-            connects + row["connects"],
-            reasons,
-            messages_in + row["messages_in"],
-            messages_out + row["messages_out"],
+        connects, disconnects, by_reason, messages_in, messages_out = values
+        assert disconnects == sum(by_reason.values())
+        total_connects, reasons, total_in, total_out = totals.get(client_id, (0, Counter(), 0, 0))
+        totals[client_id] = (
+            total_connects + connects,
+            reasons + Counter(by_reason),
+            total_in + messages_in,
+            total_out + messages_out,
         )
     return {key: (c, dict(r), i, o) for key, (c, r, i, o) in totals.items()}
 
@@ -183,7 +178,7 @@ def assert_tables_match(
         for client_id in expected.connects
     }
     lines = sum(len(path.read_bytes().splitlines()) for path in events.glob("events-*.json"))
-    assert corrupt_line_count(spark, str(output)) == (lines, 0)  # every line read exactly once
+    assert batch_totals(output) == (lines, 0, 0)  # every line read exactly once
 
 
 def test_broker_events_reach_spark_tables_and_a_rerun_adds_only_new_traffic(
@@ -205,3 +200,33 @@ def test_broker_events_reach_spark_tables_and_a_rerun_adds_only_new_traffic(
     assert set(events.glob("events-*.json")) > first_files
     run(spark, options)
     assert_tables_match(spark, events, output, names, expected)
+
+
+def test_a_reconnect_storm_shows_as_many_disconnects_as_connects(
+    spark: SparkSession, tmp_path: Path, broker_factory: Callable[..., BrokerProcess]
+) -> None:
+    events, output = tmp_path / "events", tmp_path / "analytics"
+    names = Names()
+    client_id = names.client("storm")
+    broker = broker_factory(SINK_CONFIG)
+    connections = []
+    for attempt in range(24):
+        if attempt % 2 and connections:  # every other time the old socket is closed first
+            connections[-1].close()
+        connections.append(connect_raw(broker, client_id))  # else the new one takes over
+    connections[-1].close()
+    deadline = time.monotonic() + 10
+    while broker.log().count(f"client {client_id} disconnected from") < 24:
+        assert time.monotonic() < deadline, broker.log()
+        time.sleep(0.05)
+    for connection in connections:
+        connection.close()
+    assert broker.stop(signal.SIGTERM) == SIGTERM_EXIT_CODE, broker.log()
+
+    run(spark, StreamOptions(input_dir=str(events), output_dir=str(output), once=True))
+    connects, reasons, _, _ = client_totals(spark, output, names)[client_id]
+    assert connects == 24
+    assert sum(reasons.values()) == 24
+    # a closed socket the broker notices only after the next CONNECT counts as a takeover
+    assert set(reasons) <= {"taken_over", "socket_closed"}
+    assert reasons.get("taken_over", 0) >= 11

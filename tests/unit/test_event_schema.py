@@ -15,8 +15,8 @@ from spark.event_schema import (
     event_record,
     format_ts,
     spark_schema,
-    to_json_line,
 )
+from spark.json_lines import to_json_line
 
 # 2001-09-09 .. 2286: epoch floats whose microseconds a double still holds exactly enough
 epochs = st.floats(min_value=1e9, max_value=9.9e9, allow_nan=False, allow_infinity=False)
