@@ -24,7 +24,7 @@ import pykka
 from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
-from actors.dispatch import Dispatcher, Route
+from actors.dispatch import Dispatcher
 from actors.endpoint import Endpoint
 from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
@@ -40,6 +40,7 @@ from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
+from router.fan_out import Route
 from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
 from store import open_store
@@ -115,6 +116,7 @@ class Broker:
         """Bind and start `endpoint`'s listener; log its type and address."""
         context = self.context
         config = endpoint.config
+        settings = context.channel_settings(endpoint.use_identity_as_username)
         try:
             if config.type == "unix":
                 # Already listening: gevent takes no backlog with a socket.
@@ -124,7 +126,7 @@ class Broker:
                 address, backlog = (config.host, config.port), LISTEN_BACKLOG
             server = Listener(
                 address,
-                lambda sock, peer: accept_connection(sock, peer, context, endpoint),
+                lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
             )
             server.max_accept = 256

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from actors.connection import Connection
@@ -36,7 +35,7 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
-from channel.channel import Channel, Phase
+from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
 from core.reasons import DisconnectReason
 from mqtt.errors import MqttError
@@ -187,7 +186,11 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
 
 
 def accept_connection(
-    sock: socket.socket, address: Any, context: BrokerContext, endpoint: Endpoint
+    sock: socket.socket,
+    address: Any,
+    context: BrokerContext,
+    endpoint: Endpoint,
+    settings: ChannelSettings,
 ) -> None:
     """The listener's handler for one accepted socket: called from the event loop, it sets up
     the connection and its client actor and returns; nothing runs until bytes arrive.
@@ -195,13 +198,19 @@ def accept_connection(
     A failure here (a broker bug, or the socket already reset) closes this one socket and is
     logged; the listener goes on accepting."""
     try:
-        _set_up(sock, address, context, endpoint)
+        _set_up(sock, address, context, endpoint, settings)
     except Exception:
         logger.exception("could not set up a connection on listener %s: closed it", endpoint.name)
         sock.close()
 
 
-def _set_up(sock: socket.socket, address: Any, context: BrokerContext, endpoint: Endpoint) -> None:
+def _set_up(
+    sock: socket.socket,
+    address: Any,
+    context: BrokerContext,
+    endpoint: Endpoint,
+    settings: ChannelSettings,
+) -> None:
     if isinstance(address, tuple):
         peer = f"{address[0]}:{address[1]}"
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -228,9 +237,6 @@ def _set_up(sock: socket.socket, address: Any, context: BrokerContext, endpoint:
         throttle_log=context.throttle_log,
         layers=endpoint.new_layers(),
     )
-    settings = context.channel_settings
-    if endpoint.use_identity_as_username:
-        settings = replace(settings, identity_as_username=True)
     client = ClientActor(connection, context, Channel(peer, context.hooks, settings), endpoint)
     client.launch()
     connection.open(client, limits.connect_timeout)

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
-from actors.dispatch import Dispatcher, Route
+from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
+from router.fan_out import Route
 from router.route_table import RouteTable
 
 
@@ -43,10 +44,11 @@ class BrokerContext:
     def limits(self) -> LimitsConfig:
         return self.config.limits
 
-    @property
-    def channel_settings(self) -> ChannelSettings:
+    def channel_settings(self, identity_as_username: bool) -> ChannelSettings:
+        """What the channels of one listener need (built once per listener, not per accept)."""
         limits = self.config.limits
         return ChannelSettings(
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
+            identity_as_username=identity_as_username,
         )

@@ -46,8 +46,6 @@ _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups c
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
 _NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
 
-__all__ = ["Dispatcher", "Route"]  # Route: what the route table holds, from router.fan_out
-
 
 class Dispatcher:
     def __init__(

@@ -21,7 +21,9 @@ itself would.
 
 Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
 socket file made by `bind_unix`, removed again on close); what differs between them is in
-the handler's `actors.endpoint.Endpoint`.
+the handler's `actors.endpoint.Endpoint`. An accepted connection is handed to the handler as a
+plain stdlib socket, in the accepting callback itself (`do_handle`): no greenlet is spawned per
+connection, and the handler, not the server, closes the socket.
 """
 
 from __future__ import annotations

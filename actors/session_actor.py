@@ -33,7 +33,6 @@ from typing import Any
 import gevent
 
 from actors.context import BrokerContext
-from actors.dispatch import Route
 from actors.losses import report_loss
 from actors.messages import (
     AddRoutes,
@@ -88,6 +87,7 @@ from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
+from router.fan_out import Route
 from store.base import (
     DeleteMessage,
     DeleteSession,
@@ -336,12 +336,25 @@ class SessionActor(GeventActor):
                 self._out += wires
                 self._context.stats.messages_sent += len(wires)
                 return
+        self._carry_out(actions)
+
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        """Do what the session state asked for, in order; then report the drops.
+
+        The two sends of the delivery hot path are handled inline: a QoS 1/2 PUBLISH, and a
+        QoS 0 delivery to a 3.x client written as its shared encoding; every other action
+        goes to its handler in `_ACTION_HANDLERS`.
+        """
+        plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
         handlers = _ACTION_HANDLERS
         out = self._out
         sent = 0
         for action in actions:
-            if type(action) is SendPublish:  # the QoS 1/2 hot path: _send_publish, inlined
+            if type(action) is SendPublish:
                 delivery = action.delivery
+                if action.dup:  # a resend: recorded, counted and reported when first sent
+                    out.append(self._encode(action.packet_id, delivery, dup=True))
+                    continue
                 if delivery.seq and self._stored:
                     self._store_in_flight(
                         action.packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos]
@@ -359,29 +372,8 @@ class SessionActor(GeventActor):
         if self._drops:
             self._report_dropped()
 
-    def _carry_out(self, actions: Sequence[Action]) -> None:
-        """Do what the session state asked for, in order; then report the drops."""
-        handlers = _ACTION_HANDLERS
-        for action in actions:
-            handlers[type(action)](self, action)
-        if self._drops:
-            self._report_dropped()
-
     def _send_qos0(self, delivery: Delivery) -> None:
         self._out.append(self._encode(0, delivery))
-        self._context.stats.messages_sent += 1
-        if self._hooks.has(_MESSAGE_DELIVERED):
-            self._delivered_hook(delivery)
-
-    def _send_publish(self, action: SendPublish) -> None:
-        packet_id = action.packet_id
-        delivery = action.delivery
-        if action.dup:  # a resend: already recorded, counted and reported when first sent
-            self._out.append(self._encode(packet_id, delivery, dup=True))
-            return
-        if delivery.seq and self._stored:
-            self._store_in_flight(packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos])
-        self._out.append(self._encode(packet_id, delivery))
         self._context.stats.messages_sent += 1
         if self._hooks.has(_MESSAGE_DELIVERED):
             self._delivered_hook(delivery)
@@ -461,16 +453,9 @@ class SessionActor(GeventActor):
         )
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
-        actions = self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
-        # Hot path: a Completed needs nothing when there is no store and no message.acked hook.
-        quiet = not self._stored and not self._hooks.has(_MESSAGE_ACKED)
-        handlers = _ACTION_HANDLERS
-        for action in actions:
-            kind = type(action)
-            if kind is not Completed or not quiet:
-                handlers[kind](self, action)
-        if self._drops:
-            self._report_dropped()
+        self._carry_out(
+            self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
+        )
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
@@ -653,10 +638,10 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
 }
 
 
-# What the session does for each action of `core.session_state` (see its docstring).
+# What the session does for each action of `core.session_state` (see its docstring); a
+# SendPublish is handled inline in `SessionActor._carry_out`, the delivery hot path.
 _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Delivery: SessionActor._send_qos0,
-    SendPublish: SessionActor._send_publish,
     SendPubrel: SessionActor._send_pubrel,
     Completed: SessionActor._completed,
     Dropped: SessionActor._dropped,

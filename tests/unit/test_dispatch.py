@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.dispatch import Dispatcher, Route
+from actors.dispatch import Dispatcher
 from actors.messages import Deliver, StoreRetained
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
@@ -28,6 +28,7 @@ from hooks.events import MessageDropped
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from mqtt import PacketDecoder, Publish
+from router.fan_out import Route
 from router.route_table import RouteTable
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
