@@ -166,8 +166,17 @@ class ClientActor(GeventActor):
         self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
         self._endpoint.connections -= 1
-        # The session may already have stopped (a clean-start takeover terminated it).
-        tell_if_alive(self._session, Detach(self.actor_ref, action.reason))
+        session = self._session
+        client = self._channel.client
+        if session is None and client is not None:
+            # Ended while its session was being opened: the session's SessionAttached to this
+            # actor will find it stopped. The registry already holds that session, and the
+            # Attach sent to it precedes this Detach, so the session detaches (and a clean one
+            # ends [MQTT-3.1.2-6]) instead of staying attached to nobody.
+            session = self._context.registry.sessions.get(client.client_id)
+        # The session may already have stopped (a clean-start takeover terminated it); a
+        # session attached to another connection ignores a Detach from this one.
+        tell_if_alive(session, Detach(self.actor_ref, action.reason))
         if action.was_connected:
             self._context.stats.connections -= 1
 

@@ -7,11 +7,22 @@ by `max_queued_messages` and drops the oldest message first.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from mqtt.packets import Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt.packets import (
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+)
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
@@ -161,3 +172,26 @@ def test_offline_queue_is_bounded_and_drops_oldest(queue_broker: BrokerProcess) 
     again.expect_nothing(0.3)
     again.close()
     publisher.close()
+
+
+SLOW_AUTH = '[[plugins]]\nmodule = "tests.support.test_plugins.slow_auth"\nprefix = "slow-"\n'
+
+
+def test_clean_session_of_a_client_gone_before_connack_ends_MQTT_3_1_2_6(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # A clean session lasts as long as its network connection [MQTT-3.1.2-6]. Here the client
+    # closes while its CONNECT is still being authenticated, so its connection ends before
+    # the session is attached: the session must end too, not stay attached to nobody.
+    with running_broker(tmp_path_factory.mktemp("slow-auth"), SLOW_AUTH) as broker:
+        client_id = unique("slow-")
+        gone = RawClient(broker.host, broker.port)
+        gone.send(Connect(client_id=client_id, clean_start=True, keepalive=60))
+        gone.close()
+        time.sleep(0.8)  # authentication (0.3 s) and the session's attach are over
+        # No session is left for the client id: CONNACK says session present 0 [MQTT-3.2.2-2].
+        later = connect_raw(broker, client_id, clean=False, session_present=False)
+        later.close()
+        # Control: the persistent session just made is kept and found.
+        resumed = connect_raw(broker, client_id, clean=False, session_present=True)
+        resumed.close()
