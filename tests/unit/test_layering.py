@@ -14,6 +14,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "mqtt": frozenset({"socket", "gevent", "pykka", "asyncio", "threading", "select"}),
     "router": frozenset({"gevent", "pykka", "socket"}),
     "hooks": frozenset({"gevent", "pykka", "socket"}),
+    # The fabric's frames and ownership are pure; the link that carries them is the I/O.
+    "fabric": frozenset({"gevent", "pykka", "socket", "actors", "store", "plugins"}),
     # The pure core is shared by everything below the actors: it depends on none of them.
     "core": frozenset({"gevent", "pykka", "socket", "actors", "hooks", "store", "plugins"}),
     # The connection protocol is pure: packets in, actions out; the actors carry them out.

@@ -1,0 +1,288 @@
+"""The frames workers exchange over the fabric: pure bytes <-> frame objects, no I/O.
+
+A frame is a 4-byte little-endian body length, a 1-byte kind, then the body (the layout of
+the store process's frames, `store.process_protocol`). Control frames have an orjson body.
+`Forward` and `Retained` carry messages: their body is a 4-byte header length, an orjson
+header with one row per message, then each message's MQTT 5 property block (the codec's own
+encoding, so binary values travel as they are) and its payload, raw. Nothing is pickled and
+no actor reference crosses the link: a peer may be another process or, later, another
+machine (docs/pool.md).
+
+`FrameDecoder.feed(bytes)` is incremental: a link is a byte stream, and a read may end in
+the middle of a frame. A frame that does not parse raises `FrameError`; the link that sent
+it is broken and is closed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+from typing import Any
+
+import orjson
+
+from core.message import Message, stored_message
+from mqtt.errors import MqttError
+from mqtt.packets import PacketType
+from mqtt.properties import encode_properties, read_properties
+
+_FRAME_HEADER = struct.Struct("<IB")
+_U32 = struct.Struct("<I")
+MAX_FRAME = 256 * 1024 * 1024  # a frame longer than this is a broken link, not a big batch
+
+
+class FrameError(ValueError):
+    """Bytes that are not a valid frame: the link is broken and must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first frame on a link: who is talking, and which life of that worker it is."""
+
+    worker: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesChanged:
+    """Filters the sender now has local subscribers for, and filters it no longer has."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesSnapshot:
+    """Every filter the sender has local subscribers for; replaces what the peer knew."""
+
+    filters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Messages of one publish batch for the receiver's local subscribers, in order."""
+
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """Retained messages set (payload) or cleared (empty payload), for every worker's index."""
+
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """To the client id's home: `claimant` wants to own `client_id`."""
+
+    client_id: str
+    claimant: int
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """From the home: the claim is granted; `previous` owned the id (None: nobody)."""
+
+    client_id: str
+    claimant: int
+    previous: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """To the home: `owner`, granted the id, now holds its session; the next claim may go."""
+
+    client_id: str
+    owner: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """To the home: `owner` no longer owns `client_id` (its session ended or moved on)."""
+
+    client_id: str
+    owner: int
+
+
+Frame = (
+    Hello
+    | RoutesChanged
+    | RoutesSnapshot
+    | Forward
+    | Retained
+    | Claim
+    | Granted
+    | Settled
+    | Release
+)
+
+# Frame kinds on the wire. New kinds get new numbers; a number is never reused.
+_KINDS: dict[type[Any], int] = {
+    Hello: 1,
+    RoutesChanged: 2,
+    RoutesSnapshot: 3,
+    Forward: 4,
+    Retained: 5,
+    Claim: 6,
+    Granted: 7,
+    Release: 8,
+    Settled: 9,
+}
+_CLASSES = {kind: cls for cls, kind in _KINDS.items()}
+_CARRY_MESSAGES = (Forward, Retained)
+# What each field of a control frame may hold, from its annotation: a peer's frame with
+# another type is refused, not carried into the broker.
+_FIELD_CHECKS: dict[str, Any] = {
+    "int": lambda value: type(value) is int,
+    "str": lambda value: type(value) is str,
+    "int | None": lambda value: value is None or type(value) is int,
+    "tuple[str, ...]": lambda value: all(type(item) is str for item in value),
+}
+_FIELDS = {
+    cls: tuple((field.name, _FIELD_CHECKS[str(field.type)]) for field in fields(cls))
+    for cls in _KINDS
+    if cls not in _CARRY_MESSAGES
+}
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """The bytes of one frame."""
+    if isinstance(frame, _CARRY_MESSAGES):
+        body = _encode_messages(frame.messages)
+    else:
+        body = orjson.dumps([getattr(frame, name) for name, _check in _FIELDS[type(frame)]])
+    return _FRAME_HEADER.pack(len(body), _KINDS[type(frame)]) + body
+
+
+def _encode_messages(messages: tuple[Message, ...]) -> bytes:
+    rows: list[list[Any]] = []
+    tail: list[bytes] = []
+    for message in messages:
+        props = encode_properties(message.properties) if message.properties else b""
+        rows.append(
+            [
+                message.topic,
+                message.qos,
+                message.retain,
+                message.publisher,
+                message.username,
+                message.timestamp,
+                message.message_id,
+                len(props),
+                len(message.payload),
+            ]
+        )
+        tail.append(props)
+        tail.append(message.payload)
+    header = orjson.dumps(rows)
+    return b"".join((_U32.pack(len(header)), header, *tail))
+
+
+def _decode_messages(body: bytes) -> tuple[Message, ...]:
+    (header_size,) = _U32.unpack_from(body, 0)
+    pos = _U32.size + header_size
+    rows = orjson.loads(body[_U32.size : pos])
+    if type(rows) is not list:
+        raise FrameError("a message frame's header is not a list")
+    messages: list[Message] = []
+    for row in rows:
+        topic, qos, retain, publisher, username, timestamp, message_id, props_size, size = (
+            _checked_row(row)
+        )
+        stop = pos + props_size
+        properties: dict[int, Any] = {}
+        if props_size:
+            if stop > len(body):
+                raise FrameError("a message's property block runs past the end of the frame")
+            properties, end = read_properties(body, pos, stop, PacketType.PUBLISH)
+            if end != stop:
+                raise FrameError("a message's property block does not fill its declared size")
+        payload = body[stop : stop + size]
+        if len(payload) != size:
+            raise FrameError("a message's payload runs past the end of the frame")
+        pos = stop + size
+        messages.append(
+            stored_message(
+                topic, payload, qos, retain, publisher, username, timestamp, properties, message_id
+            )
+        )
+    if pos != len(body):
+        raise FrameError(f"{len(body) - pos} bytes follow the last message of the frame")
+    return tuple(messages)
+
+
+def _checked_row(row: Any) -> list[Any]:
+    """A message's header row, if every value has its type and range; else FrameError."""
+    if (
+        type(row) is list
+        and len(row) == 9
+        and type(row[0]) is str
+        and row[1] in (0, 1, 2)
+        and type(row[2]) is bool
+        and (row[3] is None or type(row[3]) is str)
+        and (row[4] is None or type(row[4]) is str)
+        and type(row[5]) in (int, float)
+        and type(row[6]) is int
+        and type(row[7]) is int
+        and type(row[8]) is int
+        and row[7] >= 0
+        and row[8] >= 0
+    ):
+        return row
+    raise FrameError(f"a message's header row is {row!r}")
+
+
+def _decode_body(kind: int, body: bytes) -> Frame:
+    cls = _CLASSES.get(kind)
+    if cls is None:
+        raise FrameError(f"unknown frame kind {kind}")
+    if cls in _CARRY_MESSAGES:
+        return cls(_decode_messages(body))  # type: ignore[no-any-return]
+    values = orjson.loads(body)
+    checks = _FIELDS[cls]
+    if type(values) is not list or len(values) != len(checks):
+        raise FrameError(f"a {cls.__name__} frame holds {values!r}")
+    values = [tuple(value) if type(value) is list else value for value in values]
+    for (name, check), value in zip(checks, values, strict=True):
+        if not check(value):
+            raise FrameError(f"a {cls.__name__} frame's {name} is {value!r}")
+    return cls(*values)  # type: ignore[no-any-return]
+
+
+class FrameDecoder:
+    """Bytes of one link in, complete frames out, in order."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Add `data`; return the frames it completes. Raises FrameError."""
+        pending = self._pending
+        pending += data
+        frames: list[Frame] = []
+        pos = 0
+        while len(pending) - pos >= _FRAME_HEADER.size:
+            size, kind = _FRAME_HEADER.unpack_from(pending, pos)
+            if size > MAX_FRAME:
+                raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}: broken link")
+            start = pos + _FRAME_HEADER.size
+            end = start + size
+            if end > len(pending):
+                break
+            frames.append(_decode_checked(kind, bytes(pending[start:end])))
+            pos = end
+        del pending[:pos]
+        return frames
+
+
+def _decode_checked(kind: int, body: bytes) -> Frame:
+    """`_decode_body`, with every way bad bytes can fail turned into FrameError."""
+    try:
+        return _decode_body(kind, body)
+    except FrameError:
+        raise
+    except (orjson.JSONDecodeError, MqttError, TypeError, ValueError, struct.error) as error:
+        raise FrameError(f"frame of kind {kind} does not parse: {error}") from error

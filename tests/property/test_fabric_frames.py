@@ -1,0 +1,139 @@
+"""The fabric's frame codec (fabric/frames.py) under hypothesis.
+
+- decode(encode(frames)) == frames, for every frame kind, whatever the messages carry (MQTT 5
+  properties with binary values, empty and large payloads);
+- any chunking of a link's byte stream gives the same frames;
+- arbitrary or truncated-then-garbled bytes give frames or FrameError, never another error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.message import Message, stored_message
+from fabric.frames import (
+    Claim,
+    Forward,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Granted,
+    Hello,
+    Release,
+    Retained,
+    RoutesChanged,
+    RoutesSnapshot,
+    Settled,
+    encode_frame,
+)
+from mqtt.packets import PacketType
+from tests.property.test_codec_properties import properties, texts, topic_filters, topic_names
+
+SETTINGS = settings(max_examples=100, deadline=None)
+
+worker_ids = st.integers(0, 63)
+client_ids = texts
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> Message:
+    return stored_message(
+        draw(topic_names),
+        draw(st.binary(max_size=300)),
+        draw(st.integers(0, 2)),
+        draw(st.booleans()),
+        draw(st.none() | client_ids),
+        draw(st.none() | texts),
+        draw(st.floats(0, 4e9, allow_nan=False)),
+        draw(properties(PacketType.PUBLISH)),
+        draw(st.integers(1, 2**53)),
+    )
+
+
+message_batches = st.lists(messages(), max_size=5).map(tuple)
+filter_sets = st.lists(topic_filters, max_size=5).map(tuple)
+
+frames: st.SearchStrategy[Frame] = st.one_of(
+    st.builds(Hello, worker_ids, st.integers(0, 2**40)),
+    st.builds(RoutesChanged, filter_sets, filter_sets),
+    st.builds(RoutesSnapshot, filter_sets),
+    st.builds(Forward, message_batches),
+    st.builds(Retained, message_batches),
+    st.builds(Claim, client_ids, worker_ids),
+    st.builds(Granted, client_ids, worker_ids, st.none() | worker_ids),
+    st.builds(Settled, client_ids, worker_ids),
+    st.builds(Release, client_ids, worker_ids),
+)
+
+
+def _same(decoded: list[Frame], sent: list[Frame]) -> None:
+    # Message equality leaves out nothing but the cached 3.x wire bytes, which never travel.
+    assert decoded == sent
+
+
+@SETTINGS
+@given(st.lists(frames, max_size=6))
+def test_decode_of_encode_is_identity(sent: list[Frame]) -> None:
+    decoded = FrameDecoder().feed(b"".join(encode_frame(frame) for frame in sent))
+    _same(decoded, sent)
+
+
+@SETTINGS
+@given(st.lists(frames, min_size=1, max_size=4), st.lists(st.integers(1, 64), max_size=30))
+def test_any_chunking_gives_the_same_frames(sent: list[Frame], cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(frame) for frame in sent)
+    decoder = FrameDecoder()
+    decoded: list[Frame] = []
+    pos = 0
+    for cut in cuts:
+        decoded += decoder.feed(stream[pos : pos + cut])
+        pos += cut
+    decoded += decoder.feed(stream[pos:])
+    _same(decoded, sent)
+
+
+def test_a_large_payload_travels_raw_after_the_header() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB, not JSON-escaped
+    message = stored_message("a/b", payload, 1, False, "c", None, 1.0, {}, 7)
+    data = encode_frame(Forward((message,)))
+    assert len(data) < len(payload) + 200
+    assert payload in data
+    assert FrameDecoder().feed(data) == [Forward((message,))]
+
+
+@SETTINGS
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_give_frames_or_frame_error(data: bytes) -> None:
+    with contextlib.suppress(FrameError):
+        FrameDecoder().feed(data)
+
+
+@SETTINGS
+@given(frames, st.integers(0, 2**16), st.integers(0, 255))
+def test_a_garbled_frame_gives_frame_error_or_frames(frame: Frame, where: int, byte: int) -> None:
+    encoded = bytearray(encode_frame(frame))
+    encoded[where % len(encoded)] = byte
+    with contextlib.suppress(FrameError):
+        FrameDecoder().feed(bytes(encoded))
+
+
+def test_an_oversized_length_is_a_broken_link_not_a_wait() -> None:
+    decoder = FrameDecoder()
+    try:
+        decoder.feed(b"\xff\xff\xff\xff\x04")
+    except FrameError as error:
+        assert "broken link" in str(error)
+    else:
+        raise AssertionError("a 4 GiB frame length was accepted")
+
+
+def test_an_unknown_kind_is_refused() -> None:
+    try:
+        FrameDecoder().feed(b"\x02\x00\x00\x00\xee[]")
+    except FrameError as error:
+        assert "unknown frame kind 238" in str(error)
+    else:
+        raise AssertionError("frame kind 238 was accepted")
