@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from router.fan_out import Route
 from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
 from store import open_store
-from store.base import DeleteSession, Snapshot
+from store.base import DeleteSession, Snapshot, Store
 from store.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Broker:
             stats=BrokerStats(),
             persistence=Persistence(None),
         )
+        # A pool worker (actors.pool_worker) hears every route that appears or goes.
+        self.on_route: Callable[[str, bool], None] | None = None
         self._plugins: list[LoadedPlugin] = []
         self._endpoints: list[Endpoint] = []
         self._servers: list[Listener] = []
@@ -91,7 +94,7 @@ class Broker:
         )
         self._plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
-        context.router = RouterActor.start(context.route_table)
+        context.router = RouterActor.start(context.route_table, self.on_route)
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)
@@ -105,12 +108,26 @@ class Broker:
             loss_log=context.loss_log,
         )
         sessions = self._restore_sessions(snapshot)
-        context.registry = SessionRegistry(context, sessions)
+        context.registry = self._make_registry(sessions)
         self._actors = [context.retainer, context.router]
         for endpoint in self._endpoints:
             self._servers.append(self._listen(endpoint))
         ready = next((e for e in self._endpoints if e.config.type == "tcp"), self._endpoints[0])
-        logger.info("ready: accepting MQTT connections on %s", ready.name.split(" ", 1)[1])
+        self._log_ready(ready.name.split(" ", 1)[1])
+
+    def _log_ready(self, address: str) -> None:
+        logger.info("ready: accepting MQTT connections on %s", address)
+
+    def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
+        return SessionRegistry(self.context, sessions)
+
+    def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
+        """What `endpoint`'s listener is given: (an address and the backlog to bind it
+        with) or (a socket already listening, None)."""
+        config = endpoint.config
+        if config.type == "unix":
+            return bind_unix(config.path, LISTEN_BACKLOG), None
+        return (config.host, config.port), LISTEN_BACKLOG
 
     def _listen(self, endpoint: Endpoint) -> Listener:
         """Bind and start `endpoint`'s listener; log its type and address."""
@@ -118,12 +135,8 @@ class Broker:
         config = endpoint.config
         settings = context.channel_settings(endpoint.use_identity_as_username)
         try:
-            if config.type == "unix":
-                # Already listening: gevent takes no backlog with a socket.
-                address: Any = bind_unix(config.path, LISTEN_BACKLOG)
-                backlog = None
-            else:
-                address, backlog = (config.host, config.port), LISTEN_BACKLOG
+            # A socket already listening takes no backlog in gevent.
+            address, backlog = self._listen_on(endpoint)
             server = Listener(
                 address,
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
@@ -153,7 +166,7 @@ class Broker:
         started = time.monotonic()
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = open_store(settings.kind, data_dir, synchronous=settings.synchronous)
+        store = self._make_store()
         snapshot = store.load()
         seqs = [seq for s in snapshot.sessions.values() for seq, _ in s.messages]
         message_ids = [m.message_id for m in snapshot.retained] + [
@@ -171,6 +184,10 @@ class Broker:
             time.monotonic() - started,
         )
         return snapshot
+
+    def _make_store(self) -> Store:
+        settings = self.config.store
+        return open_store(settings.kind, Path(settings.data_dir), synchronous=settings.synchronous)
 
     def _restore_sessions(self, snapshot: Snapshot) -> dict[str, Any]:
         """Start a detached SessionActor per stored session and put its routes back."""

@@ -117,6 +117,7 @@ class BrokerConfig:
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
     config_dir: Path = Path()
+    workers: int | None = None  # [broker] workers: processes in the pool; None: "auto"
 
     @property
     def listener(self) -> ListenerConfig:
@@ -299,8 +300,9 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
     listeners = _listeners(raw, config_dir)
     if listeners is not None:
         kwargs["listeners"] = listeners
+    kwargs["workers"] = _broker_section(raw.get("broker", {}))
     for key, value in raw.items():
-        if key in ("listener", "listeners"):
+        if key in ("listener", "listeners", "broker"):
             continue
         if key in _SECTIONS:
             kwargs[key] = _section(key, _SECTIONS[key], value)
@@ -314,15 +316,35 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "plugins, node_name, log_level"
+                f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, auth, "
+                "store, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
 
 
+def _broker_section(values: Any) -> int | None:
+    """`[broker] workers`: a number of worker processes, or "auto" (None: the CPU cores)."""
+    if not isinstance(values, dict) or set(values) - {"workers"}:
+        raise ConfigError("[broker] must be a table with the one key workers")
+    return parse_workers(values.get("workers", "auto"), "[broker] workers")
+
+
+def parse_workers(value: Any, where: str) -> int | None:
+    """A worker count (1..1024) or "auto" (None); ConfigError naming `where` otherwise."""
+    if value == "auto":
+        return None
+    if type(value) is str and value.isdigit():
+        value = int(value)
+    if type(value) is not int or not 1 <= value <= 1024:
+        raise ConfigError(f'{where} must be "auto" or a number of processes 1..1024, got {value!r}')
+    return value
+
+
 def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerConfig:
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "workers" in overrides:
+        config = replace(config, workers=parse_workers(overrides["workers"], "--workers"))
     if "host" in overrides or "port" in overrides:
         config = replace(config, listeners=_override_tcp(config.listeners, overrides))
     if "log_level" in overrides:

@@ -15,14 +15,17 @@ For one batch it:
   capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1]
   (that merge is the topic's plan, `router.fan_out`, cached until the route table changes);
 - encodes a QoS 0 PUBLISH for MQTT 3.x subscribers once per message and shares the bytes;
-- tells each session one `Deliver` with all of its deliveries from the batch.
+- tells each session one `Deliver` with all of its deliveries from the batch;
+- in a pool (`remote` set, docs/pool.md), hands each message to the forwarder, which sends
+  the batch once to each other worker with a matching subscriber; what a worker receives
+  that way goes through `publish_forwarded`, to its local subscribers only.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from actors.losses import report_loss
 from actors.messages import Deliver, StoreRetained
@@ -47,6 +50,18 @@ _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
 _NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
 
 
+class RemoteForwarder(Protocol):
+    """The pool's side of a publish (actors.pool_node): collects, then sends, per worker."""
+
+    def add(self, message: Message) -> bool:
+        """Whether another worker wants `message` (it is then forwarded at `flush`)."""
+        ...
+
+    def flush(self, retained: list[Message]) -> None:
+        """Send what `add` collected, and the batch's retained messages to every worker."""
+        ...
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -64,6 +79,7 @@ class Dispatcher:
         self._hooks = hooks
         self._stats = stats
         self._persistence = persistence
+        self.remote: RemoteForwarder | None = None  # set by a pool worker
 
     def publish(
         self, messages: list[Message], on_durable: Callable[[], object] | None = None
@@ -78,6 +94,7 @@ class Dispatcher:
         per_session: dict[Any, list[Delivery]] = {}
         retained: list[Message] = []
         ops: list[Op] = []
+        remote = self.remote
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:
@@ -90,12 +107,16 @@ class Dispatcher:
                     ops.append(
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
-            if not self._fan_out(message, per_session, ops):
+            if not self._fan_out(message, per_session, ops) and not (
+                remote is not None and remote.add(message)
+            ):
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
         if retained:
             self._retainer.tell(StoreRetained(retained))
+        if remote is not None:
+            remote.flush(retained)
         if ops:
             self._persistence.submit(ops, on_durable)
             return True
@@ -138,6 +159,18 @@ class Dispatcher:
                 deliveries.append(delivery)
             delivered = True
         return delivered
+
+    def publish_forwarded(self, messages: tuple[Message, ...]) -> None:
+        """Pool: messages another worker forwarded (its hooks ran, it counted them and keeps
+        the retained ones): to this worker's subscribers only, never onwards."""
+        per_session: dict[Any, list[Delivery]] = {}
+        ops: list[Op] = []
+        for message in messages:
+            self._fan_out(message, per_session, ops)
+        for session, deliveries in per_session.items():
+            tell_if_alive(session, Deliver(deliveries))
+        if ops:
+            self._persistence.submit(ops)
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""

@@ -1,7 +1,11 @@
-"""`python -m actors.main`: run one MQTT broker worker until SIGINT/SIGTERM.
+"""`python -m actors.main`: run the MQTT broker until SIGINT/SIGTERM.
 
 Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
-                            [--data-dir DIR] [--store sqlite|memory|none]
+                            [--data-dir DIR] [--store sqlite|memory|none] [--workers N|auto]
+
+`--workers` (or `[broker] workers`; default "auto", the number of CPU cores) above 1 runs a
+process pool: this process becomes its supervisor (actors.pool_main) and starts the workers,
+which run this module again with `--worker-id` (docs/pool.md). With 1 it is one process.
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import resource
 import signal
 import sys
@@ -24,6 +29,8 @@ import gevent.event
 
 from actors.broker import Broker, ListenError
 from actors.config import ConfigError, load_config
+from actors.pool_main import run_pool
+from actors.pool_worker import PoolBroker
 from actors.tls_context import TlsSetupError
 from plugins.base import PluginConfigError
 from store.base import StoreError
@@ -51,6 +58,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--store", choices=("sqlite", "memory", "none"), help="persistence backend (default sqlite)"
     )
+    parser.add_argument(
+        "--workers", help='worker processes: a number, or "auto" (the CPU cores; the default)'
+    )
+    # Given by the pool's supervisor to its workers (actors.pool_main), not by people.
+    parser.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pool-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -90,6 +105,20 @@ def _limit_text(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else str(value)
 
 
+def _without_workers(argv: list[str]) -> list[str]:
+    """The command line minus `--workers` (the supervisor gives its workers their own)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            kept.append(arg)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {
@@ -98,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "log_level": args.log_level,
         "data_dir": args.data_dir,
         "store": args.store,
+        "workers": args.workers,
     }
     logging.basicConfig(
         level=logging.INFO,
@@ -110,8 +140,27 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("configuration error: %s", error)
         return 2
     logging.getLogger().setLevel(config.log_level.upper())
+    workers = config.workers or os.cpu_count() or 1
+    if args.worker_id is None and workers > 1:
+        return run_pool(config, workers, _without_workers(sys.argv[1:] if argv is None else argv))
+    if args.worker_id is not None:
+        logging.getLogger().handlers[0].setFormatter(
+            logging.Formatter(
+                f"%(asctime)s %(levelname)s [worker {args.worker_id}] %(name)s: %(message)s"
+            )
+        )
     raise_fd_limit()
-    broker = Broker(config)
+    if args.worker_id is None:
+        broker = Broker(config)
+    else:
+        broker = PoolBroker(
+            config,
+            args.worker_id,
+            workers,
+            run_dir=args.pool_dir,
+            listen_fds=[int(fd) for fd in args.listen_fds.split(",") if fd],
+            ready_fd=args.ready_fd,
+        )
     try:
         broker.start()
     except TlsSetupError as error:

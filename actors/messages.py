@@ -10,6 +10,7 @@ than once per packet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,16 @@ class Terminate:
     """Discard the session (a clean-start connection replaced it, or it expired)."""
 
     reason: str
+
+
+@dataclass(slots=True)
+class HandOff:
+    """Pool: another worker takes the session over (docs/pool.md). Close the connection,
+    write the session's state to the store (`discard`: delete it, a clean start), stop, and
+    call `then` once the store has committed all of it."""
+
+    discard: bool
+    then: Callable[[], object]
 
 
 @dataclass(slots=True)

@@ -44,10 +44,28 @@ class Persistence:
     def __init__(self, writer: StoreWriter | None, first_seq: int = 1) -> None:
         self._writer = writer
         self._seqs = itertools.count(first_seq)
+        self._worker, self._workers = 0, 1
         self.enabled = writer is not None
 
     def next_seq(self) -> int:
         return next(self._seqs)
+
+    def interleave(self, worker: int, workers: int, after: int = 0) -> None:
+        """Pool: this worker's seqs are the numbers above `after` that are `worker` modulo
+        `workers`, so the workers sharing the store never give two deliveries of one session
+        the same key, and each worker's stay increasing (docs/pool.md)."""
+        self._worker, self._workers = worker, workers
+        start = (max(after, 0) // workers + 1) * workers + worker
+        self._seqs = itertools.count(start, workers)
+
+    def advance_past(self, seq: int) -> None:
+        """Pool: a session taken over from another worker holds deliveries up to `seq`; the
+        ones this worker adds to it must order after them."""
+        upcoming = next(self._seqs)
+        if upcoming > seq:
+            self._seqs = itertools.count(upcoming, self._workers)
+        else:
+            self.interleave(self._worker, self._workers, seq)
 
     def submit(
         self, ops: Sequence[Op], then: Callable[[], object] | None = None, *, lazy: bool = False

@@ -40,6 +40,7 @@ from actors.messages import (
     CloseConnection,
     Deliver,
     Detach,
+    HandOff,
     Reauthorize,
     RemoveRoutes,
     RoutesChanged,
@@ -316,6 +317,29 @@ class SessionActor(GeventActor):
                 SessionEvent(client_id=self.state.client_id, reason=terminate.reason),
             )
         self.stop()
+
+    def _hand_off(self, hand_off: HandOff) -> None:
+        """Pool: a connection on another worker takes this session (docs/pool.md). The
+        connection here is closed as in any takeover (its will is published [MQTT-3.1.4-2]);
+        the state is left in the store for the new owner, which resumes it from there."""
+        if hand_off.discard:
+            self._terminate(Terminate(reason="clean_start"))  # deletes it [MQTT-3.1.2-4]
+        else:
+            self._cancel_expiry()
+            if self._stored:
+                self._ops.append(self._meta_op(disconnected_at=time.time()))
+            self.after_drain()
+            if self._client_ref is not None:
+                tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            self._client_ref = self._transport = None
+            filters = list(self.state.subscriptions)
+            if filters:
+                self._context.router.tell(
+                    RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
+                )
+            self._context.registry.ended(self.state.client_id, self.actor_ref)
+            self.stop()
+        self._persistence.submit((), hand_off.then)
 
     # ----- outgoing messages ----------------------------------------------------------
 
@@ -633,6 +657,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Attach: SessionActor._attach,
     Detach: SessionActor._detach,
     Terminate: SessionActor._terminate,
+    HandOff: SessionActor._hand_off,
     SessionExpired: SessionActor._expired,
     Reauthorize: SessionActor._reauthorize_on_reload,
 }

@@ -105,6 +105,33 @@ class Release:
     owner: int
 
 
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """To the previous owner: `claimant` was granted `client_id`; close its connection and
+    give the session up (clean = 1: discard it [MQTT-3.1.2-4]), then answer `HandedOver`."""
+
+    client_id: str
+    claimant: int
+    clean: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOver:
+    """To the claimant: the sender holds no session for `client_id` any more, and what it had
+    is committed to the store (a discarded one is deleted there)."""
+
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """To a worker whose link just came up: the ids homed at it that `owner` owns, so that a
+    restarted home knows its ids' owners again (and does not restore their sessions)."""
+
+    owner: int
+    client_ids: tuple[str, ...]
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -115,6 +142,9 @@ Frame = (
     | Granted
     | Settled
     | Release
+    | HandOver
+    | HandedOver
+    | Owned
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -128,6 +158,9 @@ _KINDS: dict[type[Any], int] = {
     Granted: 7,
     Release: 8,
     Settled: 9,
+    HandOver: 10,
+    HandedOver: 11,
+    Owned: 12,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained)

@@ -54,6 +54,10 @@ class ClientIdArbiter:
         record = self._records.get(client_id)
         return None if record is None else record.owner
 
+    def owned_by(self, worker: int) -> list[str]:
+        """The ids `worker` owns (granted or settled)."""
+        return [client_id for client_id, record in self._records.items() if record.owner == worker]
+
     def claim(self, client_id: str, claimant: int) -> list[Granted]:
         """`claimant` wants the id: granted now, or once the grants before it settle."""
         record = self._records.get(client_id)

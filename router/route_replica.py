@@ -25,6 +25,8 @@ from router.route_table import RouteTable
 
 logger = logging.getLogger(__name__)
 
+MAX_CACHED_TOPICS = 100_000  # remote matches remembered; past that the cache starts over
+
 
 class RouteAnnouncer:
     """This worker's filters with local subscribers, and the changes not yet announced."""
@@ -74,11 +76,13 @@ class RouteAnnouncer:
 class RemoteRoutes:
     """The other workers' filters, matched by topic name."""
 
-    __slots__ = ("_by_worker", "_table")
+    __slots__ = ("_by_worker", "_cache", "_cached_at", "_table")
 
     def __init__(self) -> None:
         self._table: RouteTable[int, bool] = RouteTable()
         self._by_worker: dict[int, set[str]] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}  # topic -> workers, at `_cached_at`
+        self._cached_at = 0
 
     @property
     def version(self) -> int:
@@ -111,6 +115,19 @@ class RemoteRoutes:
         workers: set[int] = set()
         for _filter, subscribers in self._table.match(topic_name):
             workers.update(subscribers)
+        return workers
+
+    def workers_cached(self, topic_name: str) -> tuple[int, ...]:
+        """`workers_for`, sorted, remembered per topic until the replica changes (a publish
+        batch then costs one dict lookup per message, as the local fan-out plan does)."""
+        if self._cached_at != self._table.version:
+            self._cache.clear()
+            self._cached_at = self._table.version
+        workers = self._cache.get(topic_name)
+        if workers is None:
+            if len(self._cache) >= MAX_CACHED_TOPICS:
+                self._cache.clear()
+            workers = self._cache[topic_name] = tuple(sorted(self.workers_for(topic_name)))
         return workers
 
     def _add(self, worker: int, filters: set[str], topic_filter: str) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 _HEADER = struct.Struct("<IB")
 
-# Requests (broker -> store process); bodies: APPLY an op batch (store.op_codec), others none.
-APPLY, LOAD, CLOSE = 1, 2, 3
+# Requests (broker -> store process); bodies: APPLY an op batch (store.op_codec), LOAD_SESSION
+# a client id (UTF-8), others none. LOAD_SESSION is answered with a snapshot of that session.
+APPLY, LOAD, CLOSE, LOAD_SESSION = 1, 2, 3, 4
 # Answers (store process -> broker); bodies: DONE to LOAD a snapshot (store.op_codec), FAILED
 # the error message (UTF-8), others none. READY is sent once, when the store is open.
 READY, DONE, FAILED = 10, 11, 12

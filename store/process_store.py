@@ -14,6 +14,11 @@ gevent loop (a gevent socket), so clients are served meanwhile and the next batc
 If the store process dies (killed, out of memory), the call in progress raises `StoreError`
 and the next call starts a new process, which reopens the file: a transaction is atomic and
 ops are idempotent, so the writer's retry of the batch is exact.
+
+In a pool (docs/pool.md) the supervisor runs one store process for every worker:
+`ProcessStore(path, connect=socket_path)` connects to it instead of starting one (and
+connects again after a failure), and `load_session` fetches one client id's session for a
+worker that takes that session over.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import gevent.lock
 import gevent.socket
 import gevent.subprocess
 
@@ -36,6 +43,7 @@ from store.process_protocol import (
     DONE,
     FAILED,
     LOAD,
+    LOAD_SESSION,
     READY,
     receive_frame,
     send_frame,
@@ -44,14 +52,20 @@ from store.process_protocol import (
 logger = logging.getLogger(__name__)
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so the child imports this `store`
+CONNECT_TIMEOUT = 10.0  # seconds a pool worker keeps trying to reach the pool's store
 
 
 class ProcessStore:
     """A `Store` whose `SqliteStore` runs in a child process (see the module docstring)."""
 
-    def __init__(self, path: Path, *, synchronous: str = "normal") -> None:
+    def __init__(
+        self, path: Path, *, synchronous: str = "normal", connect: Path | None = None
+    ) -> None:
         self.path = path
         self._synchronous = synchronous
+        self._connect_to = connect
+        # The writer's greenlet applies batches; in a pool, session loads come from others.
+        self._one_request = gevent.lock.Semaphore()
         self._process: gevent.subprocess.Popen | None = None
         self._socket: gevent.socket.socket | None = None
         self._closed = False
@@ -67,6 +81,9 @@ class ProcessStore:
         return None if self._process is None else self._process.pid
 
     def _start(self) -> None:
+        if self._connect_to is not None:
+            self._connect()
+            return
         ours, theirs = socket.socketpair()
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(
@@ -100,6 +117,26 @@ class ProcessStore:
             raise StoreError(body.decode(errors="replace"))
         logger.info("%r: the store process (pid %d) is ready", self, self._process.pid)
 
+    def _connect(self) -> None:
+        """Pool mode: connect to the supervisor's store process, waiting for it to listen."""
+        assert self._connect_to is not None
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while True:
+            sock = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(os.fspath(self._connect_to))
+            except OSError as error:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"{self!r}: cannot reach the pool's store process at "
+                        f"{self._connect_to}: {error}; see the supervisor's log lines"
+                    ) from error
+                gevent.sleep(0.05)
+                continue
+            self._socket = sock
+            return
+
     def apply(self, ops: Sequence[Op]) -> None:
         try:
             batch = encode_ops(ops)
@@ -112,6 +149,12 @@ class ProcessStore:
 
     def load(self) -> Snapshot:
         return decode_snapshot(self._request(LOAD))
+
+    def load_session(self, client_id: str) -> Snapshot:
+        """The stored session of `client_id` alone (no retained messages)."""
+        return decode_snapshot(
+            self._request(LOAD_SESSION, client_id.encode("utf-8", "surrogatepass"))
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -127,10 +170,17 @@ class ProcessStore:
             self._discard_process()
 
     def _request(self, kind: int, body: bytes = b"") -> bytearray:
+        with self._one_request:
+            return self._request_alone(kind, body)
+
+    def _request_alone(self, kind: int, body: bytes) -> bytearray:
         if self._closed and kind != CLOSE:
             raise StoreError(f"{self!r} is closed")
         if self._socket is None:
-            logger.warning("%r: starting a new store process", self)
+            logger.warning(
+                "%r: %s", self, "starting a new store process" if self._connect_to is None
+                else "connecting to the pool's store process again"
+            )
             self._start()
         assert self._socket is not None
         try:
@@ -146,10 +196,16 @@ class ProcessStore:
         return answer_body
 
     def _receive(self) -> tuple[int, bytearray]:
-        assert self._socket is not None and self._process is not None
+        assert self._socket is not None
         try:
             return receive_frame(self._socket)
         except (EOFError, OSError) as error:
+            if self._process is None:  # pool mode: the shared store process went away
+                self._discard_process()
+                raise StoreError(
+                    f"{self!r}: the pool's store process closed the connection ({error}); "
+                    "the next attempt connects again"
+                ) from error
             code = self._process.wait()
             self._discard_process()
             raise StoreError(

@@ -115,6 +115,8 @@ _MARK_IN_FLIGHT = (
 _SELECT_RETAINED = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM retained ORDER BY topic"
 _SELECT_SESSIONS = f"SELECT client_id, {', '.join(META_COLUMNS)} FROM sessions"
 _SELECT_MESSAGES = f"SELECT client_id, seq, {', '.join(DELIVERY_COLUMNS)} FROM session_messages"
+_SELECT_SESSION = f"{_SELECT_SESSIONS} WHERE client_id = ?"
+_SELECT_SESSION_MESSAGES = f"{_SELECT_MESSAGES} WHERE client_id = ?"
 
 
 def _message_of_row(row: Sequence[Any]) -> tuple[str, int, list[Any], bytes]:
@@ -383,6 +385,31 @@ class SqliteStore:
         if orphans:
             logger.warning("%r: skipped %d messages of unknown sessions", self, orphans)
         return encode_snapshot(retained, sessions, messages)
+
+    def load_session_encoded(self, client_id: str) -> bytes:
+        """One client id's stored session (none: an empty snapshot), as `load_encoded` bytes
+        without retained messages: what a pool worker that takes the session over resumes
+        (docs/pool.md)."""
+        connection = self._open_connection()
+        try:
+            sessions = {
+                row[0]: meta_from_record(row[1:])
+                for row in connection.execute(_SELECT_SESSION, (client_id,))
+            }
+            queue: list[StoredRecord] = []
+            if sessions:
+                rows = connection.execute(_SELECT_SESSION_MESSAGES, (client_id,))
+                for owner, seq, record, payload in chain(
+                    (_message_of_row(row) for row in rows), self._log.messages()
+                ):
+                    if owner == client_id:
+                        queue.append((seq, record, payload))
+        except _UNSTORABLE as error:
+            raise StoreError(
+                f"{self!r}: cannot read the session of {client_id!r} ({type(error).__name__}: "
+                f"{error}); restore the file from a backup or move it away to start empty"
+            ) from error
+        return encode_snapshot([], sessions, {client_id: queue})
 
     def _replay_log(self, connection: sqlite3.Connection) -> MessageLog:
         try:

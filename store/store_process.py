@@ -1,7 +1,13 @@
-"""The store process: serves one `SqliteStore` to one broker over a socket.
+"""The store process: serves one `SqliteStore` to one broker, or to a pool's workers.
 
-The broker starts it (`store.process_store`) as `python -m store.store_process`, with one end
-of a socket pair. It opens the store, answers READY (or FAILED with the reason and exits 1),
+A single broker starts it (`store.process_store`) as `python -m store.store_process`, with
+one end of a socket pair. A pool's supervisor starts it with `--listen PATH` instead: it then
+listens on that Unix socket, every worker connects (again after a restart), and each
+request is served whole in turn, one writer for SQLite (docs/pool.md). In that mode it ends
+when the supervisor's `--parent-fd` pipe closes and the last worker has disconnected, so the
+workers' last commits during a shutdown still land.
+
+With one broker it opens the store, answers READY (or FAILED with the reason and exits 1),
 then applies each APPLY batch in one transaction and answers DONE, or FAILED with the
 `StoreError` (nothing was changed; the broker retries). Between batches it runs the store's
 upkeep (WAL checkpoints, compaction), so that never waits on the broker's event loop; a
@@ -16,7 +22,10 @@ be able to commit its last batches while it shuts down.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import selectors
 import signal
 import socket
 import sys
@@ -31,6 +40,7 @@ from store.process_protocol import (
     DONE,
     FAILED,
     LOAD,
+    LOAD_SESSION,
     READY,
     receive_frame,
     send_frame,
@@ -49,24 +59,30 @@ class _Server:
         self._maintenance_paused_until = 0.0
 
     def serve(self) -> None:
-        while True:
-            try:
-                kind, body = receive_frame(self._socket)
-            except EOFError:
-                logger.info("%r: the broker closed the connection", self._store)
-                return
-            if kind == CLOSE:
+        while self.serve_one(self._socket, close_store=True):
+            pass
+
+    def serve_one(self, sock: socket.socket, *, close_store: bool) -> bool:
+        """Answer the next request on `sock`; False once that connection is done with."""
+        try:
+            kind, body = receive_frame(sock)
+        except (EOFError, OSError):
+            logger.info("%r: a broker closed its connection", self._store)
+            return False
+        if kind == CLOSE:
+            if close_store:
                 self._store.close()
-                send_frame(self._socket, DONE)
-                return
-            try:
-                answer = self._answer(kind, body)
-            except (StoreError, ValueError) as error:
-                send_frame(self._socket, FAILED, str(error).encode())
-                continue
-            send_frame(self._socket, DONE, answer)
-            if kind == APPLY:
-                self._maintain_if_due()
+            send_frame(sock, DONE)
+            return False
+        try:
+            answer = self._answer(kind, body)
+        except (StoreError, ValueError) as error:
+            send_frame(sock, FAILED, str(error).encode())
+            return True
+        send_frame(sock, DONE, answer)
+        if kind == APPLY:
+            self._maintain_if_due()
+        return True
 
     def _answer(self, kind: int, body: bytearray) -> bytes:
         if kind == APPLY:
@@ -75,6 +91,8 @@ class _Server:
         if kind == LOAD:
             with gc_paused():
                 return self._store.load_encoded()
+        if kind == LOAD_SESSION:
+            return self._store.load_session_encoded(body.decode("utf-8", "surrogatepass"))
         raise ValueError(f"unknown request kind {kind}")
 
     def _maintain_if_due(self) -> None:
@@ -95,10 +113,44 @@ class _Server:
             )
 
 
+def serve_pool(store: SqliteStore, listener: socket.socket, parent_fd: int) -> None:
+    """Serve every worker that connects to `listener`, one request at a time, until the
+    `parent_fd` pipe has closed and no worker is connected any more."""
+    server = _Server(store, listener)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "listener")
+    selector.register(parent_fd, selectors.EVENT_READ, "parent")
+    connections = 0
+    parent_alive = True
+    while parent_alive or connections:
+        for key, _events in selector.select():
+            if key.data == "listener":
+                sock, _address = listener.accept()
+                sock.setblocking(True)
+                selector.register(sock, selectors.EVENT_READ, "worker")
+                connections += 1
+            elif key.data == "parent":
+                selector.unregister(parent_fd)
+                parent_alive = False
+                logger.info("%r: the pool is stopping; serving its workers' last commits", store)
+            else:
+                sock = key.fileobj  # type: ignore[assignment]
+                try:
+                    alive = server.serve_one(sock, close_store=False)
+                except OSError:
+                    alive = False
+                if not alive:
+                    selector.unregister(sock)
+                    sock.close()
+                    connections -= 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="the SQLite file")
-    parser.add_argument("--socket-fd", type=int, required=True, help="inherited socket")
+    parser.add_argument("--socket-fd", type=int, help="inherited socket (one broker)")
+    parser.add_argument("--listen", type=Path, help="Unix socket for a pool's workers")
+    parser.add_argument("--parent-fd", type=int, help="with --listen: ends when it closes")
     parser.add_argument("--synchronous", choices=SYNCHRONOUS_MODES, default="normal")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -109,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.listen is not None:
+        return _main_pool(args)
+    if args.socket_fd is None:
+        parser.error("give --socket-fd (one broker) or --listen with --parent-fd (a pool)")
     with socket.socket(fileno=args.socket_fd) as sock:
         try:
             with gc_paused():  # opening replays the message log into its index
@@ -123,6 +179,28 @@ def main(argv: list[str] | None = None) -> int:
             logger.info("%r: the connection to the broker broke: %s", store, error)
         finally:
             store.close()
+    return 0
+
+
+def _main_pool(args: argparse.Namespace) -> int:
+    """--listen: open the store, listen, say READY on the parent pipe's partner, serve."""
+    with contextlib.suppress(FileNotFoundError):
+        args.listen.unlink()
+    try:
+        with gc_paused():
+            store = SqliteStore(args.path, synchronous=args.synchronous)
+    except StoreError as error:
+        logger.error("cannot open the store: %s", error)
+        return 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.fspath(args.listen))
+    listener.listen(64)
+    logger.info("%r: serving the pool's workers on %s", store, args.listen)
+    try:
+        serve_pool(store, listener, args.parent_fd)
+    finally:
+        listener.close()
+        store.close()
     return 0
 
 

@@ -1,0 +1,182 @@
+"""`python -m actors.main --workers N` (N > 1): the pool's supervisor process (docs/pool.md).
+
+It binds every configured listener once, starts the pool's one store process (unless
+`[store] kind = "none"`), then runs N workers (`python -m actors.main ... --worker-id I`)
+under `actors.supervisor.Supervisor`, which restarts the ones that die, forwards SIGHUP and
+SIGTERM, and makes the workers end with it. Each worker inherits the listening sockets and
+accepts on them; the kernel spreads the connections.
+
+It logs "ready: accepting MQTT connections on HOST:PORT" once every worker has said, on the
+ready pipe, that it accepts: then every worker is linked to the others and has restored
+its sessions. `[store] kind = "memory"` is served, in a pool, by the store process on a file
+in the pool's run directory that is removed at exit: lost at exit like a memory store, but
+shared by the workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from actors.config import BrokerConfig, ListenerConfig
+from actors.listener import bind_unix
+from actors.pool_worker import STORE_SOCKET
+from actors.supervisor import Supervisor
+from store import SQLITE_FILE_NAME
+
+logger = logging.getLogger(__name__)
+
+LISTEN_BACKLOG = 1024
+STORE_START_TIMEOUT = 60.0  # seconds to open the store (a large message log is replayed)
+STORE_STOP_TIMEOUT = 10.0
+
+
+def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
+    """Run the pool until SIGTERM/SIGINT; the exit status (0: every worker exited 0)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="mqtt-pool-"))
+    store: subprocess.Popen[bytes] | None = None
+    parent_w: int | None = None
+    sockets: list[socket.socket] = []
+    try:
+        if config.store.kind != "none":
+            store, parent_w = _start_store(config, run_dir)
+            if store is None:
+                return 1
+        try:
+            sockets = [_bind(listener) for listener in config.listeners]
+        except OSError as error:
+            logger.error("cannot listen: %s (is another broker running? change the port)", error)
+            return 1
+        ready_r, ready_w = os.pipe()
+        address = _ready_address(config, sockets)
+        threading.Thread(
+            target=_announce_ready, args=(ready_r, workers, address), daemon=True
+        ).start()
+        fds = [sock.fileno() for sock in sockets]
+
+        def command(worker_id: int) -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                "actors.main",
+                *argv,
+                "--workers",
+                str(workers),
+                "--worker-id",
+                str(worker_id),
+                "--pool-dir",
+                str(run_dir),
+                "--listen-fds",
+                ",".join(map(str, fds)),
+                "--ready-fd",
+                str(ready_w),
+            ]
+
+        logger.info("pool: starting %d workers (run directory %s)", workers, run_dir)
+        status = Supervisor(command, workers, pass_fds=[*fds, ready_w]).run()
+        os.close(ready_w)
+        return status
+    finally:
+        for sock in sockets:
+            sock.close()
+        if parent_w is not None:
+            os.close(parent_w)  # the store process ends once the workers are gone
+        if store is not None:
+            try:
+                store.wait(STORE_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                logger.error("pool: the store process did not end in time: killed")
+                store.kill()
+        for listener in config.listeners:
+            if listener.type == "unix":
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(listener.path)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _start_store(
+    config: BrokerConfig, run_dir: Path
+) -> tuple[subprocess.Popen[bytes] | None, int | None]:
+    """Start the store process serving on `run_dir`/store.sock; wait until it listens."""
+    settings = config.store
+    if settings.kind == "memory":
+        path = run_dir / "memory-store.sqlite3"
+    else:
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / SQLITE_FILE_NAME
+    parent_r, parent_w = os.pipe()
+    project_root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(project_root), env.get("PYTHONPATH"))))
+    listen = run_dir / STORE_SOCKET
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "store.store_process",
+            "--listen",
+            str(listen),
+            "--parent-fd",
+            str(parent_r),
+            "--synchronous",
+            settings.synchronous,
+            "--log-level",
+            config.log_level,
+            str(path),
+        ],
+        pass_fds=(parent_r,),
+        env=env,
+    )
+    os.close(parent_r)
+    deadline = time.monotonic() + STORE_START_TIMEOUT
+    while not listen.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            logger.error("pool: the store process did not start; its log lines above say why")
+            os.close(parent_w)
+            process.kill()
+            process.wait()
+            return None, None
+        time.sleep(0.02)
+    logger.info("pool: store process (pid %d) serves %s", process.pid, path)
+    return process, parent_w
+
+
+def _bind(listener: ListenerConfig) -> socket.socket:
+    """The listening socket for `listener`, bound once here for every worker."""
+    if listener.type == "unix":
+        sock = bind_unix(listener.path, LISTEN_BACKLOG)
+        return socket.socket(fileno=sock.detach())
+    family = socket.getaddrinfo(listener.host, listener.port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server(
+        (listener.host, listener.port), family=family, backlog=LISTEN_BACKLOG
+    )
+
+
+def _ready_address(config: BrokerConfig, sockets: list[socket.socket]) -> str:
+    index = next((i for i, x in enumerate(config.listeners) if x.type == "tcp"), 0)
+    if config.listeners[index].type == "unix":
+        return config.listeners[index].path
+    host, port = sockets[index].getsockname()[:2]
+    return f"{host}:{port}"
+
+
+def _announce_ready(ready_r: int, workers: int, address: str) -> None:
+    """Log the ready line once every worker has written its id to the ready pipe."""
+    seen: set[int] = set()
+    with os.fdopen(ready_r, "rb", buffering=0) as pipe:
+        while len(seen) < workers:
+            data = pipe.read(64)
+            if not data:
+                return
+            seen.update(data)
+        logger.info("ready: accepting MQTT connections on %s (%d workers)", address, workers)

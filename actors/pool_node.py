@@ -1,0 +1,293 @@
+"""A pool worker's side of the fabric: what it tells the other workers and what it does with
+what they tell it (docs/pool.md).
+
+`PoolNode` is the `FabricHandler` of this worker's `Fabric` and holds the pool's shared
+state as this worker sees it:
+- routes: the router actor reports each local route that appears or goes (`route_changed`);
+  a `RouteAnnouncer` turns them into filter announcements, broadcast once per loop turn. A
+  peer that comes up gets a `RoutesSnapshot`; a peer that goes down loses its routes at once
+  in the `RemoteRoutes` replica.
+- publishes: `add`/`flush` (the dispatcher's `RemoteForwarder`) send each publish batch
+  once to every worker with a matching filter; a `Forward` received is dispatched to local
+  subscribers only, a `Retained` goes into this worker's replica of the retained index.
+- client ids: this worker runs the `ClientIdArbiter` of the ids homed here. `claim` and
+  `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
+  the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
+  CONNECT never hangs on a dead worker.
+- hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
+  the dead worker owned (loaded from the store), so they keep queueing while offline.
+
+Everything runs on this worker's gevent loop; frames to this worker itself (a client id
+homed here) are handled in a later loop callback, like a peer's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.event
+
+from actors.fabric_link import Fabric
+from actors.messages import HandOff, StoreRetained
+from actors.runtime import tell_if_alive
+from core.message import Message
+from fabric.frames import (
+    Claim,
+    Forward,
+    Frame,
+    Granted,
+    HandedOver,
+    HandOver,
+    Owned,
+    Release,
+    Retained,
+    RoutesChanged,
+    RoutesSnapshot,
+    Settled,
+)
+from fabric.ownership import ClientIdArbiter, home_of
+from router.route_replica import RemoteRoutes, RouteAnnouncer
+
+logger = logging.getLogger(__name__)
+
+CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
+HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
+
+
+class PoolNode:
+    """This worker's view of the pool; see the module docstring."""
+
+    def __init__(self, worker: int, workers: int, context: Any) -> None:
+        self.worker = worker
+        self.workers = workers
+        self._context = context
+        self.fabric: Fabric | None = None
+        self.arbiter = ClientIdArbiter()
+        self.announcer = RouteAnnouncer()
+        self.remote = RemoteRoutes()
+        self._loop = gevent.get_hub().loop
+        self._routes_flush_due = False
+        self._outgoing: dict[int, list[Message]] = {}
+        self._claims: dict[str, gevent.event.AsyncResult] = {}
+        self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
+        self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
+        self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
+        # Set by the pool worker: re-host a dead worker's persistent session homed here.
+        self.rehost: Callable[[str], None] | None = None
+
+    # ----- routes -------------------------------------------------------------------------
+
+    def route_changed(self, topic_filter: str, added: bool) -> None:
+        """The router added the first route of a subscriber to `topic_filter`, or removed
+        one (called from the router actor, on the loop)."""
+        if added:
+            self.announcer.subscribed(topic_filter)
+        else:
+            self.announcer.unsubscribed(topic_filter)
+        if not self._routes_flush_due:
+            self._routes_flush_due = True
+            self._loop.run_callback(self._flush_routes)
+
+    def _flush_routes(self) -> None:
+        self._routes_flush_due = False
+        change = self.announcer.changes()
+        if change is not None and self.fabric is not None:
+            self.fabric.broadcast(change)
+
+    # ----- publishes (the dispatcher's RemoteForwarder) ----------------------------------
+
+    def add(self, message: Message) -> bool:
+        workers = self.remote.workers_cached(message.topic)
+        if not workers:
+            return False
+        outgoing = self._outgoing
+        for worker in workers:
+            batch = outgoing.get(worker)
+            if batch is None:
+                outgoing[worker] = [message]
+            else:
+                batch.append(message)
+        return True
+
+    def flush(self, retained: list[Message]) -> None:
+        fabric = self.fabric
+        if fabric is None:
+            self._outgoing.clear()
+            return
+        if self._outgoing:
+            for worker, messages in self._outgoing.items():
+                fabric.send(worker, Forward(tuple(messages)))
+            self._outgoing.clear()
+        if retained:
+            fabric.broadcast(Retained(tuple(retained)))
+
+    # ----- client ids ---------------------------------------------------------------------
+
+    def claim(self, client_id: str) -> Granted | None:
+        """Ask the id's home for it and wait for the grant (None: the home is unreachable or
+        did not answer in time; the caller goes on as the only claimant)."""
+        result: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        self._claims[client_id] = result
+        try:
+            if not self.send(home_of(client_id, self.workers), Claim(client_id, self.worker)):
+                return None
+            granted: Granted | None = result.get(timeout=CLAIM_TIMEOUT)
+            return granted
+        except gevent.Timeout:
+            logger.warning(
+                "client id %r: its home worker %d did not grant it within %.0f s; taking it "
+                "without (two sessions for the id may exist until one ends)",
+                client_id,
+                home_of(client_id, self.workers),
+                CLAIM_TIMEOUT,
+            )
+            return None
+        finally:
+            del self._claims[client_id]
+
+    def settle(self, client_id: str, has_session: bool) -> None:
+        """This worker holds the id's session now (or, without one, gives the id back)."""
+        home = home_of(client_id, self.workers)
+        frame = Settled(client_id, self.worker) if has_session else None
+        self.send(home, frame or Release(client_id, self.worker))
+
+    def release(self, client_id: str) -> None:
+        """This worker's session for the id ended."""
+        self.send(home_of(client_id, self.workers), Release(client_id, self.worker))
+
+    def hand_over(self, previous: int, client_id: str, discard: bool) -> None:
+        """Ask `previous` to give the session of `client_id` up, and wait until it has (or
+        it is down or silent: then what the store has is what there is)."""
+        key = (client_id, previous)
+        result: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        self._hand_overs[key] = result
+        try:
+            if self.send(previous, HandOver(client_id, self.worker, int(discard))):
+                result.get(timeout=HAND_OVER_TIMEOUT)
+        except gevent.Timeout:
+            logger.warning(
+                "client id %r: worker %d did not hand its session over within %.0f s; "
+                "resuming what the store has",
+                client_id,
+                previous,
+                HAND_OVER_TIMEOUT,
+            )
+        finally:
+            del self._hand_overs[key]
+
+    def open_for_claims(self) -> None:
+        """Start-up is over (the sessions homed here are restored): claims held back are
+        answered now."""
+        held, self._early_claims = self._early_claims or [], None
+        for frame in held:
+            self._on_ownership(frame)
+
+    def _on_ownership(self, frame: Frame) -> None:
+        if self._early_claims is not None and type(frame) is Claim:
+            self._early_claims.append(frame)
+            return
+        arbiter = self.arbiter
+        if type(frame) is Claim:
+            grants = arbiter.claim(frame.client_id, frame.claimant)
+        elif type(frame) is Settled:
+            grants = arbiter.settled(frame.client_id, frame.owner)
+        elif type(frame) is Release:
+            grants = arbiter.release(frame.client_id, frame.owner)
+        else:
+            return
+        for granted in grants:
+            self.send(granted.claimant, granted)
+
+    def _on_granted(self, granted: Granted) -> None:
+        result = self._claims.get(granted.client_id)
+        if result is not None and not result.ready():
+            result.set(granted)
+        else:  # its CONNECT gave up waiting: give the id back, or it stays blocked
+            self.release(granted.client_id)
+
+    def _on_hand_over(self, frame: HandOver) -> None:
+        """A claimant took an id this worker owned: give the session up, then answer."""
+        registry = self._context.registry
+        session = registry.sessions.get(frame.client_id) if registry is not None else None
+
+        def answer() -> None:
+            self.send(frame.claimant, HandedOver(frame.client_id))
+
+        if session is None or not tell_if_alive(session, HandOff(bool(frame.clean), answer)):
+            # No session here; what this worker still had to write for the id (a session
+            # that ended a moment ago deleted itself) is committed before the answer.
+            self._context.persistence.submit((), answer)
+
+    # ----- FabricHandler ------------------------------------------------------------------
+
+    def peer_up(self, worker: int, epoch: int) -> None:
+        assert self.fabric is not None
+        logger.info("pool: worker %d is linked (epoch %d)", worker, epoch)
+        self._flush_routes()  # changes the others have not heard yet go out first
+        self.fabric.send(worker, self.announcer.snapshot())
+        registry = self._context.registry
+        owned = tuple(
+            client_id
+            for client_id in (registry.sessions if registry is not None else ())
+            if home_of(client_id, self.workers) == worker
+        )
+        self.fabric.send(worker, Owned(self.worker, owned))
+
+    def peer_down(self, worker: int) -> None:
+        logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
+        self.remote.drop_worker(worker)
+        self.owned_reported.discard(worker)
+        for (_client_id, previous), result in self._hand_overs.items():
+            if previous == worker and not result.ready():
+                result.set(None)
+        for client_id, claim in self._claims.items():
+            if home_of(client_id, self.workers) == worker and not claim.ready():
+                claim.set(None)
+        orphans = self.arbiter.owned_by(worker)
+        for granted in self.arbiter.worker_down(worker):
+            self.send(granted.claimant, granted)
+        if self.rehost is not None:
+            for client_id in orphans:
+                if self.arbiter.owner(client_id) is None:
+                    self.rehost(client_id)
+
+    def frames_received(self, worker: int, frames: list[Frame]) -> None:
+        for frame in frames:
+            self._on_frame(worker, frame)
+
+    def _on_frame(self, worker: int, frame: Frame) -> None:
+        if isinstance(frame, Forward):
+            dispatcher = self._context.dispatcher
+            if dispatcher is not None:
+                dispatcher.publish_forwarded(frame.messages)
+        elif isinstance(frame, Retained):
+            self._context.retainer.tell(StoreRetained(list(frame.messages)))
+        elif isinstance(frame, RoutesChanged):
+            self.remote.changed(worker, frame)
+        elif isinstance(frame, RoutesSnapshot):
+            self.remote.replace(worker, frame)
+        elif isinstance(frame, Granted):
+            self._on_granted(frame)
+        elif isinstance(frame, HandOver):
+            self._on_hand_over(frame)
+        elif isinstance(frame, HandedOver):
+            result = self._hand_overs.get((frame.client_id, worker))
+            if result is not None and not result.ready():
+                result.set(None)
+        elif isinstance(frame, Owned):
+            for client_id in frame.client_ids:
+                self.arbiter.adopt(client_id, frame.owner)
+            self.owned_reported.add(worker)
+        else:
+            self._on_ownership(frame)
+
+    def send(self, worker: int, frame: Frame) -> bool:
+        """Send `frame` to `worker` (to this worker: handled in a later loop callback).
+        False if that worker is not linked now."""
+        if worker == self.worker:
+            self._loop.run_callback(self._on_frame, worker, frame)
+            return True
+        return self.fabric is not None and self.fabric.send(worker, frame)

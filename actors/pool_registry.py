@@ -1,0 +1,123 @@
+"""PoolRegistry: the session registry of a pool worker, one owner per client id pool-wide.
+
+A CONNECT that passed authentication comes here as in one broker (`SessionRegistry.open`),
+but before the session is opened the id is claimed from its home worker (docs/pool.md):
+
+1. `claim`: the home's arbiter grants one claim per id at a time and names the previous
+   owner. Connections with one id on this worker take their turns (one claim each, in
+   order), so a reconnect storm ends with exactly one session per id.
+2. If the previous owner is another worker, it is asked to hand the session over: it closes
+   its connection (a takeover, the will as usual [MQTT-3.1.4-2]), commits the session's
+   state to the store (or deletes it for a clean start [MQTT-3.1.2-4]) and answers.
+3. Without a session here, a connection that resumes (clean start 0) loads the id's
+   session from the store, the pool's single source of session state, and the CONNACK says
+   whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker.
+4. `Settled` tells the home this worker holds the id; a session that ends `Release`s it.
+
+The claim and hand-over wait on other workers, so each CONNECT runs them in a greenlet of
+its own; the connection meanwhile waits for its CONNACK as it would for a slow store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.lock
+
+from actors.context import BrokerContext
+from actors.pool_node import PoolNode
+from actors.session_registry import SessionRegistry
+from actors.transport import Transport
+from core.client import ClientInfo
+
+logger = logging.getLogger(__name__)
+
+
+class _Turn:
+    """The connections of one client id waiting on this worker, served one at a time."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = gevent.lock.Semaphore()
+        self.waiting = 0
+
+
+class PoolRegistry(SessionRegistry):
+    def __init__(
+        self,
+        context: BrokerContext,
+        sessions: dict[str, Any],
+        node: PoolNode,
+        resume: Callable[[str], Any],
+    ) -> None:
+        """`resume(client_id)` loads the id's stored session and starts it detached (its
+        actor ref), or returns None if the store has none."""
+        super().__init__(context, sessions)
+        self._node = node
+        self._resume = resume
+        self._turns: dict[str, _Turn] = {}
+
+    def open(
+        self,
+        client: ClientInfo,
+        client_ref: Any,
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None:
+        gevent.spawn(self._open_in_turn, client, client_ref, transport, connack_properties)
+
+    def _open_in_turn(
+        self,
+        client: ClientInfo,
+        client_ref: Any,
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None:
+        client_id = client.client_id
+        turn = self._turns.get(client_id)
+        if turn is None:
+            turn = self._turns[client_id] = _Turn()
+        turn.waiting += 1
+        try:
+            with turn.lock:
+                self._open_owned(client, client_ref, transport, connack_properties)
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del self._turns[client_id]
+
+    def _open_owned(
+        self,
+        client: ClientInfo,
+        client_ref: Any,
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None:
+        node = self._node
+        client_id = client.client_id
+        granted = node.claim(client_id)
+        previous = granted.previous if granted is not None else None
+        if previous is not None and previous != node.worker:
+            node.hand_over(previous, client_id, discard=client.clean_start)
+        session = self.sessions.get(client_id)
+        if session is None and not client.clean_start and previous != node.worker:
+            session = self._resume(client_id)
+            if session is not None:
+                self.sessions[client_id] = session
+        if client_ref.is_alive():
+            super().open(client, client_ref, transport, connack_properties)
+        if granted is not None:
+            node.settle(client_id, has_session=client_id in self.sessions)
+
+    def adopt_restored(self, client_id: str, session: Any) -> None:
+        """A session this worker re-hosts (its owner died): it holds the id now."""
+        self.sessions[client_id] = session
+
+    def ended(self, client_id: str, session: Any) -> None:
+        if self.sessions.get(client_id) is session:
+            del self.sessions[client_id]
+            self._node.release(client_id)

@@ -1,0 +1,200 @@
+"""PoolBroker: one worker of the process pool (`python -m actors.main --worker-id I`).
+
+It is the single-process `Broker` with the pool's parts put in (docs/pool.md):
+- the listeners accept on the sockets the supervisor bound (inherited descriptors);
+- the store is the pool's one store process, reached over its Unix socket; this worker's
+  delivery seqs and message ids are its own residue class, so the workers never collide;
+- before it restores anything it links to the other workers (`Fabric`) and hears which
+  client ids each one owns; it then restores the stored sessions homed at it that nobody
+  owns, and announces their routes;
+- the dispatcher forwards to the other workers through the `PoolNode`, the router reports
+  route changes to it, and the `PoolRegistry` claims every client id from its home;
+- once ready it writes its id to the supervisor's ready pipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.socket
+
+import core.message
+from actors.broker import Broker
+from actors.config import BrokerConfig
+from actors.endpoint import Endpoint
+from actors.fabric_link import Fabric
+from actors.messages import AddRoutes
+from actors.persistence import restored_state
+from actors.pool_node import PoolNode
+from actors.pool_registry import PoolRegistry
+from actors.session_actor import SessionActor
+from actors.session_registry import SessionRegistry, new_session_state
+from fabric.ownership import home_of
+from router.fan_out import Route
+from store import SQLITE_FILE_NAME, ProcessStore
+from store.base import Snapshot, Store, StoredSession
+
+logger = logging.getLogger(__name__)
+
+LINK_WAIT = 3.0  # seconds a starting worker waits to hear every other worker's ownerships
+MESSAGE_ID_SPACE = 1 << 40  # each worker's message ids: [worker << 40, (worker + 1) << 40)
+STORE_SOCKET = "store.sock"
+
+
+class PoolBroker(Broker):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        worker_id: int,
+        workers: int,
+        *,
+        run_dir: Path,
+        listen_fds: list[int],
+        ready_fd: int | None,
+    ) -> None:
+        super().__init__(config, worker_id)
+        self.workers = workers
+        self._run_dir = run_dir
+        self._listen_fds = list(listen_fds)
+        self._ready_fd = ready_fd
+        self.node = PoolNode(worker_id, workers, self.context)
+        self.on_route = self.node.route_changed
+        self._store: ProcessStore | None = None
+
+    # ----- Broker's start-up steps, pool flavoured ----------------------------------------
+
+    def _make_store(self) -> Store:
+        settings = self.config.store
+        self._store = ProcessStore(
+            Path(settings.data_dir) / SQLITE_FILE_NAME, connect=self._run_dir / STORE_SOCKET
+        )
+        return self._store
+
+    def _open_store(self) -> Snapshot:
+        snapshot = super()._open_store()
+        seqs = [seq for s in snapshot.sessions.values() for seq, _ in s.messages]
+        self.context.persistence.interleave(self.worker_id, self.workers, max(seqs, default=0))
+        low = self.worker_id * MESSAGE_ID_SPACE
+        mine = [
+            m.message_id
+            for m in snapshot.retained
+            if low <= m.message_id < low + MESSAGE_ID_SPACE
+        ]
+        core.message.skip_message_ids(max(mine, default=low))
+        return snapshot
+
+    def _restore_sessions(self, snapshot: Snapshot) -> dict[str, Any]:
+        """Link to the pool first; then restore the sessions homed here that no live worker
+        owns (the others host theirs), and announce their routes."""
+        node = self.node
+        assert self.context.dispatcher is not None
+        self.context.dispatcher.remote = node
+        node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
+        node.fabric.start()
+        others = set(range(self.workers)) - {self.worker_id}
+        deadline = time.monotonic() + LINK_WAIT
+        while not others <= node.owned_reported and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        missing = others - node.owned_reported
+        if missing:
+            logger.warning(
+                "worker %d: no answer from workers %s within %.0f s; going on without them "
+                "(they link when they are up)",
+                self.worker_id,
+                sorted(missing),
+                LINK_WAIT,
+            )
+        homed = {
+            client_id: stored
+            for client_id, stored in snapshot.sessions.items()
+            if home_of(client_id, self.workers) == self.worker_id
+            and node.arbiter.owner(client_id) is None
+        }
+        sessions = super()._restore_sessions(Snapshot(retained=[], sessions=homed))
+        for client_id in sessions:
+            node.arbiter.adopt(client_id, self.worker_id)
+            for topic_filter in homed[client_id].meta.subscriptions:
+                node.route_changed(topic_filter, True)
+        node.rehost = self._rehost
+        return sessions
+
+    def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
+        registry = PoolRegistry(self.context, sessions, self.node, self._resume)
+        self.context.registry = registry
+        self.node.open_for_claims()
+        return registry
+
+    def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
+        """The socket the supervisor bound for this endpoint (listeners keep their order)."""
+        index = self._endpoints.index(endpoint)
+        return gevent.socket.socket(fileno=self._listen_fds[index]), None
+
+    def _log_ready(self, address: str) -> None:
+        logger.info("worker %d: accepting MQTT connections on %s", self.worker_id, address)
+        if self._ready_fd is not None:
+            os.write(self._ready_fd, bytes((self.worker_id % 256,)))
+            os.close(self._ready_fd)
+            self._ready_fd = None
+
+    def stop(self, timeout: float = 3.0) -> None:
+        super().stop(timeout)
+        if self.node.fabric is not None:
+            self.node.fabric.stop()
+
+    # ----- sessions from the store ----------------------------------------------------------
+
+    def _resume(self, client_id: str) -> Any:
+        """Load `client_id`'s stored session and start it detached (None: none stored)."""
+        if self._store is None:
+            return None
+        stored = self._store.load_session(client_id).sessions.get(client_id)
+        if stored is None:
+            return None
+        return self._start_stored(client_id, stored)
+
+    def _rehost(self, client_id: str) -> None:
+        """The worker that owned `client_id` (homed here) died: host its stored session, if
+        it had a persistent one, so that it keeps queueing until its client is back."""
+        granted = self.node.arbiter.claim(client_id, self.worker_id)
+        if not granted or granted[0].previous is not None:
+            return  # someone else's claim is in line, or got it: nothing to re-host
+        gevent.spawn(self._rehost_from_store, client_id)
+
+    def _rehost_from_store(self, client_id: str) -> None:
+        registry = self.context.registry
+        assert isinstance(registry, PoolRegistry)
+        session = None
+        if client_id not in registry.sessions:
+            session = self._resume(client_id)
+            if session is not None:
+                registry.adopt_restored(client_id, session)
+                logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
+        self.node.settle(client_id, has_session=client_id in registry.sessions)
+
+    def _start_stored(self, client_id: str, stored: StoredSession) -> Any:
+        context = self.context
+        meta = stored.meta
+        now = time.time()
+        gone_since = meta.disconnected_at if meta.disconnected_at is not None else now
+        remaining = gone_since + meta.expiry_interval - now
+        if remaining <= 0:
+            return None
+        if stored.messages:
+            context.persistence.advance_past(max(seq for seq, _entry in stored.messages))
+        state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
+        actor = SessionActor(state, context, meta.protocol_version)
+        session = actor.launch()
+        routes = [
+            (topic_filter, Route(session, options, persistent=True))
+            for topic_filter, options in state.subscriptions.items()
+        ]
+        if routes:
+            context.router.tell(AddRoutes(client_id, routes, reply_to=None, token=None))
+        if remaining != float("inf"):
+            actor.start_expiry_timer(remaining)
+        return session
