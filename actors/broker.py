@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
-from actors.router_actor import RouterActor
+from actors.router_actor import RouterActor, RouteReplication
 from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
@@ -72,8 +71,8 @@ class Broker:
             stats=BrokerStats(),
             persistence=Persistence(None),
         )
-        # A pool worker (actors.pool_worker) hears every route that appears or goes.
-        self.on_route: Callable[[str, bool], None] | None = None
+        # A pool worker (actors.pool_worker) replicates the routes to the other workers.
+        self.route_replica: RouteReplication | None = None
         self._plugins: list[LoadedPlugin] = []
         self._endpoints: list[Endpoint] = []
         self._servers: list[Listener] = []
@@ -94,7 +93,7 @@ class Broker:
         )
         self._plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
-        context.router = RouterActor.start(context.route_table, self.on_route)
+        context.router = RouterActor.start(context.route_table, self.route_replica)
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)

@@ -167,10 +167,10 @@ class Dispatcher:
         ops: list[Op] = []
         for message in messages:
             self._fan_out(message, per_session, ops)
+        if ops:  # first: called from the loop, a tell may run the session at once, and its
+            self._persistence.submit(ops)  # in-flight marks must follow the puts
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
-        if ops:
-            self._persistence.submit(ops)
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""

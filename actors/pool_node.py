@@ -46,6 +46,8 @@ from fabric.frames import (
     Retained,
     RoutesChanged,
     RoutesSnapshot,
+    RoutesSync,
+    RoutesSynced,
     Settled,
 )
 from fabric.ownership import ClientIdArbiter, home_of
@@ -71,6 +73,9 @@ class PoolNode:
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
         self._outgoing: dict[int, list[Message]] = {}
+        self._waiting_for_sync: list[Callable[[], object]] = []
+        self._sync_token = 0
+        self._syncs: dict[int, tuple[set[int], list[Callable[[], object]]]] = {}
         self._claims: dict[str, gevent.event.AsyncResult] = {}
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
@@ -91,11 +96,46 @@ class PoolNode:
             self._routes_flush_due = True
             self._loop.run_callback(self._flush_routes)
 
+    def when_routes_known(self, then: Callable[[], object]) -> None:
+        """Call `then` once every linked worker has applied the route changes made so far
+        (one `RoutesSync` round per loop turn, however many subscriptions wait on it)."""
+        peers = self.fabric.peers if self.fabric is not None else set()
+        if not peers:
+            then()
+            return
+        self._waiting_for_sync.append(then)
+        if not self._routes_flush_due:
+            self._routes_flush_due = True
+            self._loop.run_callback(self._flush_routes)
+
     def _flush_routes(self) -> None:
         self._routes_flush_due = False
         change = self.announcer.changes()
-        if change is not None and self.fabric is not None:
-            self.fabric.broadcast(change)
+        fabric = self.fabric
+        if fabric is None:
+            return
+        if change is not None:
+            fabric.broadcast(change)
+        if self._waiting_for_sync:
+            self._sync_token += 1
+            waiting, self._waiting_for_sync = self._waiting_for_sync, []
+            peers = fabric.peers
+            if not peers:
+                for then in waiting:
+                    then()
+                return
+            self._syncs[self._sync_token] = (set(peers), waiting)
+            fabric.broadcast(RoutesSync(self._sync_token))
+
+    def _synced(self, worker: int, token: int) -> None:
+        sync = self._syncs.get(token)
+        if sync is None:
+            return
+        sync[0].discard(worker)
+        if not sync[0]:
+            del self._syncs[token]
+            for then in sync[1]:
+                then()
 
     # ----- publishes (the dispatcher's RemoteForwarder) ----------------------------------
 
@@ -240,6 +280,8 @@ class PoolNode:
         logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
         self.owned_reported.discard(worker)
+        for token in list(self._syncs):
+            self._synced(worker, token)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
@@ -259,16 +301,14 @@ class PoolNode:
             self._on_frame(worker, frame)
 
     def _on_frame(self, worker: int, frame: Frame) -> None:
-        if isinstance(frame, Forward):
+        if isinstance(frame, Forward):  # the frequent one first
             dispatcher = self._context.dispatcher
             if dispatcher is not None:
                 dispatcher.publish_forwarded(frame.messages)
         elif isinstance(frame, Retained):
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
-        elif isinstance(frame, RoutesChanged):
-            self.remote.changed(worker, frame)
-        elif isinstance(frame, RoutesSnapshot):
-            self.remote.replace(worker, frame)
+        elif isinstance(frame, RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced):
+            self._on_routes(worker, frame)
         elif isinstance(frame, Granted):
             self._on_granted(frame)
         elif isinstance(frame, HandOver):
@@ -283,6 +323,18 @@ class PoolNode:
             self.owned_reported.add(worker)
         else:
             self._on_ownership(frame)
+
+    def _on_routes(
+        self, worker: int, frame: RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced
+    ) -> None:
+        if isinstance(frame, RoutesChanged):
+            self.remote.changed(worker, frame)
+        elif isinstance(frame, RoutesSnapshot):
+            self.remote.replace(worker, frame)
+        elif isinstance(frame, RoutesSync):
+            self.send(worker, RoutesSynced(frame.token))
+        else:
+            self._synced(worker, frame.token)
 
     def send(self, worker: int, frame: Frame) -> bool:
         """Send `frame` to `worker` (to this worker: handled in a later loop callback).

@@ -63,7 +63,7 @@ class PoolBroker(Broker):
         self._listen_fds = list(listen_fds)
         self._ready_fd = ready_fd
         self.node = PoolNode(worker_id, workers, self.context)
-        self.on_route = self.node.route_changed
+        self.route_replica = self.node
         self._store: ProcessStore | None = None
 
     # ----- Broker's start-up steps, pool flavoured ----------------------------------------

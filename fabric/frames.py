@@ -132,6 +132,21 @@ class Owned:
     client_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RoutesSync:
+    """Answer `RoutesSynced(token)` once everything sent before on this link is applied: a
+    worker learns that its new routes are known before it sends SUBACK."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesSynced:
+    """The answer to `RoutesSync(token)`."""
+
+    token: int
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -145,6 +160,8 @@ Frame = (
     | HandOver
     | HandedOver
     | Owned
+    | RoutesSync
+    | RoutesSynced
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -161,6 +178,8 @@ _KINDS: dict[type[Any], int] = {
     HandOver: 10,
     HandedOver: 11,
     Owned: 12,
+    RoutesSync: 13,
+    RoutesSynced: 14,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained)

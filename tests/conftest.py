@@ -1,5 +1,8 @@
 """Shared fixtures: a broker subprocess on a free port (per module, and one-off per test).
 
+`workers` is the pool mode of a module's brokers: every integration test runs with 1 (one
+process) and with 2 worker processes (tests/integration/conftest.py).
+
 Under CI (`CI` set, as `.ci/run` is run) hypothesis draws its examples from a fixed seed, so a
 green main stays green; developers' runs keep exploring new examples every time.
 """
@@ -13,15 +16,23 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
+def workers(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The number of worker processes of the brokers this module's tests start."""
+    pool_mode.workers = request.param
+    yield request.param
+    pool_mode.workers = 1
+
+
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     """One broker shared by the tests of a module; it must shut down cleanly (exit 0)."""
     process = start_broker(tmp_path_factory.mktemp("broker"))
     yield process
@@ -29,7 +40,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 @pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+def broker_factory(tmp_path: Path, workers: int) -> Iterator[Callable[..., BrokerProcess]]:
     """Start brokers with their own config for one test; all are stopped afterwards."""
     started: list[BrokerProcess] = []
 

@@ -82,7 +82,9 @@ LOG_LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<logger>\S+): (?P<text>.*)
 
 
 @pytest.fixture(scope="module")
-def recorded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def recorded_broker(
+    tmp_path_factory: pytest.TempPathFactory, workers: int
+) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("recorder"), RECORDER_CONFIG) as broker:
         yield broker
 

@@ -30,7 +30,9 @@ max_topic_levels = 4
 
 
 @pytest.fixture(scope="module")
-def limited_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def limited_broker(
+    tmp_path_factory: pytest.TempPathFactory, workers: int
+) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path_factory.mktemp("limits"), LIMITS_CONFIG) as process:
         yield process
 

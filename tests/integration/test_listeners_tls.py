@@ -77,7 +77,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 
 @pytest.fixture(scope="module")
-def tls_broker(certificates: Certificates) -> Iterator[BrokerProcess]:
+def tls_broker(certificates: Certificates, workers: int) -> Iterator[BrokerProcess]:
     directory = certificates.directory
     (directory / "acl").write_text(ACL, encoding="utf-8")
     with running_broker(directory, CONFIG) as broker:

@@ -51,7 +51,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 
 @pytest.fixture(scope="module")
-def ws_broker(certificates: Certificates) -> Iterator[BrokerProcess]:
+def ws_broker(certificates: Certificates, workers: int) -> Iterator[BrokerProcess]:
     with running_broker(certificates.directory, CONFIG) as broker:
         yield broker
 

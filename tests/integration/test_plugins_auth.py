@@ -81,7 +81,7 @@ def auth_config(
 
 @pytest.fixture(scope="module", params=sorted(PASSWORD_TOOLS))
 def auth_broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, workers: int
 ) -> Iterator[BrokerProcess]:
     """A broker refusing anonymous clients, with USER in a file made by each tool in turn."""
     directory = tmp_path_factory.mktemp(request.param)

@@ -19,7 +19,9 @@ from tests.support.raw_client import RawClient
 
 
 @pytest.fixture(scope="module")
-def window_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def window_broker(
+    tmp_path_factory: pytest.TempPathFactory, workers: int
+) -> Iterator[BrokerProcess]:
     """A broker whose sessions have an outgoing in-flight window of 2."""
     with running_broker(tmp_path_factory.mktemp("window"), "[limits]\nmax_inflight = 2\n") as b:
         yield b

@@ -1,4 +1,8 @@
-"""Start `python -m actors.main` as a subprocess on a free port, for tests over real sockets."""
+"""Start `python -m actors.main` as a subprocess on a free port, for tests over real sockets.
+
+`--workers` is `pool_mode.workers` unless the caller passes its own: the integration suite
+runs once with 1 (one process) and once with 2 (a pool), see tests/integration/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,16 @@ from pathlib import Path
 
 READY = re.compile(r"ready: accepting MQTT connections on ([\d.]+):(\d+)")
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class PoolMode:
+    """How many worker processes the brokers the tests start run (set per module)."""
+
+    workers: int = 1
+
+
+pool_mode = PoolMode()
 
 
 @dataclass
@@ -50,6 +64,8 @@ def start_broker(
         config_path.write_text(config_text, encoding="utf-8")
         args += ["--config", str(config_path)]
     args += list(extra_args)
+    if "--workers" not in extra_args:
+        args += ["--workers", str(pool_mode.workers)]
     if "--data-dir" not in extra_args:
         args += ["--data-dir", str(tmp_dir / "data")]
     log_path = tmp_dir / f"broker-{time.monotonic_ns()}.log"
@@ -64,7 +80,7 @@ def start_broker(
         preexec_fn=preexec_fn,  # noqa: PLW1509 (callers pass lock-free calls; see the docstring)
     )
     log_file.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         match = READY.search(log_path.read_text(encoding="utf-8", errors="replace"))
         if match:
@@ -73,4 +89,4 @@ def start_broker(
             raise RuntimeError(f"broker exited with {process.returncode}:\n{log_path.read_text()}")
         time.sleep(0.05)
     process.kill()
-    raise RuntimeError(f"broker did not become ready in 20 s:\n{log_path.read_text()}")
+    raise RuntimeError(f"broker did not become ready in 30 s:\n{log_path.read_text()}")
