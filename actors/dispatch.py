@@ -107,9 +107,10 @@ class Dispatcher:
                     ops.append(
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
-            if not self._fan_out(message, per_session, ops) and not (
-                remote is not None and remote.add(message)
-            ):
+            delivered = self._fan_out(message, per_session, ops)
+            if remote is not None and remote.add(message):
+                delivered = True
+            if not delivered:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))

@@ -171,12 +171,14 @@ def _ready_address(config: BrokerConfig, sockets: list[socket.socket]) -> str:
 
 
 def _announce_ready(ready_r: int, workers: int, address: str) -> None:
-    """Log the ready line once every worker has written its id to the ready pipe."""
+    """Log the ready line once every worker has written its id to the ready pipe; then keep
+    reading it (restarted workers write there too) until the pool ends."""
     seen: set[int] = set()
     with os.fdopen(ready_r, "rb", buffering=0) as pipe:
-        while len(seen) < workers:
-            data = pipe.read(64)
-            if not data:
-                return
-            seen.update(data)
-        logger.info("ready: accepting MQTT connections on %s (%d workers)", address, workers)
+        while data := pipe.read(64):
+            if len(seen) < workers:
+                seen.update(data)
+                if len(seen) == workers:
+                    logger.info(
+                        "ready: accepting MQTT connections on %s (%d workers)", address, workers
+                    )

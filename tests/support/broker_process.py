@@ -52,11 +52,14 @@ def start_broker(
     config_text: str | None = None,
     extra_args: tuple[str, ...] = (),
     preexec_fn: Callable[[], None] | None = None,
+    *,
+    pass_workers: bool = True,
 ) -> BrokerProcess:
     """Start the broker; wait for its "ready" line. `preexec_fn` runs in the child before exec.
 
     Only for a function that makes a system call or two (`resource.setrlimit`): it runs in
     the forked child of a possibly threaded process, where taking a lock can deadlock.
+    `pass_workers=False` leaves `--workers` to the configuration file.
     """
     args = [sys.executable, "-m", "actors.main", "--port", "0", "--log-level", "info"]
     if config_text is not None:
@@ -64,7 +67,7 @@ def start_broker(
         config_path.write_text(config_text, encoding="utf-8")
         args += ["--config", str(config_path)]
     args += list(extra_args)
-    if "--workers" not in extra_args:
+    if pass_workers and "--workers" not in extra_args:
         args += ["--workers", str(pool_mode.workers)]
     if "--data-dir" not in extra_args:
         args += ["--data-dir", str(tmp_dir / "data")]

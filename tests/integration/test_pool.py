@@ -1,0 +1,318 @@
+"""The process pool (docs/pool.md) with two workers, seen by real clients over real sockets.
+
+The kernel, not the test, picks the worker that accepts a connection; each worker logs the
+clients it accepts ("[worker N] ... client 'ID' ... connected"), so the tests read there
+which worker a client landed on, and connect again until the spread they need is reached.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mqtt.packets import PubAck, Will
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.clients import (
+    PahoCollector,
+    connect_raw,
+    expect_publish,
+    subscribe_raw,
+    unique,
+)
+from tests.support.raw_client import RawClient
+
+CONNECTED = re.compile(r"\[worker (\d+)\] channel\.channel: client '([^']+)' .* connected:")
+
+
+@pytest.fixture(scope="module")
+def workers() -> int:
+    """These tests start their own brokers, each with its worker count: one run each."""
+    return 2
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A pool of two workers with a SQLite store; it must stop cleanly (exit 0)."""
+    broker = start_broker(tmp_path, None, ("--workers", "2"))
+    yield broker
+    assert broker.stop(timeout=10) == 0, broker.log()
+
+
+def worker_of(broker: BrokerProcess, client_id: str, timeout: float = 5.0) -> int:
+    """The worker that accepted the latest connection of `client_id` (from the log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [int(w) for w, cid in CONNECTED.findall(broker.log()) if cid == client_id]
+        if found:
+            return found[-1]
+        time.sleep(0.02)
+    raise AssertionError(f"no worker logged the connection of {client_id!r}")
+
+
+def connections_of(broker: BrokerProcess, client_id: str) -> int:
+    return sum(1 for _w, cid in CONNECTED.findall(broker.log()) if cid == client_id)
+
+
+def spread(make: Callable[[str], object], broker: BrokerProcess, prefix: str, count: int) -> dict:
+    """`count` clients made by `make(client_id)`, connecting more (up to 40) until both
+    workers have some; {client id: (client, worker)}."""
+    clients: dict[str, tuple[object, int]] = {}
+    while len(clients) < count or len({w for _c, w in clients.values()}) < 2:
+        assert len(clients) < 40, "the kernel put 40 connections on one worker"
+        client_id = unique(prefix)
+        client = make(client_id)
+        clients[client_id] = (client, worker_of(broker, client_id))
+    return clients
+
+
+def connect_on_other_worker(
+    broker: BrokerProcess, client_id: str, other_than: int, **kwargs: object
+) -> RawClient:
+    """Connect `client_id` until a worker other than `other_than` accepts it."""
+    for _attempt in range(30):
+        seen = connections_of(broker, client_id)
+        client = connect_raw(broker, client_id, **kwargs)  # type: ignore[arg-type]
+        while connections_of(broker, client_id) == seen:
+            time.sleep(0.01)
+        if worker_of(broker, client_id) != other_than:
+            return client
+        client.close()
+        time.sleep(0.05)
+    raise AssertionError("30 connections in a row landed on the same worker")
+
+
+def test_publish_and_subscribe_across_workers_qos_0_1_2(pool: BrokerProcess) -> None:
+    """Every message once, in order per publisher, wherever publisher and subscriber are."""
+    topic = unique("cross")
+    subscribers = spread(lambda cid: PahoCollector(pool, cid), pool, "xsub", 4)
+    for index, (client_id, (subscriber, _worker)) in enumerate(subscribers.items()):
+        assert isinstance(subscriber, PahoCollector)
+        assert subscriber.subscribe(f"{topic}/#", index % 3) == [index % 3], client_id
+    publishers = spread(lambda cid: PahoCollector(pool, cid), pool, "xpub", 2)
+    per_publisher = 15
+    for name, (publisher, _worker) in publishers.items():
+        assert isinstance(publisher, PahoCollector)
+        for seq in range(per_publisher):
+            publisher.publish(f"{topic}/{name}", f"{name}:{seq}".encode(), qos=seq % 3)
+    expected = len(publishers) * per_publisher
+    for client_id, (subscriber, _worker) in subscribers.items():
+        assert isinstance(subscriber, PahoCollector)
+        received = [subscriber.next_message(timeout=10).payload for _ in range(expected)]
+        subscriber.assert_no_message(within=0.5)
+        assert sorted(received) == sorted(
+            f"{name}:{seq}".encode() for name in publishers for seq in range(per_publisher)
+        ), client_id
+        # In the order each publisher sent them, per topic and QoS [MQTT-4.6.0-6] (QoS 2
+        # is routed from the session, QoS 0/1 from the connection, in one broker too).
+        for name in publishers:
+            for qos in (0, 1, 2):
+                sent = [f"{name}:{seq}".encode() for seq in range(qos, per_publisher, 3)]
+                assert [p for p in received if p in sent] == sent, (client_id, qos)
+    for client, _worker in [*subscribers.values(), *publishers.values()]:
+        assert isinstance(client, PahoCollector)
+        client.client.disconnect()
+        client.client.loop_stop()
+
+
+def test_retained_messages_are_seen_from_both_workers(pool: BrokerProcess) -> None:
+    topic = unique("kept")
+    publisher = PahoCollector(pool, unique("rpub"))
+    publisher.publish(topic, b"kept", qos=1, retain=True)
+    time.sleep(0.2)  # the Retained frame reaches the other worker's replica
+    subscribers = spread(lambda cid: PahoCollector(pool, cid), pool, "rsub", 2)
+    for _client_id, (subscriber, _worker) in subscribers.items():
+        assert isinstance(subscriber, PahoCollector)
+        subscriber.subscribe(topic, 1)
+        message = subscriber.next_message()
+        assert (message.payload, message.retain) == (b"kept", True)
+        subscriber.client.disconnect()
+        subscriber.client.loop_stop()
+    publisher.client.disconnect()
+    publisher.client.loop_stop()
+
+
+def test_takeover_across_workers_closes_the_first_connection_and_publishes_its_will(
+    pool: BrokerProcess,
+) -> None:
+    """[MQTT-3.1.4-2]: the same client id on the other worker takes the session over."""
+    client_id = unique("taken")
+    will_topic = unique("will")
+    watcher = PahoCollector(pool, unique("watch"))
+    watcher.subscribe(will_topic, 1)
+    first = connect_raw(pool, client_id, will=Will(will_topic, b"gone"))
+    second = connect_on_other_worker(pool, client_id, worker_of(pool, client_id))
+    assert first.is_closed_by_broker(timeout=5)
+    assert watcher.next_message().payload == b"gone"
+    second.expect_nothing(0.3)  # the new connection stays up
+    second.close()
+    watcher.client.disconnect()
+    watcher.client.loop_stop()
+
+
+def test_persistent_session_resumes_on_the_other_worker(pool: BrokerProcess) -> None:
+    """Subscriptions, queued messages and the unacknowledged in-flight ones move."""
+    client_id, topic = unique("mover"), unique("moved")
+    subscriber = connect_raw(pool, client_id, clean=False)
+    subscribe_raw(subscriber, 1, (topic, 1))
+    home = worker_of(pool, client_id)
+    publisher = PahoCollector(pool, unique("mpub"))
+    publisher.publish(topic, b"m0", qos=1)
+    first = expect_publish(subscriber)  # in flight, never acknowledged
+    subscriber.close()
+    for payload in (b"m1", b"m2"):
+        publisher.publish(topic, payload, qos=1)
+    time.sleep(0.3)  # queued by the offline session on its worker
+    again = connect_on_other_worker(pool, client_id, home, clean=False, session_present=True)
+    resent = expect_publish(again)
+    assert (resent.payload, resent.packet_id, resent.dup) == (b"m0", first.packet_id, True)
+    queued = [expect_publish(again), expect_publish(again)]
+    assert [p.payload for p in queued] == [b"m1", b"m2"]
+    for packet in (resent, *queued):
+        again.send(PubAck(packet.packet_id))
+    publisher.publish(topic, b"m3", qos=1)  # the subscription moved too
+    assert expect_publish(again).payload == b"m3"
+    again.close()
+    publisher.client.disconnect()
+    publisher.client.loop_stop()
+
+
+def test_reconnect_storm_ends_with_one_session_per_client_id(pool: BrokerProcess) -> None:
+    """200 connections with 20 client ids at once: exactly one stays up per id, and a
+    publish to an id's topic reaches that one connection once."""
+    ids = [unique("storm") for _ in range(20)]
+    clients: list[tuple[str, RawClient]] = []
+    lock = threading.Lock()
+
+    def connect(client_id: str) -> None:
+        client = RawClient(pool.host, pool.port)
+        client.connect(client_id, clean=False)
+        with lock:
+            clients.append((client_id, client))
+
+    threads = [threading.Thread(target=connect, args=(ids[i % 20],)) for i in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(2)  # every takeover is done
+    alive: dict[str, list[RawClient]] = {client_id: [] for client_id in ids}
+    for client_id, client in clients:
+        if not client.is_closed_by_broker(timeout=0.05):
+            alive[client_id].append(client)
+    assert {client_id: len(up) for client_id, up in alive.items()} == dict.fromkeys(ids, 1)
+    publisher = PahoCollector(pool, unique("spub"))
+    for client_id, (client,) in alive.items():
+        subscribe_raw(client, 1, (f"storm/{client_id}", 0))
+        publisher.publish(f"storm/{client_id}", b"one", qos=1)
+        assert expect_publish(client).payload == b"one"
+        client.expect_nothing(0.1)
+    for _client_id, client in clients:
+        client.close()
+    publisher.client.disconnect()
+    publisher.client.loop_stop()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()]
+
+
+def _worker_pid(broker: BrokerProcess, worker: int) -> int:
+    for child in _children(broker.process.pid):
+        command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if b"--worker-id" in command and command[command.index(b"--worker-id") + 1] == str(
+            worker
+        ).encode():
+            return child
+    raise AssertionError(f"worker {worker} is not running")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_killed_worker_is_restarted_and_its_sessions_deliver_their_queue(
+    pool: BrokerProcess,
+) -> None:
+    client_id, topic = unique("survivor"), unique("queued")
+    subscriber = connect_raw(pool, client_id, clean=False)
+    subscribe_raw(subscriber, 1, (topic, 1))
+    worker = worker_of(pool, client_id)
+    subscriber.close()
+    publisher = PahoCollector(pool, unique("kpub"))
+    for payload in (b"q1", b"q2", b"q3"):
+        publisher.publish(topic, payload, qos=1)
+    publisher.client.disconnect()
+    publisher.client.loop_stop()
+    time.sleep(0.5)  # the worker hosting the session has committed its queue
+    victim = _worker_pid(pool, worker)
+    os.kill(victim, signal.SIGKILL)
+    started = time.monotonic()
+    probe = connect_raw(pool, unique("probe"))  # the pool keeps accepting meanwhile
+    probe.close()
+    while True:
+        try:
+            restarted = _worker_pid(pool, worker)
+        except AssertionError:
+            restarted = victim
+        if restarted != victim:
+            break
+        assert time.monotonic() - started < 5, "the worker was not restarted within 5 s"
+        time.sleep(0.05)
+    deadline = time.monotonic() + 15
+    while pool.log().count(f"worker {worker}: accepting MQTT connections") < 2:
+        assert time.monotonic() < deadline, pool.log()
+        time.sleep(0.05)
+    again = connect_raw(pool, client_id, clean=False, session_present=True)
+    received = [expect_publish(again, timeout=10) for _ in range(3)]
+    assert [p.payload for p in received] == [b"q1", b"q2", b"q3"]
+    for packet in received:
+        again.send(PubAck(packet.packet_id))
+    again.close()
+
+
+def test_killed_supervisor_takes_its_workers_and_store_down(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path, None, ("--workers", "2"))
+    children = _children(broker.process.pid)
+    assert len(children) == 3  # two workers and the store process
+    broker.process.send_signal(signal.SIGKILL)
+    broker.process.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(child) for child in children):
+        assert time.monotonic() < deadline, [c for c in children if _alive(c)]
+        time.sleep(0.05)
+
+
+def test_workers_1_is_one_process_without_a_supervisor(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path, None, ("--workers", "1"))
+    try:
+        client = connect_raw(broker, unique("single"))
+        client.close()
+        assert "supervisor" not in broker.log()
+        assert [c for c in _children(broker.process.pid) if b"--worker-id" in Path(
+            f"/proc/{c}/cmdline"
+        ).read_bytes()] == []
+    finally:
+        assert broker.stop() == 0
+
+
+def test_config_workers_key_starts_a_pool(tmp_path: Path) -> None:
+    broker = start_broker(
+        tmp_path, '[broker]\nworkers = 2\n[store]\nkind = "memory"\n', pass_workers=False
+    )
+    try:
+        assert "ready: accepting MQTT connections on" in broker.log()
+        assert "(2 workers)" in broker.log()
+    finally:
+        assert broker.stop(timeout=10) == 0
