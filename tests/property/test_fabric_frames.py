@@ -21,11 +21,16 @@ from fabric.frames import (
     FrameDecoder,
     FrameError,
     Granted,
+    HandedOver,
+    HandOver,
     Hello,
+    Owned,
     Release,
     Retained,
     RoutesChanged,
     RoutesSnapshot,
+    RoutesSync,
+    RoutesSynced,
     Settled,
     encode_frame,
 )
@@ -66,6 +71,11 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Granted, client_ids, worker_ids, st.none() | worker_ids),
     st.builds(Settled, client_ids, worker_ids),
     st.builds(Release, client_ids, worker_ids),
+    st.builds(HandOver, client_ids, worker_ids, st.sampled_from([0, 1])),
+    st.builds(HandedOver, client_ids),
+    st.builds(Owned, worker_ids, st.lists(client_ids, max_size=5).map(tuple)),
+    st.builds(RoutesSync, st.integers(0, 2**40)),
+    st.builds(RoutesSynced, st.integers(0, 2**40)),
 )
 
 

@@ -169,3 +169,16 @@ def test_a_reconnect_storm_ends_with_one_owner_per_id(script: list[tuple[str, in
     assert +model.outstanding == Counter(), "a live worker's claim was never granted"
     for client_id, owner in model.last_granted.items():
         assert model.arbiter.owner(client_id) == owner
+
+
+def test_owned_by_lists_the_ids_a_worker_was_granted() -> None:
+    arbiter = ClientIdArbiter()
+    arbiter.claim("a", 1)
+    arbiter.claim("b", 2)
+    arbiter.settled("b", 2)
+    arbiter.claim("c", 1)
+    arbiter.release("c", 1)
+    assert sorted(arbiter.owned_by(1)) == ["a"]
+    assert arbiter.owned_by(2) == ["b"]
+    assert arbiter.worker_down(1) == []
+    assert arbiter.owned_by(1) == []

@@ -51,6 +51,8 @@ def test_the_replica_matches_what_the_workers_announced(
                 if any(matches(f, topic) for f in announced[worker])
             }
             assert replica.workers_for(topic) == expected, topic
+            # The per-topic cache is dropped whenever the replica changes.
+            assert replica.workers_cached(topic) == tuple(sorted(expected)), topic
 
     for action, worker, topic_filter in script:
         if action == "sub":
