@@ -57,8 +57,13 @@ class RemoteForwarder(Protocol):
         """Whether another worker wants `message` (it is then forwarded at `flush`)."""
         ...
 
-    def flush(self, retained: list[Message]) -> None:
-        """Send what `add` collected, and the batch's retained messages to every worker."""
+    def flush(
+        self, retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> Callable[[], object] | None:
+        """Send what `add` collected, and the batch's retained messages to every worker.
+        If QoS 1/2 messages went to other workers and `on_durable` is given, `on_durable`
+        waits for their commits too: the callback returned is then to be called once this
+        worker's own ops are committed (None: nothing waits on other workers)."""
         ...
 
 
@@ -117,7 +122,10 @@ class Dispatcher:
         if retained:
             self._retainer.tell(StoreRetained(retained))
         if remote is not None:
-            remote.flush(retained)
+            local_part = remote.flush(retained, on_durable)
+            if local_part is not None:  # the acks wait for other workers' commits too
+                self._persistence.submit(ops, local_part)
+                return True
         if ops:
             self._persistence.submit(ops, on_durable)
             return True

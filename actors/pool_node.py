@@ -36,6 +36,8 @@ from actors.runtime import tell_if_alive
 from core.message import Message
 from fabric.frames import (
     Claim,
+    CommitSync,
+    Committed,
     Forward,
     Frame,
     Granted,
@@ -59,6 +61,17 @@ CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going
 HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
 
 
+class _DurableAck:
+    """A publisher's acks waiting for this worker's commit and the other workers' ones."""
+
+    __slots__ = ("local_done", "remaining", "then")
+
+    def __init__(self, remaining: set[int], then: Callable[[], object]) -> None:
+        self.remaining = remaining
+        self.then = then
+        self.local_done = False
+
+
 class PoolNode:
     """This worker's view of the pool; see the module docstring."""
 
@@ -73,6 +86,9 @@ class PoolNode:
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
         self._outgoing: dict[int, list[Message]] = {}
+        self._durable_to: set[int] = set()  # workers sent QoS 1/2 messages this batch
+        self._commit_token = 0
+        self._commits: dict[int, _DurableAck] = {}
         self._waiting_for_sync: list[Callable[[], object]] = []
         self._sync_token = 0
         self._syncs: dict[int, tuple[set[int], list[Callable[[], object]]]] = {}
@@ -143,6 +159,8 @@ class PoolNode:
         workers = self.remote.workers_cached(message.topic)
         if not workers:
             return False
+        if message.qos:
+            self._durable_to.update(workers)
         outgoing = self._outgoing
         for worker in workers:
             batch = outgoing.get(worker)
@@ -152,17 +170,49 @@ class PoolNode:
                 batch.append(message)
         return True
 
-    def flush(self, retained: list[Message]) -> None:
+    def flush(
+        self, retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> Callable[[], object] | None:
         fabric = self.fabric
+        durable_to, self._durable_to = self._durable_to, set()
         if fabric is None:
             self._outgoing.clear()
-            return
+            return None
         if self._outgoing:
             for worker, messages in self._outgoing.items():
                 fabric.send(worker, Forward(tuple(messages)))
             self._outgoing.clear()
         if retained:
             fabric.broadcast(Retained(tuple(retained)))
+        if on_durable is None or not durable_to:
+            return None
+        # The publisher's acks wait for the receiving workers' commits of what they
+        # received (docs/pool.md): write-ahead holds across workers.
+        self._commit_token += 1
+        ack = _DurableAck(durable_to, on_durable)
+        self._commits[self._commit_token] = ack
+        for worker in durable_to:
+            if not fabric.send(worker, CommitSync(self._commit_token)):
+                ack.remaining.discard(worker)
+        token = self._commit_token
+
+        def local_part() -> None:
+            self._committed(None, token)
+
+        return local_part
+
+    def _committed(self, worker: int | None, token: int) -> None:
+        """`worker` committed what it got before `CommitSync(token)` (None: this worker)."""
+        ack = self._commits.get(token)
+        if ack is None:
+            return
+        if worker is None:
+            ack.local_done = True
+        else:
+            ack.remaining.discard(worker)
+        if ack.local_done and not ack.remaining:
+            del self._commits[token]
+            ack.then()
 
     # ----- client ids ---------------------------------------------------------------------
 
@@ -282,6 +332,8 @@ class PoolNode:
         self.owned_reported.discard(worker)
         for token in list(self._syncs):
             self._synced(worker, token)
+        for token in list(self._commits):  # what it had not committed died with it
+            self._committed(worker, token)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
@@ -305,11 +357,22 @@ class PoolNode:
             dispatcher = self._context.dispatcher
             if dispatcher is not None:
                 dispatcher.publish_forwarded(frame.messages)
+        elif isinstance(frame, CommitSync):
+            token = frame.token
+            self._context.persistence.submit(
+                (), lambda: self.send(worker, Committed(token))
+            )
+        elif isinstance(frame, Committed):
+            self._committed(worker, frame.token)
         elif isinstance(frame, Retained):
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
         elif isinstance(frame, RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced):
             self._on_routes(worker, frame)
-        elif isinstance(frame, Granted):
+        else:
+            self._on_client_ids(worker, frame)
+
+    def _on_client_ids(self, worker: int, frame: Frame) -> None:
+        if isinstance(frame, Granted):
             self._on_granted(frame)
         elif isinstance(frame, HandOver):
             self._on_hand_over(frame)

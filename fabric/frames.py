@@ -147,6 +147,21 @@ class RoutesSynced:
     token: int
 
 
+@dataclass(frozen=True, slots=True)
+class CommitSync:
+    """Sent after a `Forward` with QoS 1/2 messages: answer `Committed(token)` once the store
+    ops of everything received before are committed (the publisher's PUBACK waits)."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The answer to `CommitSync(token)`."""
+
+    token: int
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -162,6 +177,8 @@ Frame = (
     | Owned
     | RoutesSync
     | RoutesSynced
+    | CommitSync
+    | Committed
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -180,6 +197,8 @@ _KINDS: dict[type[Any], int] = {
     Owned: 12,
     RoutesSync: 13,
     RoutesSynced: 14,
+    CommitSync: 15,
+    Committed: 16,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained)

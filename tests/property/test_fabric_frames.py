@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from core.message import Message, stored_message
 from fabric.frames import (
     Claim,
+    CommitSync,
+    Committed,
     Forward,
     Frame,
     FrameDecoder,
@@ -76,6 +78,8 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Owned, worker_ids, st.lists(client_ids, max_size=5).map(tuple)),
     st.builds(RoutesSync, st.integers(0, 2**40)),
     st.builds(RoutesSynced, st.integers(0, 2**40)),
+    st.builds(CommitSync, st.integers(0, 2**40)),
+    st.builds(Committed, st.integers(0, 2**40)),
 )
 
 
