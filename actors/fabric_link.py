@@ -270,5 +270,6 @@ class Fabric:
             logger.warning("fabric: a link closed before its Hello: %s", why)
         elif worker is not None and self._links.get(worker) is link:
             del self._links[worker]
-            logger.warning("fabric: link to worker %d lost: %s", worker, why)
+            # The handler's peer_down says whether that was expected (a clean stop) or not.
+            logger.info("fabric: link to worker %d lost: %s", worker, why)
             self._handler.peer_down(worker)

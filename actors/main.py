@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker_id is not None:
         logging.getLogger().handlers[0].setFormatter(
             logging.Formatter(
-                f"%(asctime)s %(levelname)s [worker {args.worker_id}] %(name)s: %(message)s"
+                f"%(asctime)s %(levelname)s %(name)s: [worker {args.worker_id}] %(message)s"
             )
         )
     raise_fd_limit()

@@ -28,9 +28,11 @@ import time
 from pathlib import Path
 
 from actors.config import BrokerConfig, ListenerConfig
+from actors.endpoint import Endpoint
 from actors.listener import bind_unix
 from actors.pool_worker import STORE_SOCKET
 from actors.supervisor import Supervisor
+from actors.tls_context import TlsSetupError
 from store import SQLITE_FILE_NAME
 
 logger = logging.getLogger(__name__)
@@ -51,11 +53,9 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
             store, parent_w = _start_store(config, run_dir)
             if store is None:
                 return 1
-        try:
-            sockets = [_bind(listener) for listener in config.listeners]
-        except OSError as error:
-            logger.error("cannot listen: %s (is another broker running? change the port)", error)
-            return 1
+        failed = _listen(config, sockets)
+        if failed:
+            return failed
         ready_r, ready_w = os.pipe()
         address = _ready_address(config, sockets)
         threading.Thread(
@@ -82,7 +82,8 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
             ]
 
         logger.info("pool: starting %d workers (run directory %s)", workers, run_dir)
-        status = Supervisor(command, workers, pass_fds=[*fds, ready_w]).run()
+        # A worker exiting with 2 (a configuration error: plugins, TLS) stops the pool.
+        status = Supervisor(command, workers, pass_fds=[*fds, ready_w], fatal_status=2).run()
         os.close(ready_w)
         return status
     finally:
@@ -96,8 +97,8 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 logger.error("pool: the store process did not end in time: killed")
                 store.kill()
-        for listener in config.listeners:
-            if listener.type == "unix":
+        for listener, _bound in zip(config.listeners, sockets, strict=False):
+            if listener.type == "unix":  # bound here: the socket file is the pool's
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(listener.path)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -149,6 +150,27 @@ def _start_store(
         time.sleep(0.02)
     logger.info("pool: store process (pid %d) serves %s", process.pid, path)
     return process, parent_w
+
+
+def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
+    """Check the listeners' TLS files and bind each listener into `sockets`, logging as one
+    broker would; 0, or the exit status (2: TLS configuration, 1: an address in use)."""
+    try:
+        endpoints = [Endpoint(listener) for listener in config.listeners]
+    except TlsSetupError as error:
+        logger.error("TLS configuration error: %s", error)
+        return 2
+    for endpoint in endpoints:
+        try:
+            sockets.append(_bind(endpoint.config))
+        except OSError as error:
+            logger.error(
+                "cannot listen for %s: %s (is another broker running? change the port)",
+                endpoint.name,
+                error.strerror or error,
+            )
+            return 1
+    return 0
 
 
 def _bind(listener: ListenerConfig) -> socket.socket:

@@ -43,6 +43,7 @@ from fabric.frames import (
     Granted,
     HandedOver,
     HandOver,
+    Leaving,
     Owned,
     Release,
     Retained,
@@ -94,6 +95,7 @@ class PoolNode:
         self._syncs: dict[int, tuple[set[int], list[Callable[[], object]]]] = {}
         self._claims: dict[str, gevent.event.AsyncResult] = {}
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
+        self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
@@ -326,8 +328,17 @@ class PoolNode:
         )
         self.fabric.send(worker, Owned(self.worker, owned))
 
+    def leave(self) -> None:
+        """This worker is shutting down: tell the others, so they take its going as normal."""
+        if self.fabric is not None:
+            self.fabric.broadcast(Leaving(self.worker))
+
     def peer_down(self, worker: int) -> None:
-        logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
+        if worker in self._leaving:
+            self._leaving.discard(worker)
+            logger.info("pool: worker %d stopped; dropping its routes", worker)
+        else:
+            logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
         self.owned_reported.discard(worker)
         for token in list(self._syncs):
@@ -380,6 +391,8 @@ class PoolNode:
             result = self._hand_overs.get((frame.client_id, worker))
             if result is not None and not result.ready():
                 result.set(None)
+        elif isinstance(frame, Leaving):
+            self._leaving.add(frame.worker)
         elif isinstance(frame, Owned):
             for client_id in frame.client_ids:
                 self.arbiter.adopt(client_id, frame.owner)

@@ -142,6 +142,7 @@ class PoolBroker(Broker):
             self._ready_fd = None
 
     def stop(self, timeout: float = 3.0) -> None:
+        self.node.leave()
         super().stop(timeout)
         if self.node.fabric is not None:
             self.node.fabric.stop()

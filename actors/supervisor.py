@@ -12,6 +12,8 @@ accepts on them and the kernel spreads the connections). docs/pool.md has the wh
   store committed); a worker still running after `stop_timeout` seconds is killed. The exit
   status is 0 if every worker exited 0.
 - SIGHUP: forwarded to every worker (plugins reload their files there).
+- A worker that exits with `fatal_status` (if given) stops the pool with that status: a
+  configuration error does not go away by restarting.
 - Workers end with the supervisor: each is started with PR_SET_PDEATHSIG = SIGTERM (Linux),
   so a supervisor killed with SIGKILL leaves no orphans.
 """
@@ -53,6 +55,7 @@ class Supervisor:
         *,
         pass_fds: Sequence[int] = (),
         stop_timeout: float = 5.0,
+        fatal_status: int | None = None,
     ) -> None:
         self._command = command
         self._workers = [_Worker() for _ in range(workers)]
@@ -60,6 +63,8 @@ class Supervisor:
         self._stop_timeout = stop_timeout
         self._stopping = False
         self._reload = False
+        self._fatal_status = fatal_status
+        self._failed_with: int | None = None
 
     def run(self) -> int:
         """Start the workers and supervise them until SIGTERM/SIGINT; the exit status."""
@@ -75,7 +80,8 @@ class Supervisor:
                 self._signal_all(signal.SIGHUP)
             self._reap_and_restart()
             time.sleep(POLL_INTERVAL)
-        return self._stop_all()
+        status = self._stop_all()
+        return self._failed_with if self._failed_with is not None else status
 
     def pids(self) -> list[int | None]:
         """The workers' process ids (None while one is down)."""
@@ -109,6 +115,16 @@ class Supervisor:
                 if status is None:
                     continue
                 worker.process = None
+                if status == self._fatal_status:
+                    logger.error(
+                        "supervisor: worker %d exited with status %d (its log lines above say "
+                        "why); stopping the pool",
+                        worker_id,
+                        status,
+                    )
+                    self._failed_with = status
+                    self._stopping = True
+                    return
                 fast = now - worker.started_at < FAST_DEATH
                 delay = worker.backoff if fast else 0.0
                 worker.backoff = min(worker.backoff * 2, MAX_BACKOFF) if fast else FIRST_BACKOFF

@@ -162,6 +162,13 @@ class Committed:
     token: int
 
 
+@dataclass(frozen=True, slots=True)
+class Leaving:
+    """The sender is shutting down: its link closing next is expected, not a failure."""
+
+    worker: int
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -179,6 +186,7 @@ Frame = (
     | RoutesSynced
     | CommitSync
     | Committed
+    | Leaving
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -199,6 +207,7 @@ _KINDS: dict[type[Any], int] = {
     RoutesSynced: 14,
     CommitSync: 15,
     Committed: 16,
+    Leaving: 17,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained)

@@ -1,7 +1,7 @@
 """The process pool (docs/pool.md) with two workers, seen by real clients over real sockets.
 
 The kernel, not the test, picks the worker that accepts a connection; each worker logs the
-clients it accepts ("[worker N] ... client 'ID' ... connected"), so the tests read there
+clients it accepts ("channel.channel: [worker N] client 'ID' ... connected"), so the tests read there
 which worker a client landed on, and connect again until the spread they need is reached.
 """
 
@@ -28,7 +28,7 @@ from tests.support.clients import (
 )
 from tests.support.raw_client import RawClient
 
-CONNECTED = re.compile(r"\[worker (\d+)\] channel\.channel: client '([^']+)' .* connected:")
+CONNECTED = re.compile(r"channel\.channel: \[worker (\d+)\] client '([^']+)' .* connected:")
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Hello,
+    Leaving,
     Owned,
     Release,
     Retained,
@@ -80,6 +81,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(RoutesSynced, st.integers(0, 2**40)),
     st.builds(CommitSync, st.integers(0, 2**40)),
     st.builds(Committed, st.integers(0, 2**40)),
+    st.builds(Leaving, worker_ids),
 )
 
 

@@ -36,3 +36,17 @@ def wait_for_log(broker: BrokerProcess, text: str, timeout: float = 3.0) -> str:
         if time.monotonic() >= deadline:
             raise AssertionError(f"no broker log line contains {text!r}:\n{broker.log()}")
         time.sleep(0.02)
+
+
+def wait_for_log_lines(
+    broker: BrokerProcess, text: str, count: int, timeout: float = 3.0
+) -> list[str]:
+    """The first `count` log lines containing `text` (one per worker of a pool, say)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in broker.log().splitlines() if text in line]
+        if len(lines) >= count:
+            return lines[:count]
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"fewer than {count} log lines contain {text!r}:\n{broker.log()}")
+        time.sleep(0.02)
