@@ -28,7 +28,7 @@ import gevent
 import gevent.event
 
 from actors.broker import Broker, ListenError
-from actors.config import ConfigError, load_config
+from actors.config import BrokerConfig, ConfigError, load_config
 from actors.pool_main import run_pool
 from actors.pool_worker import PoolBroker
 from actors.tls_context import TlsSetupError
@@ -119,6 +119,15 @@ def _without_workers(argv: list[str]) -> list[str]:
     return kept
 
 
+def _supervise(config: BrokerConfig, workers: int, argv: list[str]) -> int:
+    """Run the pool's supervisor (actors.pool_main); the exit status."""
+    try:
+        return run_pool(config, workers, _without_workers(argv))
+    except StoreError as error:
+        logger.error("cannot open the store: %s", error)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().setLevel(config.log_level.upper())
     workers = config.workers or os.cpu_count() or 1
     if args.worker_id is None and workers > 1:
-        return run_pool(config, workers, _without_workers(sys.argv[1:] if argv is None else argv))
+        return _supervise(config, workers, sys.argv[1:] if argv is None else argv)
     if args.worker_id is not None:
         logging.getLogger().handlers[0].setFormatter(
             logging.Formatter(

@@ -34,6 +34,7 @@ from actors.pool_worker import STORE_SOCKET
 from actors.supervisor import Supervisor
 from actors.tls_context import TlsSetupError
 from store import SQLITE_FILE_NAME
+from store.sqlite_store import check_store_file
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ STORE_STOP_TIMEOUT = 10.0
 
 
 def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
-    """Run the pool until SIGTERM/SIGINT; the exit status (0: every worker exited 0)."""
+    """Run the pool until SIGTERM/SIGINT; the exit status (0: every worker exited 0).
+    Raises store.base.StoreError if the store file cannot be a store."""
     run_dir = Path(tempfile.mkdtemp(prefix="mqtt-pool-"))
     store: subprocess.Popen[bytes] | None = None
     parent_w: int | None = None
@@ -115,6 +117,7 @@ def _start_store(
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         path = data_dir / SQLITE_FILE_NAME
+        check_store_file(path)  # StoreError: the caller says it as one broker would
     parent_r, parent_w = os.pipe()
     project_root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)

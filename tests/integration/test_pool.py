@@ -1,8 +1,9 @@
 """The process pool (docs/pool.md) with two workers, seen by real clients over real sockets.
 
 The kernel, not the test, picks the worker that accepts a connection; each worker logs the
-clients it accepts ("channel.channel: [worker N] client 'ID' ... connected"), so the tests read there
-which worker a client landed on, and connect again until the spread they need is reached.
+clients it accepts ("channel.channel: [worker N] client 'ID' ... connected"), so the tests
+read there which worker a client landed on, and connect again until they have the spread
+they need.
 """
 
 from __future__ import annotations
