@@ -2,7 +2,8 @@
 
 Pure: `SharePicker.pick` takes the group, what the message is (topic, publisher) and the
 members to avoid, and returns a member; its only state is the round-robin position and the
-sticky choice of each group, plus a seeded `random.Random`. The names are EMQX's:
+sticky choice of each group (at most `MAX_REMEMBERED_GROUPS`), plus a seeded
+`random.Random`. The names are EMQX's:
 
 - `round_robin` (default): the members in turn, per group;
 - `random`: uniformly at random;
@@ -42,6 +43,9 @@ class Strategy(Enum):
 STRATEGY_NAMES = tuple(strategy.value for strategy in Strategy)
 
 GroupKey = tuple[str, str]  # (share name, topic filter)
+# Groups whose turn or sticky choice is remembered; beyond it the memory starts afresh (a
+# round restarts, a sticky group chooses again), so groups that come and go cannot fill it.
+MAX_REMEMBERED_GROUPS = 10_000
 
 
 class SharePicker:
@@ -57,11 +61,6 @@ class SharePicker:
         self._local_worker = local_worker
         self._next: dict[GroupKey, int] = {}  # round robin: the position of the next turn
         self._sticky: dict[GroupKey, str] = {}  # sticky: the chosen member's client id
-
-    def forget(self, group: str, topic_filter: str) -> None:
-        """Drop the state of a group that is gone."""
-        self._next.pop((group, topic_filter), None)
-        self._sticky.pop((group, topic_filter), None)
 
     def pick(
         self,
@@ -92,12 +91,19 @@ class SharePicker:
                 if member.client_id == chosen:
                     return member
             member = members[self._random.randrange(len(members))]
+            if len(self._sticky) >= MAX_REMEMBERED_GROUPS:
+                self._sticky.clear()
             self._sticky[key] = member.client_id
             return member
         local = tuple(m for m in members if m.worker == self._local_worker)
         return self._in_turn(key, local or members)
 
     def _in_turn(self, key: GroupKey, members: tuple[ShareMember, ...]) -> ShareMember:
-        position = self._next.get(key, 0) % len(members)
+        position = self._next.get(key)
+        if position is None:
+            if len(self._next) >= MAX_REMEMBERED_GROUPS:
+                self._next.clear()
+            position = 0
+        position %= len(members)
         self._next[key] = position + 1
         return members[position]
