@@ -590,7 +590,6 @@ class Channel:
             data=packet.properties.get(AUTHENTICATION_DATA),
             state=exchange.state,
         )
-        self.phase = Phase.AWAITING_CONNECT  # until the answer says what comes next
         result = self._hooks.authenticate(request)
         self._authenticated(result, exchange.pending, exchange.connack_properties)
 
