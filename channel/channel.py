@@ -419,14 +419,13 @@ class Channel:
         for index, subscription in enumerate(packet.subscriptions):
             topic_filter = subscription.topic_filter
             shared = _shared_refusal(topic_filter, self._settings.shared_subscriptions)
+            read_filter = inner_filter(topic_filter)  # a shared one reads after its share name
             if shared is not None:
                 logger.info("%s: subscribe to %r refused: %s", self._name(), *shared[1:])
                 refused[index] = shared[0]
-            elif topic_filter.count("/") >= self._settings.max_topic_levels:
+            elif read_filter.count("/") >= self._settings.max_topic_levels:
                 refused[index] = ReasonCode.TOPIC_FILTER_INVALID
-            elif self._check_acl and not may_read(
-                hooks, client, inner_filter(topic_filter), subscription.qos
-            ):
+            elif self._check_acl and not may_read(hooks, client, read_filter, subscription.qos):
                 logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
                 refused[index] = _NOT_AUTHORIZED
         subscription_ids = packet.properties.get(PropertyId.SUBSCRIPTION_IDENTIFIER)
