@@ -462,56 +462,21 @@ class Channel:
 
     def _connect(self, packet: Connect) -> None:
         self.version = packet.protocol_version
-        connack_properties: dict[int, Any] = {}
-        client = self._client_of(packet, connack_properties)
-        if client is None:
-            return
-        self.client = client
-        hooks = self._hooks
-        if hooks.has(HookPoint.CLIENT_CONNECT):
-            hooks.run(
-                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
-            )
-        if self.version >= 5 and not self._settings.shared_subscriptions:
-            # Absent, it means 1 (available) (3.2.2.3.13): announced only when off.
-            connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] = 0
-        method = packet.properties.get(AUTHENTICATION_METHOD) if self.version >= 5 else None
-        data = packet.properties.get(AUTHENTICATION_DATA) if self.version >= 5 else None
-        if method is None:
-            if data is not None:
-                self._refuse(
-                    ReasonCode.PROTOCOL_ERROR,
-                    "Authentication Data without an Authentication Method [MQTT-3.1.2-28]",
-                )
-            elif self._settings.identity_as_username:
-                # The TLS handshake authenticated the client (its certificate's identity).
-                self._accept(packet, connack_properties)
-            else:
-                request = AuthenticateRequest(client=client, password=packet.password)
-                self._authenticated(hooks.authenticate(request), packet, connack_properties)
-            return
-        self._auth = AuthExchange(method, packet, connack_properties)
-        request = AuthenticateRequest(
-            client=client, password=packet.password, method=method, data=data
-        )
-        self._authenticated(hooks.authenticate(request), packet, connack_properties)
-
-    def _client_of(self, packet: Connect, connack_properties: dict[int, Any]) -> ClientInfo | None:
-        """Who the CONNECT says the client is; None if refused (client id, certificate)."""
         settings = self._settings
         client_id = packet.client_id
+        connack_properties: dict[int, Any] = {}
         if not client_id:
             if self.version == 3 or (self.version == 4 and not packet.clean_start):
                 # 3.1 needs 1..23 characters; 3.1.1 allows an empty id only with clean
                 # session 1 [MQTT-3.1.3-8].
                 self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id")
-                return None
+                return
             client_id = f"auto-{uuid.uuid4().hex}"  # [MQTT-3.1.3-6]
             if self.version >= 5:
                 connack_properties[PropertyId.ASSIGNED_CLIENT_IDENTIFIER] = client_id
         if len(client_id) > settings.max_client_id_length:
             self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
-            return None
+            return
         username = packet.username
         if settings.identity_as_username:
             if self._identity is None:
@@ -520,9 +485,9 @@ class Channel:
                     "no client certificate (with a common name): this listener takes the "
                     "user name from it (use_identity_as_username)",
                 )
-                return None
+                return
             username = self._identity
-        return ClientInfo(
+        client = ClientInfo(
             client_id=client_id,
             username=username,
             peer=self.peer,
@@ -530,23 +495,85 @@ class Channel:
             clean_start=packet.clean_start,
             keepalive=packet.keepalive,
         )
-
-    def _authenticated(
-        self,
-        result: AuthResult | AuthContinue,
-        packet: Connect,
-        connack_properties: dict[int, Any],
-    ) -> None:
-        """Carry out the client.authenticate answer to a CONNECT or to an AUTH before CONNACK."""
-        exchange = self._auth
-        if isinstance(result, AuthContinue):
-            if exchange is None:
+        self.client = client
+        hooks = self._hooks
+        if hooks.has(HookPoint.CLIENT_CONNECT):
+            hooks.run(
+                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
+            )
+        if self.version >= 5 and not settings.shared_subscriptions:
+            # Absent, it means 1 (available) (3.2.2.3.13): announced only when off.
+            connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] = 0
+        if self.version >= 5 and self._enhanced_auth_requested(packet, connack_properties):
+            return
+        if not settings.identity_as_username:
+            # With the certificate's identity, the TLS handshake authenticated the client.
+            result = hooks.authenticate(
+                AuthenticateRequest(client=client, password=packet.password)
+            )
+            assert isinstance(result, AuthResult)  # no method: never AuthContinue (HookBus)
+            if not result.allowed:
+                assert result.reason is not None
                 self._refuse(
-                    _NOT_AUTHORIZED,
-                    "a client.authenticate plugin continued a CONNECT without an "
-                    "Authentication Method (a plugin bug)",
+                    result.reason.connack_v5, f"authentication failed: {result.reason.value}"
                 )
                 return
+        self._accept(packet, connack_properties)
+
+    def _accept(self, packet: Connect, connack_properties: dict[int, Any]) -> None:
+        """The client is authenticated: check its will, then open its session."""
+        client = self.client
+        assert client is not None
+        if packet.will is not None:
+            will = packet.will
+            if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
+                # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
+                # is checked again (and dropped) when it would be published.
+                self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
+                return
+            self._will = Message(
+                topic=will.topic,
+                payload=will.payload,
+                qos=will.qos,
+                retain=will.retain,
+                publisher=client.client_id,
+                username=client.username,
+                properties=will.properties,
+            )
+        self.phase = Phase.CONNECTING
+        timeout = packet.keepalive * KEEPALIVE_GRACE if packet.keepalive else None
+        self._actions.append(SetReadTimeout(timeout))
+        self._actions.append(OpenSession(client, connack_properties))
+
+    # ----- enhanced authentication (MQTT 5.0 section 4.12, channel.enhanced_auth) -------
+
+    def _enhanced_auth_requested(self, packet: Connect, connack_properties: dict[int, Any]) -> bool:
+        """If the 5.0 CONNECT names an Authentication Method, start the exchange and say so
+        (True); also True when it is refused for Authentication Data without a method."""
+        method = packet.properties.get(AUTHENTICATION_METHOD)
+        data = packet.properties.get(AUTHENTICATION_DATA)
+        if method is None:
+            if data is None:
+                return False
+            self._refuse(
+                ReasonCode.PROTOCOL_ERROR,
+                "Authentication Data without an Authentication Method [MQTT-3.1.2-28]",
+            )
+            return True
+        assert self.client is not None
+        self._auth = AuthExchange(method, packet, connack_properties)
+        request = AuthenticateRequest(
+            client=self.client, password=packet.password, method=method, data=data
+        )
+        self._authenticated(self._hooks.authenticate(request))
+        return True
+
+    def _authenticated(self, result: AuthResult | AuthContinue) -> None:
+        """Carry out the client.authenticate answer to a CONNECT with a method or to an AUTH
+        before CONNACK."""
+        exchange = self._auth
+        assert exchange is not None and exchange.pending is not None
+        if isinstance(result, AuthContinue):
             exchange.state = result.state
             self.phase = Phase.AUTHENTICATING
             self._actions.append(Send(auth_packet(CONTINUE, exchange.method, result.data)))
@@ -555,11 +582,11 @@ class Channel:
             assert result.reason is not None
             self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
             return
-        if exchange is not None:
-            connack_properties[AUTHENTICATION_METHOD] = exchange.method
-            if result.data is not None:
-                connack_properties[AUTHENTICATION_DATA] = result.data
-            exchange.pending, exchange.connack_properties, exchange.state = None, {}, None
+        packet, connack_properties = exchange.pending, exchange.connack_properties
+        connack_properties[AUTHENTICATION_METHOD] = exchange.method
+        if result.data is not None:
+            connack_properties[AUTHENTICATION_DATA] = result.data
+        exchange.pending, exchange.connack_properties, exchange.state = None, {}, None
         if result.username is not None and self.client is not None:
             self.client = replace(self.client, username=result.username)
         self._accept(packet, connack_properties)
@@ -589,8 +616,7 @@ class Channel:
             data=packet.properties.get(AUTHENTICATION_DATA),
             state=exchange.state,
         )
-        result = self._hooks.authenticate(request)
-        self._authenticated(result, exchange.pending, exchange.connack_properties)
+        self._authenticated(self._hooks.authenticate(request))
 
     def _reauthenticate(self, packet: Auth) -> None:
         """AUTH from a connected client: a re-authentication (MQTT 5.0 section 4.12.1)."""
@@ -633,31 +659,6 @@ class Channel:
             )
             self._last_words(code)
             self._close(DisconnectReason.NOT_AUTHORIZED)
-
-    def _accept(self, packet: Connect, connack_properties: dict[int, Any]) -> None:
-        """The client is authenticated: check its will, then open its session."""
-        client = self.client
-        assert client is not None
-        if packet.will is not None:
-            will = packet.will
-            if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
-                # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
-                # is checked again (and dropped) when it would be published.
-                self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
-                return
-            self._will = Message(
-                topic=will.topic,
-                payload=will.payload,
-                qos=will.qos,
-                retain=will.retain,
-                publisher=client.client_id,
-                username=client.username,
-                properties=will.properties,
-            )
-        self.phase = Phase.CONNECTING
-        timeout = packet.keepalive * KEEPALIVE_GRACE if packet.keepalive else None
-        self._actions.append(SetReadTimeout(timeout))
-        self._actions.append(OpenSession(client, connack_properties))
 
     def _refuse(self, reason_code: int, why: str) -> None:
         logger.info(

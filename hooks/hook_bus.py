@@ -153,7 +153,9 @@ class HookBus:
 
         With an Authentication Method (MQTT 5.0 enhanced authentication) that nobody
         decides, the result is BAD_AUTHENTICATION_METHOD (CONNACK 0x8C): no plugin speaks
-        that method [MQTT-4.12.0-1]. Otherwise, when nobody decides, it is `allow_anonymous`.
+        that method [MQTT-4.12.0-1]. Otherwise, when nobody decides, it is `allow_anonymous`;
+        an AuthContinue answered to a request without a method is logged and ignored, so such
+        a request always gets an AuthResult.
         A refusal without an explicit
         AuthResult (DENY, or nobody decided and allow_anonymous is off) is NOT_AUTHORIZED
         (CONNACK 0x05 / 0x87) for a client that sent no user name, as Mosquitto answers, and
@@ -167,8 +169,10 @@ class HookBus:
             except Exception:
                 self._log_failure(point, entry)
                 continue
-            if isinstance(result, AuthResult | AuthContinue):
+            if isinstance(result, AuthResult):
                 return result
+            if isinstance(result, AuthContinue) and request.method is not None:
+                return result  # without a method there is no exchange to continue
             if result is Decision.ALLOW:
                 return AUTH_ALLOWED
             if result is Decision.DENY:

@@ -67,3 +67,13 @@ def test_password_plugin_ignores_requests_with_a_method(tmp_path: Path) -> None:
     plugin.register(bus)
     assert bus.authenticate(request("SCRAM-SHA-256")) == AUTH_BAD_METHOD
     assert bus.authenticate(request(None)) == AUTH_BAD_CREDENTIALS  # alice, no password
+
+
+def test_auth_continue_without_a_method_is_ignored_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Nothing to continue without a method: a plugin bug, treated as IGNORE.
+    bus = HookBus(allow_anonymous=False)
+    bus.register(HookPoint.CLIENT_AUTHENTICATE, lambda _r: AuthContinue(data=b"?"), owner="bad")
+    assert bus.authenticate(request(None)) == AUTH_BAD_CREDENTIALS
+    assert "expected Decision, AuthResult or AuthContinue" in caplog.text
