@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from router.share_strategy import STRATEGY_NAMES
+
 
 class ConfigError(ValueError):
     """The configuration file or a command-line value is wrong; the message says which key."""
@@ -108,11 +110,20 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedSubscriptionsConfig:
+    enabled: bool = True  # announced in CONNACK; off: SUBACK 0x9E for $share/... filters
+    strategy: str = "round_robin"  # router.share_strategy.STRATEGY_NAMES
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    shared_subscriptions: SharedSubscriptionsConfig = field(
+        default_factory=SharedSubscriptionsConfig
+    )
     node_name: str = "broker@127.0.0.1"
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
@@ -129,6 +140,7 @@ _SECTIONS = {
     "limits": LimitsConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
+    "shared_subscriptions": SharedSubscriptionsConfig,
 }
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
@@ -278,6 +290,11 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
+    if config.shared_subscriptions.strategy not in STRATEGY_NAMES:
+        raise ConfigError(
+            f"[shared_subscriptions] strategy must be one of {', '.join(STRATEGY_NAMES)}, "
+            f"got {config.shared_subscriptions.strategy!r}"
+        )
     return config
 
 
@@ -317,7 +334,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         else:
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, auth, "
-                "store, plugins, node_name, log_level"
+                "store, shared_subscriptions, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))

@@ -18,6 +18,7 @@ from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from router.fan_out import Route
 from router.route_table import RouteTable
+from router.shared import SharedSubscriptions
 
 
 @dataclass(slots=True)
@@ -27,6 +28,8 @@ class BrokerContext:
     route_table: RouteTable[str, Route]
     stats: BrokerStats
     persistence: Persistence
+    # The share groups of `$share/...` subscriptions, beside the route table (same writer).
+    shared_subscriptions: SharedSubscriptions = field(default_factory=SharedSubscriptions)
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
@@ -51,4 +54,5 @@ class BrokerContext:
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
             identity_as_username=identity_as_username,
+            shared_subscriptions=self.config.shared_subscriptions.enabled,
         )

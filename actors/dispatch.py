@@ -15,10 +15,17 @@ For one batch it:
   capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1]
   (that merge is the topic's plan, `router.fan_out`, cached until the route table changes);
 - encodes a QoS 0 PUBLISH for MQTT 3.x subscribers once per message and shares the bytes;
+- gives each share group matching the topic (`$share/...`, `router.shared`) the message
+  once, to the member its `SharePicker` strategy picks; while the broker has no share group
+  this is one attribute test per message;
 - tells each session one `Deliver` with all of its deliveries from the batch;
 - in a pool (`remote` set, docs/pool.md), hands each message to the forwarder, which sends
   the batch once to each other worker with a matching subscriber; what a worker receives
-  that way goes through `publish_forwarded`, to its local subscribers only.
+  that way goes through `publish_forwarded`, to its local subscribers only (share groups
+  are not replicated: they take messages published on their own worker).
+
+`redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
+its session ended) and gives each to another member of its group, as EMQX does.
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from actors.stats import BrokerStats
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
+from core.share_origin import ShareOrigin
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode_publish
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
+from router.share_strategy import SharePicker, Strategy
+from router.shared import SharedSubscriptions, ShareGroup
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -77,8 +87,12 @@ class Dispatcher:
         persistence: Persistence,
         *,
         loss_log: RateLimitedLog,
+        shares: SharedSubscriptions | None = None,
+        picker: SharePicker | None = None,
     ) -> None:
-        self._fan_out_plans = FanOut(routes)
+        self._shares = SharedSubscriptions() if shares is None else shares
+        self._picker = SharePicker(Strategy.ROUND_ROBIN) if picker is None else picker
+        self._fan_out_plans = FanOut(routes, shares=self._shares)
         self._loss_log = loss_log
         self._retainer = retainer
         self._hooks = hooks
@@ -113,6 +127,9 @@ class Dispatcher:
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
             delivered = self._fan_out(message, per_session, ops)
+            if self._shares.group_count:
+                groups = self._fan_out_plans.shared_plan(message.topic)
+                delivered = self._share_out(message, groups, per_session, ops) or delivered
             if remote is not None and remote.add(message):
                 delivered = True
             if not delivered:
@@ -126,6 +143,9 @@ class Dispatcher:
             if local_part is not None:  # the acks wait for other workers' commits too
                 self._persistence.submit(ops, local_part)
                 return True
+        return self._submit(ops, on_durable)
+
+    def _submit(self, ops: list[Op], on_durable: Callable[[], object] | None) -> bool:
         if ops:
             self._persistence.submit(ops, on_durable)
             return True
@@ -180,6 +200,66 @@ class Dispatcher:
             self._persistence.submit(ops)  # in-flight marks must follow the puts
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
+
+    def _share_out(
+        self,
+        message: Message,
+        groups: tuple[ShareGroup, ...],
+        per_session: dict[Any, list[Delivery]],
+        ops: list[Op],
+        tried: frozenset[str] = frozenset(),
+    ) -> bool:
+        """One delivery per share group, to the member the strategy picks (not one of
+        `tried`); False if no group had a member to take it."""
+        delivered = False
+        for group in groups:
+            member = self._picker.pick(group, message.topic, message.publisher or "", tried)
+            if member is None:
+                continue
+            options = member.route.options
+            qos = options.qos if options.qos < message.qos else message.qos
+            ids = (options.subscription_id,) if options.subscription_id else ()
+            share = ShareOrigin(group.group, group.topic_filter, tried)
+            # Live deliveries keep RETAIN only with Retain As Published [MQTT-3.3.1-12].
+            retain = message.retain and options.retain_as_published
+            if qos and member.route.persistent and self._persistence.enabled:
+                seq = self._persistence.next_seq()
+                delivery = Delivery(message, qos, retain, ids, None, seq, share)
+                ops.append(PutMessage(member.client_id, seq, stored_delivery(delivery)))
+            else:
+                delivery = Delivery(message, qos, retain, ids, None, 0, share)
+            per_session.setdefault(member.route.session, []).append(delivery)
+            delivered = True
+        return delivered
+
+    def redispatch(self, deliveries: list[Delivery], giver: str) -> list[Delivery]:
+        """Give shared deliveries that the member `giver` cannot keep to other members of
+        their groups; returns those no other member could take (the group is gone, or
+        every other member has tried), in order."""
+        per_session: dict[Any, list[Delivery]] = {}
+        ops: list[Op] = []
+        left: list[Delivery] = []
+        for delivery in deliveries:
+            share = delivery.share
+            group = None if share is None else self._shares.group(share.group, share.topic_filter)
+            if share is None or group is None:
+                left.append(delivery)
+                continue
+            tried = share.tried | {giver}
+            if not self._share_out(delivery.message, (group,), per_session, ops, tried):
+                left.append(delivery)
+        for session, moved in per_session.items():
+            tell_if_alive(session, Deliver(moved))
+        if ops:
+            self._persistence.submit(ops)
+        if len(left) < len(deliveries):
+            logger.info(
+                "shared subscriptions: %d messages of client %r went to other members of "
+                "their groups",
+                len(deliveries) - len(left),
+                giver,
+            )
+        return left
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""

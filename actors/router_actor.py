@@ -1,13 +1,16 @@
-"""RouterActor: the single writer of the route table (topic filter -> subscribing sessions).
+"""RouterActor: the single writer of the route table (topic filter -> subscribing sessions)
+and of the share groups of `$share/...` subscriptions beside it (`router.shared`).
 
 Subscribes and unsubscribes are serialised through this actor's mailbox; publishers read
-the same `RouteTable` object directly (see `actors.dispatch`). A change is applied whole
-within one message, and gevent never switches inside it, so readers never see half a change.
+the same `RouteTable` and `SharedSubscriptions` objects directly (see `actors.dispatch`). A
+change is applied whole within one message, and gevent never switches inside it, so readers
+never see half a change.
 
-In a pool, `replica` (the `PoolNode`) hears each route that appears or goes, which it turns
-into filter announcements to the other workers, and the answer to a subscription waits
-until every other worker has applied them: after its SUBACK, a publish on any worker
-reaches the new subscriber, as in one broker (docs/pool.md).
+In a pool, `replica` (the `PoolNode`) hears each route of the table that appears or goes,
+which it turns into filter announcements to the other workers, and the answer to a
+subscription waits until every other worker has applied them: after its SUBACK, a publish
+on any worker reaches the new subscriber, as in one broker (docs/pool.md). Shared
+subscriptions are not replicated (docs/pool.md says what that means).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Protocol
 from actors.messages import AddRoutes, RemoveRoutes, RoutesChanged, Sync
 from actors.runtime import GeventActor, tell_if_alive
 from router.route_table import RouteTable
+from router.shared import SharedSubscriptions, is_shared
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +35,27 @@ class RouteReplication(Protocol):
     def when_routes_known(self, then: Callable[[], object]) -> None: ...
 
 
+def add_route(
+    table: RouteTable, shares: SharedSubscriptions, topic_filter: str, client_id: str, route: Any
+) -> bool:
+    """Route `topic_filter` (a `$share/...` one joins its share group) to `client_id`; True
+    if the client is new on that (non-shared) filter of the table."""
+    if is_shared(topic_filter):
+        shares.add(topic_filter, client_id, route)
+        return False
+    return table.add(topic_filter, client_id, route)
+
+
 class RouterActor(GeventActor):
-    def __init__(self, table: RouteTable, replica: RouteReplication | None = None) -> None:
+    def __init__(
+        self,
+        table: RouteTable,
+        shares: SharedSubscriptions,
+        replica: RouteReplication | None = None,
+    ) -> None:
         super().__init__()
         self._table = table
+        self._shares = shares
         self._replica = replica
 
     def on_receive(self, message: Any) -> None:
@@ -43,15 +64,16 @@ class RouterActor(GeventActor):
         if isinstance(message, AddRoutes):
             replica = self._replica
             for topic_filter, route in message.routes:
-                if self._table.add(topic_filter, message.client_id, route) and replica:
+                added = add_route(
+                    self._table, self._shares, topic_filter, message.client_id, route
+                )
+                if added and replica is not None:
                     replica.route_changed(topic_filter, True)
         elif isinstance(message, RemoveRoutes):
             for topic_filter in message.topic_filters:
-                current = self._table.subscribers(topic_filter).get(message.client_id)
-                if current is not None and current.session is message.session:
-                    self._table.remove(topic_filter, message.client_id)
-                    if self._replica is not None:
-                        self._replica.route_changed(topic_filter, False)
+                removed = self._remove(topic_filter, message.client_id, message.session)
+                if removed and self._replica is not None:
+                    self._replica.route_changed(topic_filter, False)
         else:
             logger.warning("router: unexpected message %r", message)
             return
@@ -63,3 +85,17 @@ class RouterActor(GeventActor):
                 )
             else:
                 tell_if_alive(message.reply_to, RoutesChanged(message.token))
+
+    def _remove(self, topic_filter: str, client_id: str, session: Any) -> bool:
+        """Remove the route only if it still points at `session` (not a newer one's); True
+        if a route of the table (not a share group) went."""
+        if is_shared(topic_filter):
+            current = self._shares.member_route(topic_filter, client_id)
+            if current is not None and current.session is session:
+                self._shares.remove(topic_filter, client_id)
+            return False
+        current = self._table.subscribers(topic_filter).get(client_id)
+        if current is not None and current.session is session:
+            self._table.remove(topic_filter, client_id)
+            return True
+        return False
