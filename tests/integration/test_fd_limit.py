@@ -63,6 +63,10 @@ def send_connect(client: RawClient) -> tuple[bool, float]:
     return True, time.monotonic() - started
 
 
+@pytest.mark.pool_gap(
+    "each worker has its own descriptor limit and the kernel spreads the connections, so "
+    "the pool runs out at about N times the limit, not where this test expects"
+)
 @pytest.mark.timeout(20)
 def test_out_of_descriptors_refuses_at_once_and_keeps_serving(tmp_path: Path) -> None:
     broker = start_broker(tmp_path, preexec_fn=limit_descriptors)
