@@ -151,7 +151,7 @@ def _start_store(
             process.wait()
             return None, None
         time.sleep(0.02)
-    logger.info("pool: store process (pid %d) serves %s", process.pid, path)
+    logger.info("pool: the store process (pid %d) is ready; it serves %s", process.pid, path)
     return process, parent_w
 
 
