@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 import gevent.socket
 
 import core.message
@@ -28,7 +29,7 @@ from actors.broker import Broker
 from actors.config import BrokerConfig
 from actors.endpoint import Endpoint
 from actors.fabric_link import Fabric
-from actors.messages import AddRoutes
+from actors.messages import AddRoutes, Sync
 from actors.persistence import restored_state
 from actors.pool_node import PoolNode
 from actors.pool_registry import PoolRegistry
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 LINK_WAIT = 3.0  # seconds a starting worker waits to hear every other worker's ownerships
 MESSAGE_ID_SPACE = 1 << 40  # each worker's message ids: [worker << 40, (worker + 1) << 40)
 STORE_SOCKET = "store.sock"
+ROUTES_TIMEOUT = 5.0  # seconds a resumed session waits for its routes to be known pool-wide
 
 
 class PoolBroker(Broker):
@@ -158,7 +160,15 @@ class PoolBroker(Broker):
         stored = self._store.load_session(client_id).sessions.get(client_id)
         if stored is None:
             return None
-        return self._start_stored(client_id, stored)
+        session = self._start_stored(client_id, stored)
+        if session is not None and stored.meta.subscriptions:
+            # Its CONNACK waits until every worker routes its topics here, as a SUBACK does:
+            # a publish after the CONNACK reaches the moved session.
+            self.context.router.ask(Sync(), timeout=ROUTES_TIMEOUT)
+            known = gevent.event.Event()
+            self.node.when_routes_known(known.set)
+            known.wait(ROUTES_TIMEOUT)
+        return session
 
     def _rehost(self, client_id: str) -> None:
         """The worker that owned `client_id` (homed here) died: host its stored session, if
