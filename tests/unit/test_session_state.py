@@ -64,7 +64,7 @@ def deliver(state: SessionState, message: Delivery, connected: bool = True) -> l
 
 
 def ack(state: SessionState, kind: Ack, packet_id: int, connected: bool = True) -> list[Action]:
-    return state.acknowledge([(kind, packet_id)], connected)
+    return state.acknowledge([(kind, packet_id)], connected, now=0.0)
 
 
 def sent_id(actions: list[Action]) -> int:
@@ -123,7 +123,7 @@ def test_qos0_to_an_offline_session_is_queued_with_queue_qos0_and_sent_on_resume
     message = delivery(0)
     assert deliver(state, message, connected=False) == []
     assert queued(state) == [message]
-    assert state.resume() == [message]
+    assert state.resume(now=0.0) == [message]
     assert state.inflight == {}
     assert state.queue is None
 
@@ -133,7 +133,7 @@ def test_qos0_does_not_overtake_queued_qos0_of_the_same_topic() -> None:
     state = session(max_inflight=1, queue_qos0=True)
     blocker, older, newer = delivery(1), delivery(0, "older"), delivery(0, "newer")
     state.deliver([blocker, older], connected=False)
-    assert state.resume() == [SendPublish(1, blocker)]  # reconnect: the window is full again
+    assert state.resume(now=0.0) == [SendPublish(1, blocker)]  # reconnect: the window is full again
     sent_now = deliver(state, newer)
     sent_after_ack = ack(state, Ack.PUBACK, 1)
     assert [*sent_now, *sent_after_ack] == [Completed(blocker), older, newer]
@@ -189,7 +189,7 @@ def test_acks_that_free_slots_send_queued_deliveries_in_order() -> None:
     waiting = [delivery(1), delivery(2), delivery(1)]
     state.deliver(in_flight + waiting, connected=True)
     assert ack(state, Ack.PUBACK, 999) == []  # a stray ack frees no slot: nothing sent
-    assert state.acknowledge([(Ack.PUBACK, 1), (Ack.PUBACK, 2)], connected=True) == [
+    assert state.acknowledge([(Ack.PUBACK, 1), (Ack.PUBACK, 2)], connected=True, now=0.0) == [
         Completed(in_flight[0]),
         Completed(in_flight[1]),
         SendPublish(3, waiting[0]),
@@ -208,7 +208,7 @@ def test_an_ack_while_disconnected_frees_the_slot_but_sends_nothing() -> None:
     assert ack(state, Ack.PUBACK, 1, connected=False) == [Completed(first)]
     assert state.inflight == {}
     assert queued(state) == [second]
-    assert state.resume() == [SendPublish(2, second)]
+    assert state.resume(now=0.0) == [SendPublish(2, second)]
 
 
 def test_packet_ids_in_flight_are_never_reused() -> None:
@@ -307,7 +307,9 @@ def test_pubrec_and_pubcomp_in_one_batch_complete_the_delivery() -> None:
     state = session()
     message = delivery(2)
     packet_id = sent_id(deliver(state, message))
-    assert state.acknowledge([(Ack.PUBREC, packet_id), (Ack.PUBCOMP, packet_id)], True) == [
+    assert state.acknowledge(
+        [(Ack.PUBREC, packet_id), (Ack.PUBCOMP, packet_id)], True, now=0.0
+    ) == [
         SendPubrel(packet_id, message),
         Completed(message),
     ]
@@ -350,7 +352,7 @@ def test_an_ack_for_an_unknown_or_completed_packet_id_changes_nothing(kind: Ack)
     ack(state, Ack.PUBACK, packet_id)
     # duplicate or stray: ignored, but a PUBREC still gets its PUBREL [MQTT-4.3.3-1]
     for unknown in (packet_id, 999):
-        expected = [SendPubrel(unknown, None)] if kind is Ack.PUBREC else []
+        expected = [SendPubrel(unknown, None, found=False)] if kind is Ack.PUBREC else []
         assert ack(state, kind, unknown) == expected
     assert state.inflight == {}
 
@@ -371,7 +373,7 @@ def test_resume_resends_in_flight_entries_in_original_send_order_then_fills_the_
     waiting = delivery(1)
     deliver(state, waiting)  # the window is full: queued
     ack(state, Ack.PUBACK, 65535, connected=False)  # frees a slot while the client is away
-    assert state.resume() == [
+    assert state.resume(now=0.0) == [
         SendPubrel(65534, None),
         SendPublish(1, messages[2], dup=True),
         SendPublish(2, messages[3], dup=True),
@@ -387,7 +389,7 @@ def test_resume_resends_in_flight_entries_in_original_send_order_then_fills_the_
 
 def test_resume_of_an_empty_session_does_nothing() -> None:
     state = session()
-    assert state.resume() == []
+    assert state.resume(now=0.0) == []
     assert state.inflight == {} and state.queue is None
 
 
