@@ -500,3 +500,64 @@ def test_keep_readable_that_empties_the_queue_leaves_no_deque() -> None:
     state.deliver([on_topic("x/1", 1), on_topic("x/2", 1)], connected=True)
     state.keep_readable(lambda _topic, _qos: False)
     assert state.queue is None and state.inflight == {}
+
+
+# ----- MQTT 5.0: message expiry, packets that cannot be sent, 0x92 -------------------------
+
+
+def expiring(qos: int, interval: int, published_at: float) -> Delivery:
+    message = Message(
+        topic="t/x", payload=b"e", qos=qos, timestamp=published_at, properties={0x02: interval}
+    )
+    return Delivery(message, qos, False, seq=next(_numbers))
+
+
+def test_expired_messages_leave_the_queue_as_dropped_mqtt_3_3_2_5() -> None:
+    state = session(max_inflight=1)
+    blocker = delivery(1)
+    stale, fresh = expiring(1, 10, published_at=1000.0), expiring(1, 10, published_at=1005.0)
+    blocker_id = sent_id(deliver(state, blocker))
+    assert state.deliver([stale, fresh], connected=True) == []  # queued behind the window
+    # At 1012 the first has expired (10 s from 1000), the second has 3 s left.
+    actions = state.acknowledge([(Ack.PUBACK, blocker_id)], True, 1012.0)
+    assert actions[0] == Completed(blocker)
+    assert actions[1] == Dropped(stale, DropReason.EXPIRED)
+    assert type(actions[2]) is SendPublish and actions[2].delivery is fresh
+
+
+def test_expired_in_flight_messages_are_not_resent_on_resume() -> None:
+    state = session()
+    stale = expiring(1, 5, published_at=1000.0)
+    packet_id = sent_id(deliver(state, stale))
+    pubrec_pending = delivery(2)
+    other_id = sent_id(deliver(state, pubrec_pending))
+    ack(state, Ack.PUBREC, other_id)  # awaiting PUBCOMP: the client has it, PUBREL follows
+    assert state.resume(now=1010.0) == [
+        Dropped(stale, DropReason.EXPIRED),
+        SendPubrel(other_id, None),
+    ]
+    assert packet_id not in state.inflight
+
+
+def test_messages_without_expiry_never_expire() -> None:
+    state = session()
+    message = delivery(1)
+    packet_id = sent_id(deliver(state, message))
+    assert state.resume(now=1e12) == [SendPublish(packet_id, message, dup=True)]
+
+
+def test_discard_frees_the_slot_as_if_delivered_mqtt_3_1_2_25() -> None:
+    state = session(max_inflight=1)
+    too_big, waiting = delivery(1), delivery(1)
+    packet_id = sent_id(deliver(state, too_big))
+    deliver(state, waiting)
+    (send,) = state.discard(packet_id, connected=True, now=0.0)
+    assert type(send) is SendPublish and send.delivery is waiting and not send.dup
+    assert [entry.delivery for entry in state.inflight.values()] == [waiting]
+
+
+def test_release_says_whether_the_packet_id_was_known() -> None:
+    state = session()
+    assert state.receive_qos2(7)
+    assert state.release(7) is True
+    assert state.release(7) is False  # 5.0 PUBCOMP 0x92 Packet Identifier not found
