@@ -283,7 +283,7 @@ class SessionActor(GeventActor):
         self._client_ref = None
         self._transport = None
         self._outbound = None
-        if detach.session_expiry is not None:  # a 5.0 DISCONNECT changed it [MQTT-3.14.2-2]
+        if detach.session_expiry is not None:  # a 5.0 DISCONNECT changed it (section 3.14.2.2.2)
             self.state.expiry = detach.session_expiry
             self.state.persistent = detach.session_expiry > 0
         if detach.will is not None:

@@ -85,6 +85,7 @@ from mqtt.packets import (
     PubRel,
     Subscribe,
     Unsubscribe,
+    Will,
 )
 from mqtt.packets import (
     Publish as PublishPacket,
@@ -448,13 +449,13 @@ class Channel:
         if packet.qos > offer.maximum_qos:
             self._violation(
                 f"PUBLISH QoS {packet.qos} above the Maximum QoS {offer.maximum_qos} "
-                "[MQTT-3.2.2-11]",
+                "(section 3.2.2.3.4)",
                 ReasonCode.QOS_NOT_SUPPORTED,
             )
             return False
         if packet.retain and not offer.retain_available:
             self._violation(
-                "retained PUBLISH, but Retain Available is 0 [MQTT-3.2.2-14]",
+                "retained PUBLISH, but Retain Available is 0 (section 3.2.2.3.5)",
                 ReasonCode.RETAIN_NOT_SUPPORTED,
             )
             return False
@@ -662,26 +663,41 @@ class Channel:
                     result.reason.connack_v5, f"authentication failed: {result.reason.value}"
                 )
                 return
-        if packet.will is not None:
-            will = packet.will
-            if self.version >= 5 and not may_publish(hooks, client, will.topic, will.qos):
-                # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
-                # is checked again (and dropped) when it would be published.
-                self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
-                return
-            self._will = Message(
-                topic=will.topic,
-                payload=will.payload,
-                qos=will.qos,
-                retain=will.retain,
-                publisher=client_id,
-                username=username,
-                properties=will.properties,
-            )
+        if packet.will is not None and not self._accept_will(packet.will, client):
+            return
         self.phase = Phase.CONNECTING
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _accept_will(self, will: Will, client: ClientInfo) -> bool:
+        """Keep the CONNECT's will for the close; False (CONNECT refused) if it asks for
+        more than the broker offers or (5.0) the ACL denies it."""
+        offer = self._settings.offer
+        if will.qos > offer.maximum_qos or (will.retain and not offer.retain_available):
+            # A will beyond what the broker offers is refused [MQTT-3.2.2-12/13].
+            self._refuse(
+                ReasonCode.QOS_NOT_SUPPORTED
+                if will.qos > offer.maximum_qos
+                else ReasonCode.RETAIN_NOT_SUPPORTED,
+                f"will with QoS {will.qos}, retain {will.retain}: not offered ([mqtt])",
+            )
+            return False
+        if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
+            # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
+            # is checked again (and dropped) when it would be published.
+            self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
+            return False
+        self._will = Message(
+            topic=will.topic,
+            payload=will.payload,
+            qos=will.qos,
+            retain=will.retain,
+            publisher=client.client_id,
+            username=client.username,
+            properties=will.properties,
+        )
+        return True
 
     def _refuse(self, reason_code: int, why: str) -> None:
         logger.info(

@@ -118,12 +118,12 @@ def disconnect_session_expiry(
 ) -> float | None:
     """The session expiry a 5.0 DISCONNECT asks for (capped as at CONNECT): None if it set
     none; raises ValueError if it sets one after the CONNECT's was 0, a Protocol Error
-    [MQTT-3.14.2-2]."""
+    (section 3.14.2.2.2)."""
     if requested is None:
         return None
     if connected_with == 0 and requested != 0:
         raise ValueError(
-            "DISCONNECT sets a Session Expiry Interval after CONNECT's was 0 [MQTT-3.14.2-2]"
+            "DISCONNECT sets a Session Expiry Interval after CONNECT's was 0 (section 3.14.2.2.2)"
         )
     expiry = math.inf if requested == SESSION_EXPIRY_NEVER else float(requested)
     return _capped(expiry, offer.max_session_expiry)

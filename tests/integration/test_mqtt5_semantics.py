@@ -69,7 +69,7 @@ def test_session_kept_for_its_interval_then_gone(broker: BrokerProcess) -> None:
     assert f"session '{client_id}' expired" in broker.log()
 
 
-def test_disconnect_can_end_the_session_mqtt_3_14_2_2(broker: BrokerProcess) -> None:
+def test_disconnect_can_end_the_session_section_3_14_2_2_2(broker: BrokerProcess) -> None:
     client_id = unique("exp-disc")
     client = v5(broker, client_id, clean=False, properties={0x11: 600})
     client.send(Disconnect(properties={0x11: 0}))

@@ -710,7 +710,7 @@ def test_subscription_qos_is_granted_at_most_the_maximum_qos() -> None:
         (60, 3600, 3600.0, False),
         (60, 0xFFFFFFFF, math.inf, False),
         (60, None, None, False),  # unchanged
-        (0, 60, None, True),  # 0 at CONNECT cannot become non-zero [MQTT-3.14.2-2]
+        (0, 60, None, True),  # 0 at CONNECT cannot become non-zero (section 3.14.2.2.2)
     ],
 )
 def test_disconnect_may_change_the_session_expiry(
@@ -792,3 +792,22 @@ def test_hooks_get_the_properties_of_subscribe_and_disconnect() -> None:
     assert subscribe.filters[0].no_local is True and subscribe.filters[0].retain_handling == 2
     assert disconnected.properties == {0x26: user}
     assert disconnected.client.protocol_version == 5
+
+
+@pytest.mark.parametrize(
+    ("offer", "will", "code_v5", "code_v3"),
+    [
+        (Offer(maximum_qos=1), Will("w", b"", qos=2), 0x9B, 0x03),
+        (Offer(retain_available=False), Will("w", b"", retain=True), 0x9A, 0x03),
+    ],
+)
+def test_will_beyond_what_is_offered_refuses_the_connect(
+    offer: Offer, will: Will, code_v5: int, code_v3: int
+) -> None:
+    for version, code in ((5, code_v5), (4, code_v3)):
+        channel = Channel("p", HookBus(), ChannelSettings(offer=offer))
+        actions = channel.handle_in(
+            [Connect(client_id="c", protocol_version=version, will=will)], 9
+        )
+        assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
+        assert channel.phase is Phase.CLOSED
