@@ -15,23 +15,18 @@ from mqtt.packets import PacketType
 from mqtt.reason_codes import ReasonCode
 
 _PUBACK = PacketType.PUBACK
-_SUCCESS = ReasonCode.SUCCESS
 _NO_MATCHING_SUBSCRIBERS = ReasonCode.NO_MATCHING_SUBSCRIBERS
-
-
-def ack_code(code: int, message: Message | None, unmatched: Collection[int]) -> int:
-    """The reason code of the acknowledgement of `message` (None: refused with `code`);
-    `unmatched` holds the message ids that no subscription matched."""
-    if code == _SUCCESS and message is not None and message.message_id in unmatched:
-        return _NO_MATCHING_SUBSCRIBERS
-    return code
 
 
 def encode_pubacks(
     entries: list[tuple[int, Message | None, int]], unmatched: Collection[int]
 ) -> bytes:
-    """The PUBACKs of (packet id, message routed or None, reason code) entries, in order."""
-    return b"".join(
-        encode_ack(_PUBACK, packet_id, ReasonCode(ack_code(code, message, unmatched)), 5)
-        for packet_id, message, code in entries
-    )
+    """The PUBACKs of (packet id, message routed or None, reason code) entries, in order;
+    `unmatched` holds the ids of the messages no subscription matched."""
+    parts = []
+    for packet_id, message, decided in entries:
+        code = decided
+        if unmatched and not code and message is not None and message.message_id in unmatched:
+            code = _NO_MATCHING_SUBSCRIBERS
+        parts.append(encode_ack(_PUBACK, packet_id, code, 5))
+    return b"".join(parts)
