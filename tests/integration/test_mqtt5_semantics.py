@@ -286,3 +286,28 @@ def test_will_waits_for_its_delay_and_is_cancelled_by_a_resume_mqtt_3_1_3_9(
     assert expect_publish(watcher, timeout=3).payload == b"late"
     watcher.expect_nothing(1.0)  # the resumed session's will is never sent
     watcher.close()
+
+
+# ----- server DISCONNECT reasons --------------------------------------------------------
+
+
+def test_session_taken_over_gets_0x8e(broker: BrokerProcess) -> None:
+    client_id = unique("taken")
+    first = v5(broker, client_id)
+    second = v5(broker, client_id)
+    assert first.expect() == Disconnect(reason_code=0x8E)
+    assert first.is_closed_by_broker()
+    second.close()
+
+
+def test_keep_alive_timeout_gets_0x8d(broker: BrokerProcess) -> None:
+    client = v5(broker, unique("silent"), keepalive=1)
+    assert client.expect(timeout=4) == Disconnect(reason_code=0x8D)  # after 1.5 s of silence
+    assert client.is_closed_by_broker()
+
+
+def test_shutdown_gets_0x8b(broker_factory: Callable[..., BrokerProcess]) -> None:
+    broker = broker_factory()
+    client = v5(broker, unique("bye"))
+    assert broker.stop() == 0
+    assert client.expect() == Disconnect(reason_code=0x8B)
