@@ -185,6 +185,8 @@ class SessionState:
     queue: deque[Delivery] | None = None
     awaiting_rel: set[int] = field(default_factory=set)
     next_packet_id: int = 1
+    # In-flight packet ids not resent since `resume` because the window shrank; None: none.
+    unsent: deque[int] | None = None
 
     # ----- outgoing: broker -> client -------------------------------------------------
 
@@ -241,6 +243,8 @@ class SessionState:
             if entry is not None:
                 expected, next_stage = _TRANSITIONS[ack]
                 if entry.stage is expected:
+                    if self.unsent and packet_id in self.unsent:
+                        self.unsent.remove(packet_id)  # acknowledged before its resend
                     if next_stage is None:
                         del inflight[packet_id]
                         append(Completed(entry.delivery))
@@ -251,8 +255,11 @@ class SessionState:
                     continue
             if ack is Ack.PUBREC:
                 append(SendPubrel(packet_id, None, found=entry is not None))
-        if freed and connected and self.queue:
-            self._fill_window(append, now)
+        if freed and connected:
+            if self.unsent:
+                self._resend_unsent(append)
+            if self.queue:
+                self._fill_window(append, now)
         return actions
 
     def resume(self, now: float) -> list[Action]:
@@ -260,29 +267,54 @@ class SessionState:
 
         In-flight entries go in their original send order [MQTT-4.4.0-1]: PUBLISH with DUP
         for those awaiting PUBACK/PUBREC, PUBREL for those awaiting PUBCOMP. A PUBLISH whose
-        message expired meanwhile is dropped instead [MQTT-3.3.2-5].
+        message expired meanwhile is dropped instead [MQTT-3.3.2-5]. If the window is now
+        smaller than what is in flight (a 5.0 client came back with a lower Receive
+        Maximum), the PUBLISHes beyond it are resent, in order, as acknowledgements free
+        slots [MQTT-3.3.4-9].
         """
         actions: list[Action] = []
         append = actions.append
+        self.unsent = None
+        sent = 0
         for packet_id, entry in list(self.inflight.items()):
             if entry.stage is Stage.AWAIT_PUBCOMP:
                 append(SendPubrel(packet_id, None))
+                sent += 1
             elif is_expired(entry.delivery.message, now):
                 del self.inflight[packet_id]
                 append(Dropped(entry.delivery, DropReason.EXPIRED))
+            elif sent >= self.max_inflight:
+                if self.unsent is None:
+                    self.unsent = deque()
+                self.unsent.append(packet_id)
             else:
                 append(SendPublish(packet_id, entry.delivery, dup=True))
-        if self.queue:
+                sent += 1
+        if self.queue and not self.unsent:
             self._fill_window(append, now)
         return actions
+
+    def _resend_unsent(self, append: Callable[[Action], None]) -> None:
+        """Resend in-flight PUBLISHes that waited for a slot since `resume`."""
+        unsent = self.unsent
+        while unsent and len(self.inflight) - len(unsent) < self.max_inflight:
+            packet_id = unsent.popleft()
+            entry = self.inflight.get(packet_id)
+            if entry is not None and entry.stage is not Stage.AWAIT_PUBCOMP:
+                append(SendPublish(packet_id, entry.delivery, dup=True))
+        if not unsent:
+            self.unsent = None
 
     def discard(self, packet_id: int, connected: bool, now: float) -> list[Action]:
         """A QoS 1/2 PUBLISH could not be sent (too large for the client, expired): it leaves
         the window as if the client had acknowledged it [MQTT-3.1.2-25], and the queue
         moves up. The caller reports the drop."""
         actions: list[Action] = []
-        if self.inflight.pop(packet_id, None) is not None and connected and self.queue:
-            self._fill_window(actions.append, now)
+        if self.inflight.pop(packet_id, None) is not None and connected:
+            if self.unsent:
+                self._resend_unsent(actions.append)
+            if self.queue:
+                self._fill_window(actions.append, now)
         return actions
 
     def _fill_window(self, append: Callable[[Action], None], now: float) -> None:
@@ -382,4 +414,6 @@ class SessionState:
                 else:
                     actions.append(Dropped(delivery, denied))
             self.queue = kept or None
+        if self.unsent:
+            self.unsent = deque(p for p in self.unsent if p in self.inflight) or None
         return actions

@@ -561,3 +561,30 @@ def test_release_says_whether_the_packet_id_was_known() -> None:
     assert state.receive_qos2(7)
     assert state.release(7) is True
     assert state.release(7) is False  # 5.0 PUBCOMP 0x92 Packet Identifier not found
+
+
+def test_a_smaller_window_on_resume_holds_back_resends_mqtt_3_3_4_9() -> None:
+    # A 5.0 client back with Receive Maximum 2 while 4 of its messages are in flight.
+    state = session(max_inflight=4)
+    sent = [delivery(1) for _ in range(4)]
+    ids = [sent_id(deliver(state, each)) for each in sent]
+    later = delivery(1)
+    deliver(state, later)  # queued behind the full window
+    state.max_inflight = 2
+    assert state.resume(now=0.0) == [
+        SendPublish(ids[0], sent[0], dup=True),
+        SendPublish(ids[1], sent[1], dup=True),
+    ]
+    # Each acknowledgement frees one slot: the held-back resends go first, in order.
+    assert ack(state, Ack.PUBACK, ids[0]) == [
+        Completed(sent[0]),
+        SendPublish(ids[2], sent[2], dup=True),
+    ]
+    assert ack(state, Ack.PUBACK, ids[1]) == [
+        Completed(sent[1]),
+        SendPublish(ids[3], sent[3], dup=True),
+    ]
+    (completed, refill) = ack(state, Ack.PUBACK, ids[2])
+    assert completed == Completed(sent[2])
+    assert type(refill) is SendPublish and refill.delivery is later and not refill.dup
+    assert state.unsent is None
