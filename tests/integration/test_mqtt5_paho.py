@@ -31,18 +31,27 @@ class V5Client:
     """A paho MQTTv5 client with CONNECT properties, collecting messages and CONNACK."""
 
     def __init__(
-        self, broker: BrokerProcess, client_id: str, keepalive: int = 30, **connect: Any
+        self,
+        broker: BrokerProcess,
+        client_id: str,
+        keepalive: int = 30,
+        *,
+        clean_start: bool = True,
+        will: tuple[str, bytes, dict[str, Any]] | None = None,
+        **connect: Any,
     ) -> None:
         self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
         self.subacks: queue.Queue[list[Any]] = queue.Queue()
         self.connack: Any = None
+        self.session_present = False
         connected = threading.Event()
         self.client = paho.Client(
             paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv5
         )
 
-        def on_connect(_c: Any, _u: Any, _flags: Any, reason: Any, properties: Any) -> None:
+        def on_connect(_c: Any, _u: Any, flags: Any, reason: Any, properties: Any) -> None:
             self.connack = (reason, properties)
+            self.session_present = flags.session_present
             connected.set()
 
         self.client.on_connect = on_connect
@@ -51,10 +60,17 @@ class V5Client:
         properties = Properties(PacketTypes.CONNECT)
         for name, value in connect.items():
             setattr(properties, name, value)
+        if will is not None:
+            topic, payload, will_props = will
+            will_properties = Properties(PacketTypes.WILLMESSAGE)
+            for name, value in will_props.items():
+                setattr(will_properties, name, value)
+            self.client.will_set(topic, payload, 1, properties=will_properties)
         self.client.connect(
             broker.host,
             broker.port,
             keepalive=keepalive,
+            clean_start=clean_start,
             properties=properties if connect else None,
         )
         self.client.loop_start()
@@ -91,6 +107,13 @@ class V5Client:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+
+    def drop(self) -> None:
+        """End the connection without DISCONNECT (as a crashed client would)."""
+        self.client.loop_stop()
+        sock = self.client.socket()
+        assert sock is not None
+        sock.close()
 
 
 def test_properties_are_forwarded_to_v5_and_dropped_toward_v3(broker: BrokerProcess) -> None:
@@ -238,3 +261,44 @@ def test_hooks_get_the_protocol_version_and_the_properties(
     # The big one was dropped for the subscriber, and the hook says why [MQTT-3.1.2-25].
     dropped = [e for e in events if e["point"] == "message.dropped"]
     assert [(e["topic"], e["reason"]) for e in dropped] == [(topic, "packet_too_large")]
+
+
+def test_session_expiry_and_message_expiry_across_a_reconnect(broker: BrokerProcess) -> None:
+    client_id, topic = unique("paho-exp"), unique("paho-exp")
+    subscriber = V5Client(broker, client_id, clean_start=False, SessionExpiryInterval=60)
+    subscriber.subscribe(topic)
+    subscriber.close()
+    publisher = V5Client(broker, unique("paho-exp-pub"))
+    publisher.publish(topic, b"short", MessageExpiryInterval=1)
+    publisher.publish(topic, b"long", MessageExpiryInterval=300)
+    time.sleep(1.5)
+    back = V5Client(broker, client_id, clean_start=False, SessionExpiryInterval=60)
+    assert back.session_present
+    kept = back.next_message()
+    assert kept.payload == b"long" and kept.properties.MessageExpiryInterval <= 299
+    back.assert_no_message()  # "short" expired in the queue
+    back.close()
+    # Without a Session Expiry Interval the session ends with the connection.
+    again = V5Client(broker, client_id, clean_start=False)
+    assert again.session_present  # the 60 s session was still there
+    again.close()
+    assert not V5Client(broker, client_id, clean_start=False).session_present
+    publisher.close()
+
+
+def test_will_delay_with_paho(broker: BrokerProcess) -> None:
+    topic = unique("paho-will")
+    watcher = V5Client(broker, unique("paho-will-watch"))
+    watcher.subscribe(topic)
+    dying = V5Client(
+        broker,
+        unique("paho-will-dies"),
+        will=(topic, b"gone", {"WillDelayInterval": 1, "UserProperty": [("why", "crash")]}),
+        SessionExpiryInterval=30,
+    )
+    dying.drop()
+    watcher.assert_no_message(0.5)  # the delay has not passed
+    will = watcher.next_message(timeout=3)
+    assert will.payload == b"gone"
+    assert will.properties.UserProperty == [("why", "crash")]  # will properties go along
+    watcher.close()
