@@ -103,7 +103,9 @@ class ClientActor(GeventActor):
         elif isinstance(message, ConnectionLost):
             self._carry_out(channel.connection_lost(message.reason, message.error, message.detail))
         elif isinstance(message, CloseConnection):
-            self._carry_out(channel.close(message.reason, message.detail))
+            self._carry_out(
+                channel.close(message.reason, message.detail, session_ended=message.session_ended)
+            )
         if channel.phase is Phase.CLOSED:
             self.stop()
 

@@ -55,6 +55,7 @@ class CloseConnection:
 
     reason: DisconnectReason
     detail: str = ""
+    session_ended: bool = False  # the session ends with it: a delayed will goes out now
 
 
 @dataclass(slots=True)

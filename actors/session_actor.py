@@ -344,7 +344,10 @@ class SessionActor(GeventActor):
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
         if self._client_ref is not None:
-            tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            tell_if_alive(
+                self._client_ref,
+                CloseConnection(DisconnectReason.TAKEN_OVER, session_ended=True),
+            )
         filters = list(self.state.subscriptions)
         if filters:
             self._context.router.tell(

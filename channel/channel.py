@@ -295,17 +295,25 @@ class Channel:
         return actions
 
     def close(
-        self, reason: DisconnectReason, detail: str = "", reason_code: int | None = None
+        self,
+        reason: DisconnectReason,
+        detail: str = "",
+        reason_code: int | None = None,
+        *,
+        session_ended: bool = False,
     ) -> list[Action]:
         """The server closes the connection (takeover, shutdown, a session limit, a bug); a
-        5.0 client is told why with `reason_code`, by default the one of `reason`."""
+        5.0 client is told why with `reason_code`, by default the one of `reason`. When the
+        session ends with it (`session_ended`, or a shutdown, whose timers do not survive),
+        a will with a Will Delay Interval is published at once [MQTT-3.1.3-9]."""
         actions = self._actions = []
         if self.phase is not Phase.CLOSED:
             logger.info("closing %s: %s %s", self._name(), reason.value, detail)
             code = _CLOSE_CODES.get(reason) if reason_code is None else reason_code
             if code is not None:
                 self._last_words(code)
-            self._close(reason)
+            will_now = session_ended or reason is DisconnectReason.SERVER_SHUTDOWN
+            self._close(reason, will_now=will_now)
         return actions
 
     # ----- packets ----------------------------------------------------------------------
@@ -723,8 +731,9 @@ class Channel:
         if self.phase is Phase.CONNECTED and self.version >= 5:
             self._actions.append(Send(encode(Disconnect(reason_code=reason_code), 5)))
 
-    def _close(self, reason: DisconnectReason) -> None:
-        """Everything a connection's end does; reached once (the phase guards it)."""
+    def _close(self, reason: DisconnectReason, will_now: bool = False) -> None:
+        """Everything a connection's end does; reached once (the phase guards it).
+        `will_now`: the session ends too, so a delayed will does not wait."""
         was_connected = self.phase is Phase.CONNECTED
         if was_connected:
             self._flush_batch()
@@ -741,7 +750,7 @@ class Channel:
             will = replace(will, timestamp=time.time())
             if not may_publish(self._hooks, client, will.topic, will.qos):
                 actions.append(Drop(will, DropReason.NOT_AUTHORIZED))
-            elif delay := self._will_delay(will, client):
+            elif not will_now and (delay := self._will_delay(will, client)):
                 # The session publishes it after the delay unless it is resumed first, or
                 # when it ends, whichever comes first [MQTT-3.1.3-9].
                 end.will, end.will_delay = will, delay

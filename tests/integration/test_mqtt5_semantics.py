@@ -311,3 +311,18 @@ def test_shutdown_gets_0x8b(broker_factory: Callable[..., BrokerProcess]) -> Non
     client = v5(broker, unique("bye"))
     assert broker.stop() == 0
     assert client.expect() == Disconnect(reason_code=0x8B)
+
+
+def test_a_clean_start_takeover_ends_the_session_and_sends_the_delayed_will(
+    broker: BrokerProcess,
+) -> None:
+    topic, client_id = unique("wd-clean"), unique("wd-clean")
+    watcher = v5(broker, unique("wd-clean-watch"))
+    subscribe_raw(watcher, 1, (topic, 1))
+    will = Will(topic, b"ended", qos=1, properties={0x18: 30})
+    first = v5(broker, client_id, will=will, properties={0x11: 60})
+    second = v5(broker, client_id, clean=True)  # discards the session [MQTT-3.1.2-4]
+    assert first.expect() == Disconnect(reason_code=0x8E)
+    assert expect_publish(watcher).payload == b"ended"  # the session ended: no waiting
+    for client in (first, second, watcher):
+        client.close()

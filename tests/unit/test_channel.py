@@ -811,3 +811,22 @@ def test_will_beyond_what_is_offered_refuses_the_connect(
         )
         assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
         assert channel.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("reason", "session_ended", "delayed"),
+    [
+        (DisconnectReason.TAKEN_OVER, False, True),  # resumed elsewhere: the session decides
+        (DisconnectReason.TAKEN_OVER, True, False),  # a clean start ends the session: now
+        (DisconnectReason.SERVER_SHUTDOWN, False, False),  # timers do not survive a restart
+    ],
+)
+def test_a_delayed_will_goes_out_at_once_when_the_session_ends_too(
+    reason: DisconnectReason, session_ended: bool, delayed: bool
+) -> None:
+    will = Will("w", b"gone", properties={0x18: 30})
+    channel = v5_channel(will=will, properties={0x11: 60})
+    actions = channel.close(reason, session_ended=session_ended)
+    (end,) = of_type(actions, End)
+    assert (end.will is not None) is delayed
+    assert bool(of_type(actions, Publish)) is not delayed
