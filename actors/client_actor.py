@@ -35,8 +35,10 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
+from channel.acks import encode_pubacks
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
+from core.message import Message
 from core.reasons import DisconnectReason
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
@@ -101,7 +103,9 @@ class ClientActor(GeventActor):
         elif isinstance(message, ConnectionLost):
             self._carry_out(channel.connection_lost(message.reason, message.error, message.detail))
         elif isinstance(message, CloseConnection):
-            self._carry_out(channel.close(message.reason, message.detail))
+            self._carry_out(
+                channel.close(message.reason, message.detail, session_ended=message.session_ended)
+            )
         if channel.phase is Phase.CLOSED:
             self.stop()
 
@@ -140,9 +144,27 @@ class ClientActor(GeventActor):
 
         dispatcher = self._context.dispatcher
         assert dispatcher is not None
+        v5_acks = action.v5_acks
+        if v5_acks is not None:
+            self._publish_v5(action.messages, v5_acks)
+            return
         # PUBACK once the messages are durable for persistent subscribers (write-ahead).
         if not dispatcher.publish(action.messages, on_durable) and acks is not None:
             self._out.append(acks)
+
+    def _publish_v5(
+        self, messages: list[Message], v5_acks: list[tuple[int, Message | None, int]]
+    ) -> None:
+        """As `_publish`, with PUBACKs whose reason codes depend on who matched (0x10)."""
+        unmatched: set[int] = set()
+        transport = self._transport
+
+        def on_durable() -> None:
+            transport.write(encode_pubacks(v5_acks, unmatched))
+
+        assert self._context.dispatcher is not None
+        if not self._context.dispatcher.publish(messages, on_durable, unmatched=unmatched):
+            self._out.append(encode_pubacks(v5_acks, unmatched))
 
     def _drop(self, action: actions.Drop) -> None:
         dispatcher = self._context.dispatcher
@@ -176,7 +198,16 @@ class ClientActor(GeventActor):
             session = self._context.registry.sessions.get(client.client_id)
         # The session may already have stopped (a clean-start takeover terminated it); a
         # session attached to another connection ignores a Detach from this one.
-        tell_if_alive(session, Detach(self.actor_ref, action.reason))
+        tell_if_alive(
+            session,
+            Detach(
+                self.actor_ref,
+                action.reason,
+                session_expiry=action.session_expiry,
+                will=action.will,
+                will_delay=action.will_delay,
+            ),
+        )
         if action.was_connected:
             self._context.stats.connections -= 1
 

@@ -93,8 +93,27 @@ class LimitsConfig:
     # a connection's input the actors have not handled yet, beyond which its reads pause
     max_unprocessed_packets: int = 1000
     max_unprocessed_bytes: int = 1_048_576
-    # seconds a persistent session is kept after its client went away; 0 = forever
+    # seconds a persistent 3.x session is kept after its client went away; 0 = forever
     session_expiry: float = 7200.0
+    # the most seconds any session is kept (a 5.0 client's Session Expiry Interval is
+    # lowered to it, and CONNACK says so); 0 = no maximum
+    max_session_expiry: float = 0.0
+    # the most seconds of keep-alive a client may use; longer (or 0) is replaced by it and
+    # 5.0 clients are told with Server Keep Alive; 0 = no maximum
+    max_keepalive: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    """What the broker offers MQTT 5.0 clients (announced in CONNACK) and how it checks them."""
+
+    maximum_qos: int = 2  # highest QoS accepted from and granted to clients
+    retain_available: bool = True
+    wildcard_subscriptions: bool = True
+    subscription_identifiers: bool = True
+    topic_alias_maximum: int = 10  # aliases a 5.0 client may use per connection; 0 = none
+    response_information: str = ""  # sent to 5.0 clients that ask for it; "" = none
+    validate_utf8_payloads: bool = False  # refuse (0x99) payloads marked UTF-8 that are not
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +143,7 @@ class BrokerConfig:
     shared_subscriptions: SharedSubscriptionsConfig = field(
         default_factory=SharedSubscriptionsConfig
     )
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
     node_name: str = "broker@127.0.0.1"
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
@@ -140,6 +160,7 @@ _SECTIONS = {
     "auth": AuthConfig,
     "store": StoreConfig,
     "shared_subscriptions": SharedSubscriptionsConfig,
+    "mqtt": MqttConfig,
 }
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
@@ -285,6 +306,14 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         )
     if config.limits.max_awaiting_rel < 1:
         raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
+    if not 0 <= config.mqtt.maximum_qos <= 2:
+        raise ConfigError("[mqtt] maximum_qos must be 0, 1 or 2")
+    if not 0 <= config.mqtt.topic_alias_maximum <= 65535:
+        raise ConfigError("[mqtt] topic_alias_maximum must be 0..65535")
+    if not 0 <= config.limits.max_keepalive <= 65535:
+        raise ConfigError("[limits] max_keepalive must be 0..65535 (seconds; 0 = no maximum)")
+    if config.limits.max_session_expiry < 0 or config.limits.session_expiry < 0:
+        raise ConfigError("[limits] session_expiry and max_session_expiry must be >= 0")
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
@@ -332,7 +361,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         else:
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "shared_subscriptions, plugins, node_name, log_level"
+                "shared_subscriptions, mqtt, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))

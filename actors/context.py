@@ -16,6 +16,7 @@ from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
+from channel.negotiation import Offer
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions
@@ -50,9 +51,25 @@ class BrokerContext:
     def channel_settings(self, identity_as_username: bool) -> ChannelSettings:
         """What the channels of one listener need (built once per listener, not per accept)."""
         limits = self.config.limits
+        mqtt = self.config.mqtt
+        offer = Offer(
+            session_expiry_3x=limits.session_expiry,
+            max_session_expiry=limits.max_session_expiry,
+            max_keepalive=limits.max_keepalive,
+            receive_maximum=limits.max_awaiting_rel,
+            maximum_packet_size=limits.max_packet_size,
+            maximum_qos=mqtt.maximum_qos,
+            retain_available=mqtt.retain_available,
+            wildcard_subscriptions=mqtt.wildcard_subscriptions,
+            subscription_identifiers=mqtt.subscription_identifiers,
+            topic_alias_maximum=mqtt.topic_alias_maximum,
+            response_information=mqtt.response_information,
+            validate_utf8_payloads=mqtt.validate_utf8_payloads,
+            shared_subscriptions=self.config.shared_subscriptions.enabled,
+        )
         return ChannelSettings(
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
             identity_as_username=identity_as_username,
-            shared_subscriptions=self.config.shared_subscriptions.enabled,
+            offer=offer,
         )

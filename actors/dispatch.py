@@ -79,12 +79,18 @@ class Dispatcher:
         self._persistence = persistence
 
     def publish(
-        self, messages: list[Message], on_durable: Callable[[], object] | None = None
+        self,
+        messages: list[Message],
+        on_durable: Callable[[], object] | None = None,
+        *,
+        unmatched: set[int] | None = None,
     ) -> bool:
         """Route `messages` (in order) to their subscribers and the retainer.
 
         Returns True if store ops were submitted; `on_durable` then runs after their commit.
-        False means nothing needed the store and `on_durable` was not called.
+        False means nothing needed the store and `on_durable` was not called. `unmatched`,
+        if given, gets the message id of each message no subscription matched (before
+        `on_durable` runs): a 5.0 PUBACK/PUBREC says so with 0x10.
         """
         hooks = self._hooks
         filter_by_hooks = hooks.has(_MESSAGE_PUBLISH)
@@ -109,6 +115,8 @@ class Dispatcher:
                 delivered = self._share_out(message, groups, per_session, ops) or delivered
             if not delivered:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
+                if unmatched is not None:
+                    unmatched.add(original.message_id)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
         if retained:

@@ -15,6 +15,7 @@ from typing import Any
 
 from actors.transport import Transport
 from core.client import ClientInfo
+from core.message import Message
 from core.reasons import DisconnectReason
 from core.session_state import Delivery, SubscriptionOptions
 from mqtt.errors import MqttError
@@ -54,6 +55,7 @@ class CloseConnection:
 
     reason: DisconnectReason
     detail: str = ""
+    session_ended: bool = False  # the session ends with it: a delayed will goes out now
 
 
 @dataclass(slots=True)
@@ -80,6 +82,9 @@ class Attach:
 class Detach:
     client_ref: Any
     reason: DisconnectReason
+    session_expiry: float | None = None  # a 5.0 DISCONNECT changed the session's expiry
+    will: Message | None = None  # published after `will_delay` s unless the session resumes
+    will_delay: float = 0.0
 
 
 @dataclass(slots=True)
@@ -95,6 +100,11 @@ class SessionExpired:
 
 
 @dataclass(slots=True)
+class WillDue:
+    """Told by a detached session's will-delay timer: publish the will now."""
+
+
+@dataclass(slots=True)
 class Reauthorize:
     """Asked of every session after a plugin reload: drop what the ACL now denies.
 
@@ -104,11 +114,6 @@ class Reauthorize:
 @dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
-
-
-
-
-
 
 
 # ----- session actor <-> router actor -------------------------------------------------

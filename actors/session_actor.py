@@ -12,9 +12,16 @@ answers with itself is written as its shared encodings in one go.
 
 Lifecycle: created by the session registry; `Attach` binds a connection (writing CONNACK
 first, then resending unacknowledged messages in their original order [MQTT-4.4.0-1]);
-`Detach` unbinds it; a non-persistent session terminates on detach, a persistent one keeps
-queueing until its client comes back, it expires (`limits.session_expiry`), or it is
-terminated.
+`Detach` unbinds it; a session whose expiry is 0 terminates on detach, any other keeps
+queueing until its client comes back, it expires (the client's Session Expiry Interval, or
+`limits.session_expiry` for 3.x), or it is terminated. A 5.0 will with a Will Delay Interval
+waits here: published when the delay passes or the session ends, whichever comes first,
+and never if the client resumes the session in time [MQTT-3.1.3-9].
+
+For a 5.0 client the attached connection's `channel.outbound.Outbound` writes each PUBLISH
+(properties, the expiry left, topic aliases) and says when one cannot be sent (expired, over
+the client's Maximum Packet Size); the in-flight window is lowered to the client's Receive
+Maximum.
 
 Shared subscriptions (`router.shared`): a session gives back the shared deliveries it cannot
 keep (`_hand_over_shared`), for the dispatcher to redispatch to another member: those that
@@ -31,10 +38,11 @@ written only after the commit.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import gevent
 
@@ -53,6 +61,7 @@ from actors.messages import (
     SessionAttached,
     SessionExpired,
     Terminate,
+    WillDue,
 )
 from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
@@ -65,7 +74,9 @@ from channel.actions import (
     UnsubscribeRequest,
 )
 from channel.authorization import may_read
+from channel.outbound import Outbound
 from core.client import ClientInfo
+from core.message import Message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
     Action,
@@ -91,7 +102,6 @@ from hooks.events import (
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
-from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from router.fan_out import Route
 from router.shared import inner_filter, is_shared
@@ -113,17 +123,8 @@ _FIRST_STAGE_VALUE = {1: Stage.AWAIT_PUBACK.value, 2: Stage.AWAIT_PUBREC.value}
 _MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
-_PUBLISH_PROPERTIES_FORWARDED = frozenset(
-    # MQTT 5 properties a subscriber receives unchanged [MQTT-3.3.2-17..20]
-    (
-        PropertyId.PAYLOAD_FORMAT_INDICATOR,
-        PropertyId.MESSAGE_EXPIRY_INTERVAL,
-        PropertyId.CONTENT_TYPE,
-        PropertyId.RESPONSE_TOPIC,
-        PropertyId.CORRELATION_DATA,
-        PropertyId.USER_PROPERTY,
-    )
-)
+_PUBCOMP = PacketType.PUBCOMP
+_PUBREC = PacketType.PUBREC
 
 
 class SessionActor(GeventActor):
@@ -145,6 +146,9 @@ class SessionActor(GeventActor):
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
         self._drops: list[Dropped] | None = None  # of the actions being carried out
+        self._outbound: Outbound | None = None  # the attached 5.0 connection's PUBLISH writer
+        self._will: Message | None = None  # a delayed will waiting for its time
+        self._will_timer: gevent.Greenlet | None = None
 
     def on_receive(self, message: Any) -> Any:
         return _MESSAGE_HANDLERS[type(message)](self, message)
@@ -184,12 +188,9 @@ class SessionActor(GeventActor):
         self._persistence.submit(ops, committed)
 
     def _meta_op(self, disconnected_at: float | None = None) -> PutSession:
-        expiry = self._context.limits.session_expiry
         if self._stored_subscriptions is None:
             self._stored_subscriptions = stored_subscriptions(self.state)
-        meta = session_meta(
-            self.state, self._version, expiry, disconnected_at, self._stored_subscriptions
-        )
+        meta = session_meta(self.state, self._version, disconnected_at, self._stored_subscriptions)
         return PutSession(self.state.client_id, meta)
 
     # ----- connection binding ---------------------------------------------------------
@@ -208,9 +209,18 @@ class SessionActor(GeventActor):
         self._client = attach.client
         self._client_ref = attach.client_ref
         self._transport = attach.transport
-        self._version = attach.client.protocol_version
-        self.state.persistent = not attach.client.clean_start
+        client = attach.client
+        self._version = client.protocol_version
+        self._outbound = Outbound(client) if self._version >= 5 else None
+        self.state.persistent = client.keeps_session
+        self.state.expiry = client.session_expiry
+        # Never more unacknowledged PUBLISHes than the client's Receive Maximum [MQTT-3.3.4-9]
+        self.state.max_inflight = min(self._context.limits.max_inflight, client.receive_maximum)
         self._cancel_expiry()
+        if self._will is not None:
+            # Resumed before the will delay passed: the will is not sent [MQTT-3.1.3-9].
+            logger.info("session %r resumed: its delayed will is discarded", client.client_id)
+            self._cancel_will()
         if self._stored:
             self._ops.append(self._meta_op())
         connack = ConnAck(
@@ -221,7 +231,7 @@ class SessionActor(GeventActor):
         self._out.append(encode(connack, self._version))
         # In-flight messages resent in their original order, PUBLISH with DUP=1
         # [MQTT-4.4.0-1], then the queue as the window allows.
-        self._carry_out(self.state.resume())
+        self._carry_out(self.state.resume(time.time()))
         self.after_drain()
         tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
@@ -281,21 +291,49 @@ class SessionActor(GeventActor):
         self.after_drain()
         self._client_ref = None
         self._transport = None
+        self._outbound = None
+        if detach.session_expiry is not None:  # a 5.0 DISCONNECT changed it (section 3.14.2.2.2)
+            self.state.expiry = detach.session_expiry
+            self.state.persistent = detach.session_expiry > 0
+        if detach.will is not None:
+            self._will = detach.will
+            self._will_timer = gevent.spawn_later(
+                detach.will_delay, tell_if_alive, self.actor_ref, WillDue()
+            )
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
         self._hand_over_shared(ending=False)
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
-        self.start_expiry_timer(self._context.limits.session_expiry)
+        self.start_expiry_timer(self.state.expiry)
 
     def start_expiry_timer(self, seconds: float) -> None:
-        """Terminate this detached session after `seconds` (0: never expires)."""
+        """Terminate this detached session after `seconds` (math.inf: never expires)."""
         self._cancel_expiry()
-        if seconds > 0:
+        if 0 < seconds < math.inf:
             self._expiry_timer = gevent.spawn_later(
                 seconds, tell_if_alive, self.actor_ref, SessionExpired()
             )
+
+    def _will_due(self, _due: WillDue) -> None:
+        self._will_timer = None
+        self._publish_will()
+
+    def _publish_will(self) -> None:
+        """Publish the delayed will now (its delay passed, or the session ends)."""
+        will, self._will = self._will, None
+        if will is not None and self._client_ref is None:
+            logger.info(
+                "session %r: publishing its delayed will on %r", self.state.client_id, will.topic
+            )
+            self._context.dispatcher.publish([will])
+
+    def _cancel_will(self) -> None:
+        self._will = None
+        if self._will_timer is not None:
+            self._will_timer.kill(block=False)
+            self._will_timer = None
 
     def _cancel_expiry(self) -> None:
         if self._expiry_timer is not None:
@@ -310,11 +348,17 @@ class SessionActor(GeventActor):
     def _terminate(self, terminate: Terminate) -> None:
         self._cancel_expiry()
         self._hand_over_shared(ending=True)
+        if self._will is not None:
+            self._publish_will()  # the session ends before the will delay [MQTT-3.1.3-9]
+            self._cancel_will()
         if self._stored:
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
         if self._client_ref is not None:
-            tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            tell_if_alive(
+                self._client_ref,
+                CloseConnection(DisconnectReason.TAKEN_OVER, session_ended=True),
+            )
         filters = list(self.state.subscriptions)
         if filters:
             self._context.router.tell(
@@ -397,14 +441,17 @@ class SessionActor(GeventActor):
         for action in actions:
             if type(action) is SendPublish:
                 delivery = action.delivery
+                data = self._encode(action.packet_id, delivery, action.dup)
+                if data is None:
+                    continue  # not sendable: discarded from the window and reported
                 if action.dup:  # a resend: recorded, counted and reported when first sent
-                    out.append(self._encode(action.packet_id, delivery, dup=True))
+                    out.append(data)
                     continue
                 if delivery.seq and self._stored:
                     self._store_in_flight(
                         action.packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos]
                     )
-                out.append(self._encode(action.packet_id, delivery))
+                out.append(data)
                 sent += 1
                 if not plain and self._hooks.has(_MESSAGE_DELIVERED):
                     self._delivered_hook(delivery)
@@ -418,7 +465,10 @@ class SessionActor(GeventActor):
             self._report_dropped()
 
     def _send_qos0(self, delivery: Delivery) -> None:
-        self._out.append(self._encode(0, delivery))
+        data = self._encode(0, delivery)
+        if data is None:
+            return
+        self._out.append(data)
         self._context.stats.messages_sent += 1
         if self._hooks.has(_MESSAGE_DELIVERED):
             self._delivered_hook(delivery)
@@ -428,7 +478,8 @@ class SessionActor(GeventActor):
         delivery = action.delivery
         if delivery is not None and delivery.seq and self._stored:
             self._store_in_flight(packet_id, delivery, _AWAIT_PUBCOMP)
-        self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
+        code = ReasonCode.SUCCESS if action.found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        self._out.append(encode_ack(_PUBREL, packet_id, code, self._version))
 
     def _completed(self, action: Completed) -> None:
         delivery = action.delivery
@@ -473,33 +524,38 @@ class SessionActor(GeventActor):
         else:
             self._ops.append(DeleteMessage(self.state.client_id, [seq]))
 
-    def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
-        if delivery.wire is not None and self._version < 5:
-            return delivery.wire
-        message = delivery.message
-        properties = None
-        if self._version >= 5:
-            properties = {
-                key: value
-                for key, value in message.properties.items()
-                if key in _PUBLISH_PROPERTIES_FORWARDED
-            }
-            if delivery.subscription_ids:
-                properties[PropertyId.SUBSCRIPTION_IDENTIFIER] = list(delivery.subscription_ids)
-        return encode_publish(
-            message.topic,
-            message.payload,
-            delivery.qos,
-            delivery.retain,
-            dup,
-            packet_id or None,
-            properties,
-            self._version,
-        )
+    def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes | None:
+        """The PUBLISH of `delivery`; None if a 5.0 client cannot be sent it (expired, too
+        large): then it is discarded as if delivered [MQTT-3.1.2-25] and reported dropped."""
+        outbound = self._outbound
+        if outbound is None:  # 3.x: no properties, and the shared QoS 0 encoding if any
+            if delivery.wire is not None:
+                return delivery.wire
+            message = delivery.message
+            return encode_publish(
+                message.topic,
+                message.payload,
+                delivery.qos,
+                delivery.retain,
+                dup,
+                packet_id or None,
+                None,
+                self._version,
+            )
+        now = time.time()
+        data = outbound.publish(delivery, packet_id or None, dup, now)
+        if type(data) is bytes:
+            return data
+        self._dropped(Dropped(delivery, cast(DropReason, data)))
+        if packet_id:
+            self._carry_out(self.state.discard(packet_id, self._transport is not None, now))
+        return None
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
         self._carry_out(
-            self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
+            self.state.acknowledge(
+                acknowledged.acks, connected=self._transport is not None, now=time.time()
+            )
         )
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
@@ -509,10 +565,15 @@ class SessionActor(GeventActor):
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
         to_route = []
         pubrecs = []
+        v5 = self._version >= 5
         for packet_id, message, pubrec in inbound.publishes:
             try:
                 is_new = self.state.receive_qos2(packet_id)
             except TooManyAwaitingRelError as error:
+                if v5:  # 5.0 can refuse the one message instead (section 3.5.2.1)
+                    logger.warning("%s: refused with PUBREC 0x97", error)
+                    pubrecs.append(encode_ack(_PUBREC, packet_id, ReasonCode.QUOTA_EXCEEDED, 5))
+                    continue
                 logger.warning("closing %s: %s", self.state.client_id, error)
                 tell_if_alive(
                     self._client_ref,
@@ -523,7 +584,18 @@ class SessionActor(GeventActor):
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             pubrecs.append(pubrec)
-        routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
+        unmatched: set[int] = set()
+        routed_durably = bool(to_route) and self._context.dispatcher.publish(
+            to_route, unmatched=unmatched
+        )
+        if unmatched and v5:  # PUBREC 0x10 for a message nobody subscribes to (3.5.2.1)
+            for index, (packet_id, message, _pubrec) in enumerate(
+                inbound.publishes[: len(pubrecs)]
+            ):
+                if message is not None and message.message_id in unmatched:
+                    pubrecs[index] = encode_ack(
+                        _PUBREC, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS, 5
+                    )
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
             # must be durable first.
@@ -534,14 +606,25 @@ class SessionActor(GeventActor):
                 self._out.extend(pubrecs)
 
     def _released(self, released: Released) -> None:
-        for packet_id in released.packet_ids:
-            self.state.release(packet_id)
+        version = self._version
+        pubcomps = b"".join(
+            encode_ack(
+                _PUBCOMP,
+                packet_id,
+                # 5.0: 0x92 Packet Identifier not found for an id not awaiting PUBREL
+                ReasonCode.SUCCESS
+                if self.state.release(packet_id)
+                else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
+                version,
+            )
+            for packet_id in released.packet_ids
+        )
         if self._stored:
             # A stale awaiting-PUBREL id restored after a crash would swallow the client's
             # next message with that id: PUBCOMP only once its removal is durable.
-            self._when_durable([self._meta_op()], released.pubcomps)
+            self._when_durable([self._meta_op()], pubcomps)
         else:
-            self._out.append(released.pubcomps)
+            self._out.append(pubcomps)
 
     # ----- subscriptions --------------------------------------------------------------
 
@@ -684,6 +767,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Terminate: SessionActor._terminate,
     SessionExpired: SessionActor._expired,
     Reauthorize: SessionActor._reauthorize_on_reload,
+    WillDue: SessionActor._will_due,
 }
 
 

@@ -85,6 +85,7 @@ class ClientConnected:
 class ClientDisconnected:
     client: ClientInfo
     reason: DisconnectReason
+    properties: dict[int, Any] = field(default_factory=dict)  # of a 5.0 DISCONNECT, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,18 +102,24 @@ class TopicFilterRequest:
 
     topic_filter: str
     qos: int = 0
+    # MQTT 5 subscription options (section 3.8.3.1); their 3.x values otherwise
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientSubscribe:
     client: ClientInfo
     filters: tuple[TopicFilterRequest, ...]
+    properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 SUBSCRIBE properties
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientUnsubscribe:
     client: ClientInfo
     filters: tuple[TopicFilterRequest, ...]
+    properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 UNSUBSCRIBE properties
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
