@@ -102,6 +102,9 @@ _SUCCESS = ReasonCode.SUCCESS
 _NOT_AUTHORIZED = ReasonCode.NOT_AUTHORIZED
 
 
+# The DISCONNECT reason a 5.0 client gets when the server closes for these reasons.
+_SERVER_CLOSE_CODES = {DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION}
+
 # The value of the batch lists between batches: never appended to (every batch starts with
 # fresh lists), so one shared empty list stands for "none".
 _IDLE: Any = []
@@ -123,6 +126,8 @@ class ChannelSettings:
     # The listener's `use_identity_as_username`: the TLS client certificate's CN becomes the
     # username (a client without a certificate is refused), as in Mosquitto.
     identity_as_username: bool = False
+    # The banned table's check (`actors.admission`): why a CONNECT is refused, or None.
+    admit: Callable[[ClientInfo], str | None] | None = None
 
 
 class Channel:
@@ -266,6 +271,9 @@ class Channel:
         actions = self._actions = []
         if self.phase is not Phase.CLOSED:
             logger.info("closing %s: %s %s", self._name(), reason.value, detail)
+            code = _SERVER_CLOSE_CODES.get(reason)
+            if code is not None:
+                self._last_words(code)
             self._close(reason)
         return actions
 
@@ -467,22 +475,9 @@ class Channel:
             keepalive=packet.keepalive,
         )
         self.client = client
+        if self._banned(client) or not self._authenticated(client, packet):
+            return
         hooks = self._hooks
-        if hooks.has(HookPoint.CLIENT_CONNECT):
-            hooks.run(
-                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
-            )
-        if not settings.identity_as_username:
-            # With the certificate's identity, the TLS handshake authenticated the client.
-            result = hooks.authenticate(
-                AuthenticateRequest(client=client, password=packet.password)
-            )
-            if not result.allowed:
-                assert result.reason is not None
-                self._refuse(
-                    result.reason.connack_v5, f"authentication failed: {result.reason.value}"
-                )
-                return
         if packet.will is not None:
             will = packet.will
             if self.version >= 5 and not may_publish(hooks, client, will.topic, will.qos):
@@ -503,6 +498,29 @@ class Channel:
         timeout = packet.keepalive * KEEPALIVE_GRACE if packet.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _authenticated(self, client: ClientInfo, packet: Connect) -> bool:
+        """Run client.connect and client.authenticate; refuse the CONNECT if it fails."""
+        hooks = self._hooks
+        if hooks.has(HookPoint.CLIENT_CONNECT):
+            hooks.run(
+                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
+            )
+        if self._settings.identity_as_username:
+            return True  # the TLS handshake authenticated the client with its certificate
+        result = hooks.authenticate(AuthenticateRequest(client=client, password=packet.password))
+        if not result.allowed:
+            assert result.reason is not None
+            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
+        return result.allowed
+
+    def _banned(self, client: ClientInfo) -> bool:
+        """Refuse a banned client with CONNACK 0x8A (3.1.1: 0x05 not authorised)."""
+        admit = self._settings.admit
+        banned = admit(client) if admit is not None else None
+        if banned is not None:
+            self._refuse(ReasonCode.BANNED, banned)
+        return banned is not None
 
     def _refuse(self, reason_code: int, why: str) -> None:
         logger.info(
