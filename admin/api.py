@@ -25,8 +25,7 @@ from admin.server import ApiError, Request, Response, Router
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from core.reasons import DisconnectReason
-from mqtt.errors import MqttError
-from mqtt.topics import matches, validate_topic_name
+from mqtt.topics import TopicError, matches, validate_topic_filter, validate_topic_name
 from store.base import DeleteRetained
 
 if TYPE_CHECKING:
@@ -232,6 +231,11 @@ class Api:
         index = self._broker.retained_index
         assert index is not None
         topic_filter = request.query.get("topic")
+        if topic_filter is not None:
+            try:
+                validate_topic_filter(topic_filter)
+            except TopicError as error:
+                raise ApiError(400, str(error)) from error
         items = sorted(index.match(topic_filter) if topic_filter else index.items())
         page = paged(request, [message for _topic, message in items])
         page["data"] = [self._retained_view(message) for message in page["data"]]
@@ -266,8 +270,8 @@ class Api:
             raise ApiError(400, "topic must be a string")
         try:
             validate_topic_name(topic)
-        except MqttError as error:
-            raise ApiError(400, f"topic {topic!r}: {error}") from error
+        except TopicError as error:
+            raise ApiError(400, str(error)) from error
         if topic.startswith("$"):
             raise ApiError(400, "topics starting with '$' are the broker's [MQTT-4.7.2-1]")
         qos, retain = body.get("qos", 0), body.get("retain", False)
