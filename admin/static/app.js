@@ -77,13 +77,15 @@ function draw(canvasId, series) {
     const label = (max * i) / 4;
     ctx.fillText(label >= 100 ? label.toFixed(0) : label.toFixed(1), 2, Math.max(y, 10));
   }
-  ctx.fillText(`last ${Math.round(HISTORY / 60)} min`, left, height - 2);
+  // The x axis spans the samples held, at least a minute, at most HISTORY seconds.
+  const span = Math.min(HISTORY, Math.max(60, samples.length));
+  ctx.fillText(span >= 120 ? `last ${Math.round(span / 60)} min` : `last ${span} s`, left, height - 2);
   for (const s of series) {
     ctx.strokeStyle = s.color;
     ctx.lineWidth = 2;
     ctx.beginPath();
     s.values.forEach((value, i) => {
-      const x = left + ((width - left) * (i + HISTORY - s.values.length)) / HISTORY;
+      const x = left + ((width - left) * (i + span - s.values.length)) / span;
       const y = (height - bottom) * (1 - value / max);
       if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
     });
@@ -141,7 +143,8 @@ async function refreshClients() {
 }
 
 async function refreshRetained() {
-  const page = await api("/api/v1/retained?limit=50");
+  // "#" leaves out the $SYS topics [MQTT-4.7.2-1]: the figures above show those.
+  const page = await api("/api/v1/retained?limit=50&topic=%23");
   fill("retained", page.data.map((m) => {
     const tr = row([m.topic, m.qos, m.payload_encoding === "plain" ? m.payload : "(binary)"]);
     tr.lastChild.className = "payload";
