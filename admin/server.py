@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 import orjson
 from gevent import pywsgi
@@ -116,7 +116,8 @@ class Router:
             if route_method != method:
                 allowed = True
                 continue
-            return handler, {k: unquote(v) for k, v in match.groupdict().items()}, public
+            # PATH_INFO is already percent-decoded (WSGI): "a%2Fb" arrives as "a/b".
+            return handler, match.groupdict(), public
         raise ApiError(405 if allowed else 404, f"no route for {method} {path}")
 
 
