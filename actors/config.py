@@ -347,8 +347,8 @@ def _http_paths(http: HttpConfig, config_dir: Path) -> HttpConfig:
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
     """Read `path` (TOML) if given, then apply command-line `overrides`.
 
-    `overrides` keys: host, port, log_level, data_dir, store, http_port (None values are
-    ignored).
+    `overrides` keys: host, port, log_level, data_dir, store, http_port, sys_interval (None
+    values are ignored).
     """
     raw: dict[str, Any] = {}
     config_dir = Path()
@@ -394,6 +394,8 @@ def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerC
         config = replace(config, log_level=overrides["log_level"])
     if "http_port" in overrides:
         config = replace(config, http=replace(config.http, port=overrides["http_port"]))
+    if "sys_interval" in overrides:
+        config = replace(config, sys=replace(config.sys, interval=overrides["sys_interval"]))
     if "data_dir" in overrides or "store" in overrides:
         store = replace(
             config.store,

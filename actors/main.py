@@ -2,6 +2,7 @@
 
 Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
                             [--data-dir DIR] [--store sqlite|memory|none] [--http-port PORT]
+                            [--sys-interval SECONDS]
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -54,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--http-port", type=int, help="port of the admin HTTP listener (default 18083; 0: none)"
     )
+    parser.add_argument(
+        "--sys-interval", type=float, help="seconds between $SYS updates (default 10; 0: none)"
+    )
     return parser.parse_args(argv)
 
 
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "data_dir": args.data_dir,
         "store": args.store,
         "http_port": args.http_port,
+        "sys_interval": args.sys_interval,
     }
     logging.basicConfig(
         level=logging.INFO,

@@ -3,10 +3,13 @@ and the will), sessions, subscriptions, retained messages, publish, plugins and 
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from mqtt.packets import ConnAck, Disconnect, Will
@@ -16,6 +19,7 @@ from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
+from tests.support.listeners import Certificates
 from tests.support.raw_client import RawClient
 
 OPERATOR, OPERATOR_PASSWORD = "operator", "s3cret-pass"
@@ -325,3 +329,18 @@ def test_http_port_in_use_stops_the_broker_with_a_clear_error(
 ) -> None:
     with pytest.raises(RuntimeError, match="cannot listen for the admin HTTP API"):
         broker_factory(http_config(admin.port))  # type: ignore[operator]
+
+
+def test_https_with_a_certificate(tmp_path: Path) -> None:
+    certificates = Certificates(tmp_path)
+    port = free_port()
+    config = http_config(port, f'certfile = "{certificates.server_file.name}"')
+    with running_broker(tmp_path, config) as broker:
+        wait_for_log(broker, f"admin HTTP: listening on https://127.0.0.1:{port}")
+        context = ssl.create_default_context(cafile=str(certificates.ca_file))
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        connection.request("GET", "/api/v1/stats", headers={"X-API-Key": API_KEY})
+        response = connection.getresponse()
+        assert response.status == 200
+        assert orjson.loads(response.read())["connections"] == 0
+        connection.close()
