@@ -21,7 +21,7 @@ from actors.context import ConnectedClient
 from actors.figures import read_figures, session_state
 from actors.messages import CloseConnection, StoreRetained
 from actors.runtime import tell_if_alive
-from admin.server import ApiError, Request, Response, Router
+from admin.routing import ApiError, Request, Response, Router
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from core.reasons import DisconnectReason

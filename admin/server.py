@@ -15,9 +15,7 @@ Routes: `/metrics` (Prometheus), `/api/v1/...` (JSON, `admin.api`), `/` and `/st
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -26,8 +24,10 @@ import orjson
 from gevent import pywsgi
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from admin.api import add_api_routes
 from admin.auth import Authenticator
 from admin.metrics import new_registry
+from admin.routing import STATUS_TEXT, ApiError, Request, Response, Router
 
 if TYPE_CHECKING:
     from actors.broker import Broker
@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_BODY = 1_048_576  # bytes of a request body
+# Requests served at once (one greenlet each); more wait in the accept backlog, so a flood of
+# HTTP clients cannot fill the event loop the MQTT connections share.
+MAX_CONCURRENT_REQUESTS = 64
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -45,86 +48,8 @@ CONTENT_TYPES = {
 REALM = 'Basic realm="actor-mqtt-broker", charset="UTF-8"'
 
 
-class ApiError(Exception):
-    """An answer other than success: `status` (404, 400, ...) and a message for the caller."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(slots=True)
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: bytes
-    params: dict[str, str] = field(default_factory=dict)  # from the route's pattern
-
-    def json(self) -> dict[str, Any]:
-        try:
-            value = orjson.loads(self.body or b"{}")
-        except orjson.JSONDecodeError as error:
-            raise ApiError(400, f"the body is not JSON: {error}") from error
-        if not isinstance(value, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return value
-
-
-@dataclass(slots=True)
-class Response:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-
-
-Handler = Callable[[Request], Any]  # returns a JSON-able value or a Response
-STATUS_TEXT = {
-    200: "200 OK",
-    201: "201 Created",
-    204: "204 No Content",
-    400: "400 Bad Request",
-    401: "401 Unauthorized",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    409: "409 Conflict",
-    413: "413 Payload Too Large",
-    500: "500 Internal Server Error",
-    503: "503 Service Unavailable",
-}
-
-
-class Router:
-    """Routes `METHOD /path/{name}` patterns to handlers; `{name...}` takes the rest of the
-    path, slashes included (topics, CIDR blocks)."""
-
-    def __init__(self) -> None:
-        self._routes: list[tuple[str, re.Pattern[str], Handler, bool]] = []
-
-    def add(self, method: str, pattern: str, handler: Handler, public: bool = False) -> None:
-        regex = re.sub(r"\{(\w+)\.\.\.\}", r"(?P<\1>.+)", pattern)
-        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
-        self._routes.append((method, re.compile(f"^{regex}$"), handler, public))
-
-    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str], bool]:
-        allowed = False
-        for route_method, regex, handler, public in self._routes:
-            match = regex.match(path)
-            if match is None:
-                continue
-            if route_method != method:
-                allowed = True
-                continue
-            # PATH_INFO is already percent-decoded (WSGI): "a%2Fb" arrives as "a/b".
-            return handler, match.groupdict(), public
-        raise ApiError(405 if allowed else 404, f"no route for {method} {path}")
-
-
 class AdminServer:
     def __init__(self, broker: Broker) -> None:
-        from admin.api import add_api_routes  # noqa: PLC0415 - api imports this module
-
         self._broker = broker
         self._config = broker.config.http
         self._auth = Authenticator(self._config)
@@ -148,11 +73,18 @@ class AdminServer:
                 self.application,
                 log=None,
                 error_log=error_log,
+                spawn=MAX_CONCURRENT_REQUESTS,
                 certfile=config.certfile,
                 keyfile=config.keyfile or config.certfile,
             )
         else:
-            server = pywsgi.WSGIServer(address, self.application, log=None, error_log=error_log)
+            server = pywsgi.WSGIServer(
+                address,
+                self.application,
+                log=None,
+                error_log=error_log,
+                spawn=MAX_CONCURRENT_REQUESTS,
+            )
         server.start()
         self._server = server
         self.port = server.server_port or 0
