@@ -137,7 +137,10 @@ class AdminServer:
                 environ.get("REMOTE_ADDR"),
             )
             raise ApiError(401, "credentials needed: an API key or a password-file user")
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError as error:
+            raise ApiError(400, "Content-Length is not a number") from error
         if length > MAX_BODY:
             raise ApiError(413, f"the body is over {MAX_BODY} bytes")
         body = environ["wsgi.input"].read(length) if length else b""

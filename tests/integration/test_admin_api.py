@@ -344,3 +344,15 @@ def test_https_with_a_certificate(tmp_path: Path) -> None:
         assert response.status == 200
         assert orjson.loads(response.read())["connections"] == 0
         connection.close()
+
+
+def test_oversized_and_malformed_bodies(admin: Admin) -> None:
+    big = {"topic": "a", "payload": "x" * 1_100_000}
+    assert admin.request("POST", "/api/v1/publish", big).status == 413
+    connection = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=10)
+    connection.request("POST", "/api/v1/publish", body=b"{not json", headers={"X-API-Key": API_KEY})
+    answer = connection.getresponse()
+    assert answer.status == 400
+    assert b"not JSON" in answer.read()
+    connection.close()
+    assert admin.get("/api/v1/health", key=None) == {"status": "ok"}  # still serving
