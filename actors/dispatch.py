@@ -143,9 +143,12 @@ class Dispatcher:
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""
-        self._stats.messages_dropped += 1
-        self._stats.count_drops(reason.value, 1)
-        if reason is not _NO_SUBSCRIBERS:
+        stats = self._stats
+        stats.messages_dropped += 1
+        if reason is _NO_SUBSCRIBERS:
+            stats.dropped_no_subscribers += 1  # the common drop: one increment, no dict
+        else:
+            stats.count_drops(reason._value_, 1)
             where = f"from {message.publisher!r} on {message.topic!r}"
             report_loss(self._loss_log, reason, 1, where)
         if self._hooks.has(_MESSAGE_DROPPED):

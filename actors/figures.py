@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.latency import LatencyHistogram
+from core.reasons import DropReason
 from core.session_state import SessionState
 
 if TYPE_CHECKING:
@@ -98,7 +99,10 @@ def read_figures(broker: Broker) -> Figures:
         messages_sent=stats.messages_sent,
         messages_dropped=stats.messages_dropped,
         deliveries_dropped=stats.deliveries_dropped,
-        dropped_by_reason=dict(stats.dropped_by_reason),
+        dropped_by_reason={
+            **stats.dropped_by_reason,
+            DropReason.NO_SUBSCRIBERS.value: stats.dropped_no_subscribers,
+        },
         bytes_received=stats.bytes_received,
         bytes_sent=stats.bytes_sent,
         subscriptions=len(context.route_table),

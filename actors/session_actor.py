@@ -604,7 +604,7 @@ class SessionActor(GeventActor):
         for drop in dropped:
             counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
-            self._context.stats.count_drops(reason.value, count)
+            self._context.stats.count_drops(reason._value_, count)
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:

@@ -87,7 +87,7 @@ class Api:
         figures["time"] = time.time()
         figures["node"] = self._broker.config.node_name
         figures["top_topics"] = [
-            {"topic": topic, "messages": count}
+            {"topic": topic, "messages": count}  # sampled: one batch in TOPIC_SAMPLE
             for topic, count in self._context.stats.top_topics(TOP_TOPICS)
         ]
         return figures
