@@ -33,7 +33,7 @@ from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
-from actors.router_actor import RouterActor
+from actors.router_actor import RouterActor, add_route
 from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
@@ -47,6 +47,7 @@ from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plu
 from router.fan_out import Route
 from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
+from router.share_strategy import SharePicker, Strategy
 from store import open_store
 from store.base import DeleteSession, Snapshot
 from store.writer import StoreWriter
@@ -104,7 +105,7 @@ class Broker:
         if self.config.store.kind != "none":
             bans_path = Path(self.config.store.data_dir) / BANS_FILE
         context.admission = Admission(self.config.flapping, bans_path)
-        context.router = RouterActor.start(context.route_table)
+        context.router = RouterActor.start(context.route_table, context.shared_subscriptions)
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)
@@ -117,6 +118,8 @@ class Broker:
             context.stats,
             context.persistence,
             loss_log=context.loss_log,
+            shares=context.shared_subscriptions,
+            picker=SharePicker(Strategy(self.config.shared_subscriptions.strategy)),
         )
         sessions = self._restore_sessions(snapshot)
         context.registry = SessionRegistry(context, sessions)
@@ -219,7 +222,13 @@ class Broker:
             session = actor.launch()
             for topic_filter, options in state.subscriptions.items():
                 route = Route(session, options, persistent=True)
-                context.route_table.add(topic_filter, client_id, route)
+                add_route(
+                    context.route_table,
+                    context.shared_subscriptions,
+                    topic_filter,
+                    client_id,
+                    route,
+                )
             if remaining != float("inf"):
                 actor.start_expiry_timer(remaining)
             sessions[client_id] = session

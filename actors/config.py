@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from router.share_strategy import STRATEGY_NAMES
+
 
 class ConfigError(ValueError):
     """The configuration file or a command-line value is wrong; the message says which key."""
@@ -135,6 +137,12 @@ class FlappingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedSubscriptionsConfig:
+    enabled: bool = True  # announced in CONNACK; off: SUBACK 0x9E for $share/... filters
+    strategy: str = "round_robin"  # router.share_strategy.STRATEGY_NAMES
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
@@ -143,6 +151,9 @@ class BrokerConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     sys: SysConfig = field(default_factory=SysConfig)
     flapping: FlappingConfig = field(default_factory=FlappingConfig)
+    shared_subscriptions: SharedSubscriptionsConfig = field(
+        default_factory=SharedSubscriptionsConfig
+    )
     node_name: str = "broker@127.0.0.1"
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
@@ -161,6 +172,7 @@ _SECTIONS = {
     "http": HttpConfig,
     "sys": SysConfig,
     "flapping": FlappingConfig,
+    "shared_subscriptions": SharedSubscriptionsConfig,
 }
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
@@ -326,6 +338,11 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         raise ConfigError(
             "[flapping] max_connects must be at least 0 (0: off), window and ban_time above 0"
         )
+    if config.shared_subscriptions.strategy not in STRATEGY_NAMES:
+        raise ConfigError(
+            f"[shared_subscriptions] strategy must be one of {', '.join(STRATEGY_NAMES)}, "
+            f"got {config.shared_subscriptions.strategy!r}"
+        )
     return config
 
 
@@ -380,7 +397,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         else:
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "http, sys, flapping, plugins, node_name, log_level"
+                "http, sys, flapping, shared_subscriptions, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))

@@ -20,6 +20,7 @@ from channel.channel import ChannelSettings
 from core.client import ClientInfo
 from router.fan_out import Route
 from router.route_table import RouteTable
+from router.shared import SharedSubscriptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class BrokerContext:
     route_table: RouteTable[str, Route]
     stats: BrokerStats
     persistence: Persistence
+    # The share groups of `$share/...` subscriptions, beside the route table (same writer).
+    shared_subscriptions: SharedSubscriptions = field(default_factory=SharedSubscriptions)
     router: Any = None  # ActorRef[RouterActor]
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
@@ -68,4 +71,5 @@ class BrokerContext:
             max_topic_levels=limits.max_topic_levels,
             identity_as_username=identity_as_username,
             admit=self.admission.check if self.admission is not None else None,
+            shared_subscriptions=self.config.shared_subscriptions.enabled,
         )

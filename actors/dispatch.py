@@ -15,7 +15,13 @@ For one batch it:
   capped by the message's QoS, so overlapping subscriptions deliver once [MQTT-3.3.5-1]
   (that merge is the topic's plan, `router.fan_out`, cached until the route table changes);
 - encodes a QoS 0 PUBLISH for MQTT 3.x subscribers once per message and shares the bytes;
+- gives each share group matching the topic (`$share/...`, `router.shared`) the message
+  once, to the member its `SharePicker` strategy picks; while the broker has no share group
+  this is one attribute test per message;
 - tells each session one `Deliver` with all of its deliveries from the batch.
+
+`redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
+its session ended) and gives each to another member of its group, as EMQX does.
 """
 
 from __future__ import annotations
@@ -33,11 +39,14 @@ from actors.stats import BrokerStats
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
+from core.share_origin import ShareOrigin
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode_publish
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
+from router.share_strategy import SharePicker, Strategy
+from router.shared import SharedSubscriptions, ShareGroup
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -57,8 +66,12 @@ class Dispatcher:
         persistence: Persistence,
         *,
         loss_log: RateLimitedLog,
+        shares: SharedSubscriptions | None = None,
+        picker: SharePicker | None = None,
     ) -> None:
-        self._fan_out_plans = FanOut(routes)
+        self._shares = SharedSubscriptions() if shares is None else shares
+        self._picker = SharePicker(Strategy.ROUND_ROBIN) if picker is None else picker
+        self._fan_out_plans = FanOut(routes, shares=self._shares)
         self._loss_log = loss_log
         self._retainer = retainer
         self._hooks = hooks
@@ -91,7 +104,11 @@ class Dispatcher:
                     ops.append(
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
-            if not self._fan_out(message, per_session, ops):
+            delivered = self._fan_out(message, per_session, ops)
+            if self._shares.group_count:
+                groups = self._fan_out_plans.shared_plan(message.topic)
+                delivered = self._share_out(message, groups, per_session, ops) or delivered
+            if not delivered:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
         self._stats.count_topics(messages)
         for session, deliveries in per_session.items():
@@ -140,6 +157,66 @@ class Dispatcher:
                 deliveries.append(delivery)
             delivered = True
         return delivered
+
+    def _share_out(
+        self,
+        message: Message,
+        groups: tuple[ShareGroup, ...],
+        per_session: dict[Any, list[Delivery]],
+        ops: list[Op],
+        tried: frozenset[str] = frozenset(),
+    ) -> bool:
+        """One delivery per share group, to the member the strategy picks (not one of
+        `tried`); False if no group had a member to take it."""
+        delivered = False
+        for group in groups:
+            member = self._picker.pick(group, message.topic, message.publisher or "", tried)
+            if member is None:
+                continue
+            options = member.route.options
+            qos = options.qos if options.qos < message.qos else message.qos
+            ids = (options.subscription_id,) if options.subscription_id else ()
+            share = ShareOrigin(group.group, group.topic_filter, tried)
+            # Live deliveries keep RETAIN only with Retain As Published [MQTT-3.3.1-12].
+            retain = message.retain and options.retain_as_published
+            if qos and member.route.persistent and self._persistence.enabled:
+                seq = self._persistence.next_seq()
+                delivery = Delivery(message, qos, retain, ids, None, seq, share)
+                ops.append(PutMessage(member.client_id, seq, stored_delivery(delivery)))
+            else:
+                delivery = Delivery(message, qos, retain, ids, None, 0, share)
+            per_session.setdefault(member.route.session, []).append(delivery)
+            delivered = True
+        return delivered
+
+    def redispatch(self, deliveries: list[Delivery], giver: str) -> list[Delivery]:
+        """Give shared deliveries that the member `giver` cannot keep to other members of
+        their groups; returns those no other member could take (the group is gone, or
+        every other member has tried), in order."""
+        per_session: dict[Any, list[Delivery]] = {}
+        ops: list[Op] = []
+        left: list[Delivery] = []
+        for delivery in deliveries:
+            share = delivery.share
+            group = None if share is None else self._shares.group(share.group, share.topic_filter)
+            if share is None or group is None:
+                left.append(delivery)
+                continue
+            tried = share.tried | {giver}
+            if not self._share_out(delivery.message, (group,), per_session, ops, tried):
+                left.append(delivery)
+        for session, moved in per_session.items():
+            tell_if_alive(session, Deliver(moved))
+        if ops:
+            self._persistence.submit(ops)
+        if len(left) < len(deliveries):
+            logger.info(
+                "shared subscriptions: %d messages of client %r went to other members of "
+                "their groups",
+                len(deliveries) - len(left),
+                giver,
+            )
+        return left
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""

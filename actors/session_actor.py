@@ -16,6 +16,12 @@ first, then resending unacknowledged messages in their original order [MQTT-4.4.
 queueing until its client comes back, it expires (`limits.session_expiry`), or it is
 terminated.
 
+Shared subscriptions (`router.shared`): a session gives back the shared deliveries it cannot
+keep (`_hand_over_shared`), for the dispatcher to redispatch to another member: those that
+arrive while its client is offline, the queued ones when its client goes, and also the
+QoS 1 ones in flight when the session ends (as EMQX does). Retained messages are never sent
+for a shared subscription [MQTT-4.8.2-6].
+
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
 QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
@@ -88,6 +94,7 @@ from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from router.fan_out import Route
+from router.shared import inner_filter, is_shared
 from store.base import (
     DeleteMessage,
     DeleteSession,
@@ -237,7 +244,9 @@ class SessionActor(GeventActor):
         def readable(topic: str, qos: int) -> bool:
             answer = decided.get((topic, qos))
             if answer is None:
-                answer = decided[topic, qos] = may_read(self._hooks, client, topic, qos)
+                # A shared subscription reads the filter after its share name.
+                answer = may_read(self._hooks, client, inner_filter(topic), qos)
+                decided[topic, qos] = answer
             return answer
 
         owner = self._client
@@ -277,6 +286,7 @@ class SessionActor(GeventActor):
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
+        self._hand_over_shared(ending=False)
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
         self.start_expiry_timer(self._context.limits.session_expiry)
@@ -301,6 +311,7 @@ class SessionActor(GeventActor):
 
     def _terminate(self, terminate: Terminate) -> None:
         self._cancel_expiry()
+        self._hand_over_shared(ending=True)
         if self._stored:
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
@@ -329,6 +340,8 @@ class SessionActor(GeventActor):
             and transport.backlog_bytes > self._context.limits.max_write_buffer
         )
         deliveries = deliver.deliveries
+        if not connected:
+            deliveries = self._give_back_shared(deliveries)
         actions = self.state.deliver(deliveries, connected, drop_qos0=slow)
         # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
         plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
@@ -339,6 +352,38 @@ class SessionActor(GeventActor):
                 self._context.stats.messages_sent += len(wires)
                 return
         self._carry_out(actions)
+
+    def _give_back_shared(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """The client is offline: shared deliveries go to another member if one can take
+        them; the rest (and the ones nobody else takes) stay here."""
+        shared = [delivery for delivery in deliveries if delivery.share is not None]
+        if not shared:
+            return deliveries
+        left = self._context.dispatcher.redispatch(shared, self.state.client_id)
+        self._forget_moved(shared, left)
+        return [delivery for delivery in deliveries if delivery.share is None] + left
+
+    def _hand_over_shared(self, ending: bool) -> None:
+        """The client went (or the session ends): hand the shared deliveries it has not
+        received to other members (`SessionState.take_shared`). What nobody else takes
+        stays queued, or, when the session ends, is dropped like the rest of it."""
+        taken = self.state.take_shared(in_flight=ending)
+        if not taken:
+            return
+        left = self._context.dispatcher.redispatch(taken, self.state.client_id)
+        self._forget_moved(taken, left)
+        if ending:
+            return  # the session's stored messages go with it (DeleteSession)
+        self._carry_out(self.state.deliver(left, connected=False))
+
+    def _forget_moved(self, given: list[Delivery], left: list[Delivery]) -> None:
+        """The stored copies of the deliveries another member took are this session's no
+        more."""
+        if self._stored and len(left) < len(given):
+            kept = {id(delivery) for delivery in left}
+            for delivery in given:
+                if delivery.seq and id(delivery) not in kept:
+                    self._store_deleted(delivery.seq)
 
     def _carry_out(self, actions: Sequence[Action]) -> None:
         """Do what the session state asked for, in order; then report the drops.
@@ -523,8 +568,12 @@ class SessionActor(GeventActor):
             route = Route(self.actor_ref, options, self.state.persistent)
             routes.append((subscription.topic_filter, route))
             codes.append(subscription.qos)
-            # Retain Handling (MQTT 5): 0 always, 1 only for a new subscription, 2 never.
-            if options.retain_handling == 0 or (options.retain_handling == 1 and is_new):
+            # Retain Handling (MQTT 5): 0 always, 1 only for a new subscription, 2 never;
+            # never for a shared subscription [MQTT-4.8.2-6].
+            wants_retained = options.retain_handling == 0 or (
+                options.retain_handling == 1 and is_new
+            )
+            if wants_retained and not is_shared(subscription.topic_filter):
                 retained_for.append((subscription.topic_filter, options))
             if self._hooks.has(HookPoint.SESSION_SUBSCRIBED):
                 self._hooks.run(

@@ -9,7 +9,10 @@ implement.
 Phases, and what each accepts:
 
     AWAITING_CONNECT --CONNECT accepted--> CONNECTING --session attached--> CONNECTED --> CLOSED
-           \\--anything else, refused CONNECT, lost------------------------------------/
+         |   ^              ^                                                              ^
+         |   |AUTH          |authenticated                                                 |
+         v   |              |                                                              |
+    AUTHENTICATING ---------+--------refused, anything but AUTH, lost---------------------/
 
 - AWAITING_CONNECT: the first packet must be CONNECT [MQTT-3.1.0-1]; the client id, the
   credentials (`client.authenticate`) and the will (`client.authorize`) are checked here. A
@@ -32,7 +35,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, cast
 
@@ -52,10 +55,20 @@ from channel.actions import (
     UnsubscribeRequest,
 )
 from channel.authorization import may_publish, may_read
+from channel.enhanced_auth import (
+    AUTHENTICATION_DATA,
+    AUTHENTICATION_METHOD,
+    CONTINUE,
+    REAUTHENTICATE,
+    SUCCESS,
+    AuthExchange,
+    auth_packet,
+)
 from core.client import ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import Ack
+from hooks.decisions import AuthContinue, AuthResult
 from hooks.events import (
     AuthenticateRequest,
     ClientConnect,
@@ -70,6 +83,7 @@ from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack
 from mqtt.errors import MqttError, UnsupportedProtocolVersionError
 from mqtt.packets import (
+    Auth,
     ConnAck,
     Connect,
     Disconnect,
@@ -88,6 +102,8 @@ from mqtt.packets import (
 )
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
+from mqtt.topics import TopicError
+from router.shared import inner_filter, is_shared, parse_shared
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +128,7 @@ _IDLE: Any = []
 
 class Phase(Enum):
     AWAITING_CONNECT = "awaiting_connect"
+    AUTHENTICATING = "authenticating"
     CONNECTING = "connecting"
     CONNECTED = "connected"
     CLOSED = "closed"
@@ -128,6 +145,8 @@ class ChannelSettings:
     identity_as_username: bool = False
     # The banned table's check (`actors.admission`): why a CONNECT is refused, or None.
     admit: Callable[[ClientInfo], str | None] | None = None
+    # `[shared_subscriptions] enabled`: announced in CONNACK; off, `$share/...` gets 0x9E.
+    shared_subscriptions: bool = True
 
 
 class Channel:
@@ -136,6 +155,7 @@ class Channel:
     __slots__ = (
         "_acks",
         "_actions",
+        "_auth",
         "_check_acl",
         "_held",
         "_held_input",
@@ -179,6 +199,7 @@ class Channel:
         self._acks: list[tuple[Ack, int]] = _IDLE
         self._releases: list[int] = _IDLE
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
+        self._auth: AuthExchange | None = None  # MQTT 5.0 enhanced authentication, if used
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -286,6 +307,9 @@ class Channel:
                 self._violation("the first packet must be CONNECT [MQTT-3.1.0-1]")
                 return
             self._connect(first)
+            packets = packets[1:]
+        while packets and self.phase is Phase.AUTHENTICATING:
+            self._auth_before_connack(packets[0])
             packets = packets[1:]
         if self.phase is Phase.CONNECTING:
             if self._held is _IDLE:
@@ -402,9 +426,14 @@ class Channel:
         refused: dict[int, int] = {}
         for index, subscription in enumerate(packet.subscriptions):
             topic_filter = subscription.topic_filter
-            if topic_filter.count("/") >= self._settings.max_topic_levels:
+            shared = _shared_refusal(topic_filter, self._settings.shared_subscriptions)
+            read_filter = inner_filter(topic_filter)  # a shared one reads after its share name
+            if shared is not None:
+                logger.info("%s: subscribe to %r refused: %s", self._name(), *shared[1:])
+                refused[index] = shared[0]
+            elif read_filter.count("/") >= self._settings.max_topic_levels:
                 refused[index] = ReasonCode.TOPIC_FILTER_INVALID
-            elif self._check_acl and not may_read(hooks, client, topic_filter, subscription.qos):
+            elif self._check_acl and not may_read(hooks, client, read_filter, subscription.qos):
                 logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
                 refused[index] = _NOT_AUTHORIZED
         subscription_ids = packet.properties.get(PropertyId.SUBSCRIPTION_IDENTIFIER)
@@ -475,12 +504,39 @@ class Channel:
             keepalive=packet.keepalive,
         )
         self.client = client
-        if self._banned(client) or not self._authenticated(client, packet):
+        if self._banned(client):
             return
         hooks = self._hooks
+        if hooks.has(HookPoint.CLIENT_CONNECT):
+            hooks.run(
+                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
+            )
+        if self.version >= 5 and self._enhanced_auth_requested(packet, connack_properties):
+            return
+        if not settings.identity_as_username:
+            # With the certificate's identity, the TLS handshake authenticated the client.
+            result = hooks.authenticate(
+                AuthenticateRequest(client=client, password=packet.password)
+            )
+            assert isinstance(result, AuthResult)  # no method: never AuthContinue (HookBus)
+            if not result.allowed:
+                assert result.reason is not None
+                self._refuse(
+                    result.reason.connack_v5, f"authentication failed: {result.reason.value}"
+                )
+                return
+        self._accept(packet, connack_properties)
+
+    def _accept(self, packet: Connect, connack_properties: dict[int, Any]) -> None:
+        """The client is authenticated: check its will, then open its session."""
+        client = self.client
+        assert client is not None
+        if self.version >= 5 and not self._settings.shared_subscriptions:
+            # Absent, it means 1 (available) (3.2.2.3.13): announced only when off.
+            connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] = 0
         if packet.will is not None:
             will = packet.will
-            if self.version >= 5 and not may_publish(hooks, client, will.topic, will.qos):
+            if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
                 # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
                 # is checked again (and dropped) when it would be published.
                 self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
@@ -490,29 +546,14 @@ class Channel:
                 payload=will.payload,
                 qos=will.qos,
                 retain=will.retain,
-                publisher=client_id,
-                username=username,
+                publisher=client.client_id,
+                username=client.username,
                 properties=will.properties,
             )
         self.phase = Phase.CONNECTING
         timeout = packet.keepalive * KEEPALIVE_GRACE if packet.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
-
-    def _authenticated(self, client: ClientInfo, packet: Connect) -> bool:
-        """Run client.connect and client.authenticate; refuse the CONNECT if it fails."""
-        hooks = self._hooks
-        if hooks.has(HookPoint.CLIENT_CONNECT):
-            hooks.run(
-                HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
-            )
-        if self._settings.identity_as_username:
-            return True  # the TLS handshake authenticated the client with its certificate
-        result = hooks.authenticate(AuthenticateRequest(client=client, password=packet.password))
-        if not result.allowed:
-            assert result.reason is not None
-            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
-        return result.allowed
 
     def _banned(self, client: ClientInfo) -> bool:
         """Refuse a banned client with CONNACK 0x8A (3.1.1: 0x05 not authorised)."""
@@ -521,6 +562,121 @@ class Channel:
         if banned is not None:
             self._refuse(ReasonCode.BANNED, banned)
         return banned is not None
+
+    # ----- enhanced authentication (MQTT 5.0 section 4.12, channel.enhanced_auth) -------
+
+    def _enhanced_auth_requested(self, packet: Connect, connack_properties: dict[int, Any]) -> bool:
+        """If the 5.0 CONNECT names an Authentication Method, start the exchange and say so
+        (True); also True when it is refused for Authentication Data without a method."""
+        method = packet.properties.get(AUTHENTICATION_METHOD)
+        data = packet.properties.get(AUTHENTICATION_DATA)
+        if method is None:
+            if data is None:
+                return False
+            self._refuse(
+                ReasonCode.PROTOCOL_ERROR,
+                "Authentication Data without an Authentication Method [MQTT-3.1.2-28]",
+            )
+            return True
+        assert self.client is not None
+        self._auth = AuthExchange(method, packet, connack_properties)
+        request = AuthenticateRequest(
+            client=self.client, password=packet.password, method=method, data=data
+        )
+        self._authenticated(self._hooks.authenticate(request))
+        return True
+
+    def _authenticated(self, result: AuthResult | AuthContinue) -> None:
+        """Carry out the client.authenticate answer to a CONNECT with a method or to an AUTH
+        before CONNACK."""
+        exchange = self._auth
+        assert exchange is not None and exchange.pending is not None
+        if isinstance(result, AuthContinue):
+            exchange.state = result.state
+            self.phase = Phase.AUTHENTICATING
+            self._actions.append(Send(auth_packet(CONTINUE, exchange.method, result.data)))
+            return
+        if not result.allowed:
+            assert result.reason is not None
+            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
+            return
+        packet, connack_properties = exchange.pending, exchange.connack_properties
+        connack_properties[AUTHENTICATION_METHOD] = exchange.method
+        if result.data is not None:
+            connack_properties[AUTHENTICATION_DATA] = result.data
+        exchange.pending, exchange.connack_properties, exchange.state = None, {}, None
+        if result.username is not None and self.client is not None:
+            self.client = replace(self.client, username=result.username)
+        self._accept(packet, connack_properties)
+
+    def _auth_before_connack(self, packet: Packet) -> None:
+        """A packet of a client whose CONNECT started an enhanced authentication."""
+        exchange = self._auth
+        assert exchange is not None and exchange.pending is not None and self.client is not None
+        if isinstance(packet, Disconnect):
+            self._close(DisconnectReason.CLIENT_DISCONNECT)
+            return
+        if not isinstance(packet, Auth):
+            name = type(packet).__name__
+            self._refuse(
+                ReasonCode.PROTOCOL_ERROR,
+                f"{name} before CONNACK of an enhanced authentication [MQTT-3.1.2-30]",
+            )
+            return
+        why = exchange.mismatch(packet, CONTINUE)
+        if why is not None:
+            self._refuse(ReasonCode.PROTOCOL_ERROR, why)
+            return
+        request = AuthenticateRequest(
+            client=self.client,
+            password=None,
+            method=exchange.method,
+            data=packet.properties.get(AUTHENTICATION_DATA),
+            state=exchange.state,
+        )
+        self._authenticated(self._hooks.authenticate(request))
+
+    def _reauthenticate(self, packet: Auth) -> None:
+        """AUTH from a connected client: a re-authentication (MQTT 5.0 section 4.12.1)."""
+        self._flush_batch()
+        exchange = self._auth
+        client = self.client
+        assert client is not None
+        if exchange is None:
+            self._violation("AUTH from a client that did not CONNECT with an Authentication Method")
+            return
+        why = exchange.mismatch(packet, CONTINUE if exchange.reauthenticating else REAUTHENTICATE)
+        if why is not None:
+            self._violation(why)
+            return
+        request = AuthenticateRequest(
+            client=client,
+            password=None,
+            method=exchange.method,
+            data=packet.properties.get(AUTHENTICATION_DATA),
+            state=exchange.state if exchange.reauthenticating else None,
+            reauthenticate=True,
+        )
+        result = self._hooks.authenticate(request)
+        if isinstance(result, AuthContinue):
+            exchange.reauthenticating, exchange.state = True, result.state
+            self._actions.append(Send(auth_packet(CONTINUE, exchange.method, result.data)))
+        elif result.allowed:
+            exchange.reauthenticating, exchange.state = False, None
+            self._actions.append(Send(auth_packet(SUCCESS, exchange.method, result.data)))
+            logger.info("%s re-authenticated (%s)", self._name(), exchange.method)
+        else:
+            assert result.reason is not None
+            # DISCONNECT has no 0x86: a refusal is 0x87 unless the method is the problem
+            # [MQTT-4.12.1-2].
+            code = result.reason.connack_v5
+            if code != ReasonCode.BAD_AUTHENTICATION_METHOD:
+                code = _NOT_AUTHORIZED
+            logger.warning(
+                "closing %s: re-authentication failed: %s", self._name(), result.reason.value
+            )
+            self._last_words(code)
+            self._close(DisconnectReason.NOT_AUTHORIZED)
 
     def _refuse(self, reason_code: int, why: str) -> None:
         logger.info(
@@ -576,6 +732,20 @@ class Channel:
         return f"connection {self.peer}"
 
 
+def _shared_refusal(topic_filter: str, available: bool) -> tuple[int, str, str] | None:
+    """(SUBACK reason code, filter, why) for a `$share/...` filter refused here, else None."""
+    if not is_shared(topic_filter):
+        return None
+    if not available:
+        reason = "shared subscriptions are off ([shared_subscriptions] enabled)"
+        return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, topic_filter, reason
+    try:
+        parse_shared(topic_filter)
+    except TopicError as error:
+        return ReasonCode.TOPIC_FILTER_INVALID, topic_filter, str(error)
+    return None
+
+
 # What a connected client may send, and the method that handles it. A class-level table: a
 # per-instance dict of bound methods would cost ~1 KB per idle connection.
 _PACKET_HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
@@ -588,4 +758,5 @@ _PACKET_HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
     Unsubscribe: Channel._unsubscribe,
     PingReq: Channel._ping,
     Disconnect: Channel._disconnect,
+    Auth: Channel._reauthenticate,
 }

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from core.message import Message
 from core.reasons import DropReason
+from core.share_origin import ShareOrigin
 
 
 class Delivery(NamedTuple):
@@ -58,6 +59,7 @@ class Delivery(NamedTuple):
     subscription_ids: tuple[int, ...] = ()
     wire: bytes | None = None  # the encoded MQTT 3.x QoS 0 PUBLISH, shared by all its receivers
     seq: int = 0  # order in the session's stored queue; 0 = not stored (QoS 0, clean session)
+    share: ShareOrigin | None = None  # the share group it came through (shared subscription)
 
 
 class Stage(Enum):
@@ -318,6 +320,29 @@ class SessionState:
 
     def unsubscribe(self, topic_filter: str) -> bool:
         return self.subscriptions.pop(topic_filter, None) is not None
+
+    # ----- shared subscriptions -------------------------------------------------------
+
+    def take_shared(self, in_flight: bool) -> list[Delivery]:
+        """Remove and return the deliveries of shared subscriptions another member may take:
+        the queued ones and, with `in_flight` (the session ends), the QoS 1 ones in flight.
+
+        While a persistent session waits for its client, what is in flight stays: it is
+        completed to that client when it reconnects [MQTT-4.8.2-4]. A QoS 2 delivery in
+        flight never moves: the client may already have it [MQTT-4.8.2-5].
+        """
+        taken_ids = [
+            packet_id
+            for packet_id, entry in self.inflight.items()
+            if in_flight and entry.delivery.share is not None and entry.stage is Stage.AWAIT_PUBACK
+        ]
+        taken = [self.inflight.pop(packet_id).delivery for packet_id in taken_ids]
+        if self.queue:
+            kept: deque[Delivery] = deque()
+            for delivery in self.queue:
+                (kept if delivery.share is None else taken).append(delivery)
+            self.queue = kept or None
+        return taken
 
     # ----- re-authorisation -----------------------------------------------------------
 

@@ -5,7 +5,12 @@
   (emqttd `allow | deny | ignore`, Mosquitto `MOSQ_ERR_PLUGIN_DEFER`).
 - `AuthResult` is the outcome of authentication as the broker sees it: allowed, or refused
   with an `AuthFailure` that names its MQTT 5.0 CONNACK reason code (the encoder maps it
-  to the 3.1.1 return code for older clients).
+  to the 3.1.1 return code for older clients). An enhanced authentication (MQTT 5.0
+  section 4.12) may end with `data` for the client (sent as Authentication Data in CONNACK
+  or in the final AUTH) and name the `username` it proved.
+- `AuthContinue` answers a step of an enhanced authentication that is not over: the broker
+  sends AUTH with reason 0x18 (Continue authentication) and `data`, and hands `state` back
+  to the plugin with the client's next AUTH.
 - `Stop(value)` halts a chain: in a notify chain the value is ignored, in a fold it becomes
   the result.
 - `DROP` is returned by a message.publish callback to drop the message.
@@ -33,6 +38,8 @@ class AuthFailure(Enum):
     BAD_CREDENTIALS = "bad_credentials"
     # MQTT 5.0 reason code 0x87; MQTT 3.1.1 CONNACK 0x05 "not authorized".
     NOT_AUTHORIZED = "not_authorized"
+    # MQTT 5.0 reason code 0x8C: no plugin implements the requested Authentication Method.
+    BAD_AUTHENTICATION_METHOD = "bad_authentication_method"
 
     @property
     def connack_v5(self) -> ReasonCode:
@@ -40,6 +47,8 @@ class AuthFailure(Enum):
         3.1/3.1.1 client the nearest return code (3.1.1 section 3.2.2.3)."""
         if self is AuthFailure.BAD_CREDENTIALS:
             return ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        if self is AuthFailure.BAD_AUTHENTICATION_METHOD:
+            return ReasonCode.BAD_AUTHENTICATION_METHOD
         return ReasonCode.NOT_AUTHORIZED
 
 
@@ -49,6 +58,8 @@ class AuthResult:
 
     allowed: bool
     reason: AuthFailure | None = None
+    data: bytes | None = None  # enhanced authentication: the last Authentication Data
+    username: str | None = None  # enhanced authentication: the identity it proved
 
     def __post_init__(self) -> None:
         if self.allowed != (self.reason is None):
@@ -58,9 +69,19 @@ class AuthResult:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class AuthContinue:
+    """An enhanced authentication goes on: send the client AUTH 0x18 with `data`; `state`
+    comes back in the next `AuthenticateRequest` of this connection."""
+
+    data: bytes
+    state: Any = None
+
+
 AUTH_ALLOWED = AuthResult(allowed=True)
 AUTH_BAD_CREDENTIALS = AuthResult(allowed=False, reason=AuthFailure.BAD_CREDENTIALS)
 AUTH_NOT_AUTHORIZED = AuthResult(allowed=False, reason=AuthFailure.NOT_AUTHORIZED)
+AUTH_BAD_METHOD = AuthResult(allowed=False, reason=AuthFailure.BAD_AUTHENTICATION_METHOD)
 
 
 @dataclass(frozen=True, slots=True)

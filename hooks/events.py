@@ -58,8 +58,21 @@ class ClientConnect:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuthenticateRequest:
+    """One step of authenticating a client.
+
+    With a plain CONNECT only `client` and `password` are set. For MQTT 5.0 enhanced
+    authentication (section 4.12) `method` is the Authentication Method and `data` the
+    Authentication Data of the CONNECT or AUTH packet; `state` is what the plugin returned
+    in its last `AuthContinue` (None at the first step); `reauthenticate` is True during a
+    connection (AUTH 0x19). A plugin that does not implement `method` returns IGNORE.
+    """
+
     client: ClientInfo
     password: bytes | None
+    method: str | None = None
+    data: bytes | None = None
+    state: Any = None
+    reauthenticate: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,8 @@ lookup: the broker asks it before building an event on a hot path.
 Run modes (docs/plugins.md has the table of points and return values):
 - `run`: notify every callback with the event; a callback returning `Stop` halts the chain.
 - `run_fold`: thread an accumulator, `callback(event, acc) -> new acc | Stop(result)`.
-- `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on.
+- `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on (an
+  `AuthResult`, or for enhanced authentication an `AuthContinue`, also wins).
 - `publish`: `callback(message) -> Message | None (unchanged) | DROP`.
 
 A callback that raises is isolated: the failure is logged with its owner's name and the
@@ -35,8 +36,10 @@ from core.latency import LatencyHistogram
 from hooks.decisions import (
     AUTH_ALLOWED,
     AUTH_BAD_CREDENTIALS,
+    AUTH_BAD_METHOD,
     AUTH_NOT_AUTHORIZED,
     DROP,
+    AuthContinue,
     AuthResult,
     Decision,
     Stop,
@@ -155,17 +158,22 @@ class HookBus:
 
     # -- authentication and authorisation -------------------------------------------------
 
-    def authenticate(self, request: AuthenticateRequest) -> AuthResult:
+    def authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
         """Run client.authenticate (timed); see `_authenticate`."""
         started = perf_counter()
         result = self._authenticate(request)
         self._timed(_AUTHENTICATE, started)
         return result
 
-    def _authenticate(self, request: AuthenticateRequest) -> AuthResult:
-        """Run client.authenticate: the first ALLOW/DENY/AuthResult wins.
+    def _authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
+        """Run client.authenticate: the first ALLOW/DENY/AuthResult/AuthContinue wins.
 
-        When nobody decides, the result is `allow_anonymous`. A refusal without an explicit
+        With an Authentication Method (MQTT 5.0 enhanced authentication) that nobody
+        decides, the result is BAD_AUTHENTICATION_METHOD (CONNACK 0x8C): no plugin speaks
+        that method [MQTT-4.12.0-1]. Otherwise, when nobody decides, it is `allow_anonymous`;
+        an AuthContinue answered to a request without a method is logged and ignored, so such
+        a request always gets an AuthResult.
+        A refusal without an explicit
         AuthResult (DENY, or nobody decided and allow_anonymous is off) is NOT_AUTHORIZED
         (CONNACK 0x05 / 0x87) for a client that sent no user name, as Mosquitto answers, and
         BAD_CREDENTIALS (0x04 / 0x86) for one that did. Mosquitto 2.0 answers 0x05 / 0x87 in
@@ -180,12 +188,16 @@ class HookBus:
                 continue
             if isinstance(result, AuthResult):
                 return result
+            if isinstance(result, AuthContinue) and request.method is not None:
+                return result  # without a method there is no exchange to continue
             if result is Decision.ALLOW:
                 return AUTH_ALLOWED
             if result is Decision.DENY:
                 return _refusal(request)
             if result is not Decision.IGNORE:
-                self._log_bad_return(point, entry, result, "Decision or AuthResult")
+                self._log_bad_return(point, entry, result, "Decision, AuthResult or AuthContinue")
+        if request.method is not None:
+            return AUTH_BAD_METHOD
         return AUTH_ALLOWED if self._allow_anonymous else _refusal(request)
 
     def authorize(self, request: AuthorizeRequest) -> bool:

@@ -19,6 +19,12 @@ until the route table changes (its `version` moves), at most `cache_size` names 
 when full, which costs nothing per hit) and only names up to `MAX_CACHED_NAME_LENGTH`
 characters, so hostile long names cannot fill memory. A plan is an immutable tuple: a
 publisher may hold it across greenlet switches while the router changes the table.
+
+Shared subscriptions (`router.shared`) are not in the plan: a share group gets one member
+per message, picked at publish time. `FanOut.shared_plan` gives the groups matching a topic
+name, cached the same way beside the plans (invalidated by the share table's `version`).
+While the broker has no share group at all it answers an empty tuple without a lookup, so
+topics without shared subscribers cost nothing more.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any, NamedTuple
 
 from core.session_state import SubscriptionOptions
 from router.route_table import RouteTable
+from router.shared import SharedSubscriptions, ShareGroup
 
 DEFAULT_CACHE_SIZE = 4096  # topic names whose plan is kept until the route table changes
 MAX_CACHED_NAME_LENGTH = 512
@@ -91,10 +98,21 @@ def make_plan(matches: Iterable[tuple[str, Mapping[str, Route]]]) -> Plan:
 class FanOut:
     """The plan of each topic name over `routes`, cached until the table changes."""
 
-    __slots__ = ("_cache_size", "_plans", "_routes", "_version")
+    __slots__ = (
+        "_cache_size",
+        "_groups",
+        "_groups_version",
+        "_plans",
+        "_routes",
+        "_shares",
+        "_version",
+    )
 
     def __init__(
-        self, routes: RouteTable[str, Route], cache_size: int = DEFAULT_CACHE_SIZE
+        self,
+        routes: RouteTable[str, Route],
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        shares: SharedSubscriptions | None = None,
     ) -> None:
         if cache_size < 1:
             raise ValueError(f"cache_size must be at least 1, got {cache_size}")
@@ -102,6 +120,9 @@ class FanOut:
         self._cache_size = cache_size
         self._plans: dict[str, Plan] = {}
         self._version = routes.version
+        self._shares = SharedSubscriptions() if shares is None else shares
+        self._groups: dict[str, tuple[ShareGroup, ...]] = {}
+        self._groups_version = self._shares.version
 
     def plan(self, topic: str) -> Plan:
         """The targets of a message published on the valid topic name `topic`."""
@@ -117,3 +138,21 @@ class FanOut:
                     self._plans.clear()
                 self._plans[topic] = plan
         return plan
+
+    def shared_plan(self, topic: str) -> tuple[ShareGroup, ...]:
+        """The share groups of a message published on the valid topic name `topic`."""
+        shares = self._shares
+        if not shares.group_count:
+            return ()
+        version = shares.version
+        if version != self._groups_version:
+            self._groups.clear()
+            self._groups_version = version
+        groups = self._groups.get(topic)
+        if groups is None:
+            groups = shares.match(topic)
+            if len(topic) <= MAX_CACHED_NAME_LENGTH:
+                if len(self._groups) >= self._cache_size:
+                    self._groups.clear()
+                self._groups[topic] = groups
+        return groups

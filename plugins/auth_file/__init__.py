@@ -14,6 +14,8 @@ a malformed line makes the whole file invalid and the error names the line: at s
 broker refuses to start, on `reload()` (SIGHUP) the previous table stays in force.
 
 Answers on client.authenticate:
+- a request with an MQTT 5.0 Authentication Method (enhanced authentication): IGNORE, the
+  method's plugin decides (no password is checked against this file);
 - a client with a user name: ALLOW if the file has the user and the password hashes to the
   stored value (compared in constant time), else BAD_CREDENTIALS (CONNACK 0x04 / 0x86);
   an unknown user costs the same hashing as a known one;
@@ -169,6 +171,8 @@ class Plugin:
         bus.register(HookPoint.CLIENT_AUTHENTICATE, self.authenticate, owner=self._name)
 
     def authenticate(self, request: AuthenticateRequest) -> Decision | AuthResult:
+        if request.method is not None:
+            return Decision.IGNORE  # enhanced authentication: its method's plugin decides
         username = request.client.username
         if username is None:
             if self._config.allow_anonymous is None:

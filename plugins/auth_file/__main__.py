@@ -11,12 +11,10 @@ the broker SIGHUP to make it re-read the file.
 from __future__ import annotations
 
 import argparse
-import getpass
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from plugins.account_files import read_password, write_atomically
 from plugins.auth_file import (
     DEFAULT_ITERATIONS,
     PasswordFileError,
@@ -48,17 +46,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_password(args: argparse.Namespace) -> str:
-    if args.password is not None:
-        return str(args.password)
-    if args.password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
-    first = getpass.getpass("Password: ")
-    if first != getpass.getpass("Reenter password: "):
-        raise ValueError("the passwords do not match")
-    return first
-
-
 def add_user(path: Path, user: str, password: str, iterations: int) -> None:
     """Set `user`'s password in `path`, keeping every other line as it is."""
     if not user or ":" in user or any(c in user for c in "\r\n"):
@@ -74,29 +61,14 @@ def add_user(path: Path, user: str, password: str, iterations: int) -> None:
             break
     else:
         lines.append(entry)
-    _write_atomically(path, "".join(f"{line}\n" for line in lines))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, "".join(f"{line}\n" for line in lines))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        add_user(args.file, args.user, _read_password(args), args.iterations)
+        add_user(args.file, args.user, read_password(args), args.iterations)
     except (ValueError, OSError, PasswordFileError) as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     return 0

@@ -123,8 +123,8 @@ TLS = '[[listeners]]\ntype = "tls"\ncertfile = "s.pem"\n'
         ('[[listeners]]\ntype = "ws"\npath = "mqtt"\n', "path must start with '/'"),
         ('[[listeners]]\ntype = "ws"\nallowed_origins = "*"\n', "must be an array of strings"),
         ('[[listeners]]\ntype = "unix"\n', "#1 (unix): path is required"),
-        ('[[listeners]]\nport = 70000\n', "#1 (tcp) port must be 0..65535"),
-        ('[[listeners]]\nmax_connections = 0\n', "max_connections must be at least 1"),
+        ("[[listeners]]\nport = 70000\n", "#1 (tcp) port must be 0..65535"),
+        ("[[listeners]]\nmax_connections = 0\n", "max_connections must be at least 1"),
         (
             '[[listeners]]\nport = 1883\n[[listeners]]\ntype = "tcp"\nport = 1883\n',
             "two listeners on 127.0.0.1:1883",

@@ -63,9 +63,7 @@ def test_first_event_logged_at_once_then_one_summary_per_interval(
         assert len(caplog.records) == 3
 
 
-def test_keys_are_limited_separately(
-    timers: FakeTimers, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_keys_are_limited_separately(timers: FakeTimers, caplog: pytest.LogCaptureFixture) -> None:
     log = make_log(timers)
     with caplog.at_level(logging.INFO, logger="test.ratelog"):
         log.note("a", 1, "first a", logging.INFO)

@@ -414,6 +414,43 @@ def test_drain_batch_is_read_at_run_time(
     assert seen == [3, 6]
 
 
+def test_a_tell_from_the_event_loop_is_handled_before_the_callback_returns(
+    start_recorder: Starter,
+) -> None:
+    # A connection's read callback runs in the hub; its tell starts the client actor's drain
+    # at once instead of a loop turn later (runtime.run_soon).
+    ref, events = start_recorder()
+    ref.ask("started")
+    events.clear()
+    seen_after_tell: list[list[Any]] = []
+
+    def read_callback() -> None:
+        ref.tell("from the loop")
+        seen_after_tell.append(list(events))
+
+    gevent.get_hub().loop.run_callback(read_callback)
+    gevent.sleep(0.01)
+    assert seen_after_tell == [["from the loop", DRAINED]]
+
+
+def test_a_handler_started_from_the_event_loop_may_block(start_recorder: Starter) -> None:
+    # The hub's callback resumes when the handler blocks; the handler finishes later.
+    ref, events = start_recorder()
+    ref.ask("started")
+    events.clear()
+    seen_after_tell: list[list[Any]] = []
+
+    def read_callback() -> None:
+        ref.tell(Nap(0.01))
+        ref.tell("next")  # queued behind the nap: a drain is running
+        seen_after_tell.append(list(events))
+
+    gevent.get_hub().loop.run_callback(read_callback)
+    gevent.sleep(0.05)
+    assert seen_after_tell == [[]]
+    assert events == [Nap(0.01), "next", DRAINED]
+
+
 # ----- memory hygiene ---------------------------------------------------------------------
 
 

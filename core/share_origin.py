@@ -1,0 +1,18 @@
+"""ShareOrigin: the share group a delivery came through, so it can go to another member.
+
+A delivery made for a shared subscription (`$share/{group}/{filter}`, see `router.shared`)
+carries one. When its member's session cannot take it (the client is offline) or ends
+before the client acknowledged it, the session gives it back and the dispatcher picks
+another member of the same group, avoiding the ones in `tried` (as EMQX redispatches the
+QoS 1 in-flight and queued messages of a terminated shared subscriber).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ShareOrigin(NamedTuple):
+    group: str
+    topic_filter: str  # the filter inside `$share/{group}/`
+    tried: frozenset[str] = frozenset()  # client ids of the members that gave it back
