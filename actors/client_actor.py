@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
 from actors.connection import Connection
-from actors.context import BrokerContext
+from actors.context import BrokerContext, ConnectedClient
 from actors.endpoint import Endpoint
 from actors.messages import (
     CloseConnection,
@@ -64,6 +65,7 @@ class ClientActor(GeventActor):
     # ----- called by the connection, from the event loop ---------------------------------
 
     def packets_received(self, packets: list[Packet], size: int) -> None:
+        self._context.stats.bytes_received += size
         session = self._session
         if session is not None:
             acks = self._channel.acks_only(packets, size)
@@ -96,7 +98,7 @@ class ClientActor(GeventActor):
                 )
                 return
             self._session = message.session
-            self._context.stats.connections += 1
+            self._connected(message.session)
             self._carry_out(channel.session_attached(message.session_present))
         elif isinstance(message, PeerIdentified):
             channel.identify(message.identity)
@@ -111,7 +113,9 @@ class ClientActor(GeventActor):
 
     def after_drain(self) -> None:
         if self._out:
-            self._transport.write(b"".join(self._out))
+            data = b"".join(self._out)
+            self._context.stats.bytes_sent += len(data)
+            self._transport.write(data)
             self._out.clear()
 
     def on_failure(self, *_exc_info: Any) -> None:
@@ -138,8 +142,10 @@ class ClientActor(GeventActor):
         on_durable = None
         if acks is not None:
             transport = self._transport
+            stats = self._context.stats
 
             def on_durable() -> None:
+                stats.bytes_sent += len(acks)
                 transport.write(acks)
 
         dispatcher = self._context.dispatcher
@@ -208,8 +214,26 @@ class ClientActor(GeventActor):
                 will_delay=action.will_delay,
             ),
         )
-        if action.was_connected:
-            self._context.stats.connections -= 1
+        if action.was_connected and client is not None:
+            stats = self._context.stats
+            stats.connections -= 1
+            stats.connected_by_version[client.protocol_version] -= 1
+            entry = self._context.clients.get(client.client_id)
+            if entry is not None and entry.client_ref is self.actor_ref:
+                del self._context.clients[client.client_id]
+
+    def _connected(self, session: Any) -> None:
+        """Count the connection and list it for the admin API."""
+        client = self._channel.client
+        assert client is not None
+        stats = self._context.stats
+        stats.connections += 1
+        stats.connections_total += 1
+        stats.connections_max = max(stats.connections_max, stats.connections)
+        stats.connected_by_version[client.protocol_version] += 1
+        self._context.clients[client.client_id] = ConnectedClient(
+            client, self.actor_ref, session, self._endpoint.name, time.time()
+        )
 
 
 # The handler of each action that is not a session input. A class-level table: a

@@ -129,6 +129,33 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """The admin HTTP listener: API, /metrics, dashboard (docs/operations.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = 18083  # 0: no HTTP listener
+    certfile: str = ""  # PEM chain; set: HTTPS
+    keyfile: str = ""  # "" when the key is in certfile
+    api_keys: tuple[str, ...] = ()  # "sha256:<hex>" of each key (python -m actors.ctl hash-key)
+    api_key_file: str = ""  # one "sha256:<hex>" a line
+    password_file: str = ""  # Basic auth against a mosquitto_passwd file
+    metrics_auth: bool = False  # /metrics needs credentials too
+
+
+@dataclass(frozen=True, slots=True)
+class SysConfig:
+    interval: float = 10.0  # seconds between $SYS/broker/... updates; 0: none
+    presence_events: bool = False  # $SYS/brokers/<node>/clients/<id>/connected|disconnected
+
+
+@dataclass(frozen=True, slots=True)
+class FlappingConfig:
+    max_connects: int = 0  # CONNECTs of one client id within `window` that ban it; 0: off
+    window: float = 60.0  # seconds
+    ban_time: float = 300.0  # seconds a flapping client id stays banned
+
+
+@dataclass(frozen=True, slots=True)
 class SharedSubscriptionsConfig:
     enabled: bool = True  # announced in CONNACK; off: SUBACK 0x9E for $share/... filters
     strategy: str = "round_robin"  # router.share_strategy.STRATEGY_NAMES
@@ -140,6 +167,9 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    sys: SysConfig = field(default_factory=SysConfig)
+    flapping: FlappingConfig = field(default_factory=FlappingConfig)
     shared_subscriptions: SharedSubscriptionsConfig = field(
         default_factory=SharedSubscriptionsConfig
     )
@@ -159,13 +189,16 @@ _SECTIONS = {
     "limits": LimitsConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
+    "http": HttpConfig,
+    "sys": SysConfig,
+    "flapping": FlappingConfig,
     "shared_subscriptions": SharedSubscriptionsConfig,
     "mqtt": MqttConfig,
 }
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
 
-def _section(name: str, cls: type, values: Any) -> Any:
+def _section(name: str, cls: type, values: Any, config_dir: Path) -> Any:
     if not isinstance(values, dict):
         raise ConfigError(f"[{name}] must be a table")
     known = {f.name: f for f in fields(cls)}
@@ -173,8 +206,15 @@ def _section(name: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"[{name}] unknown key {key!r}; known keys: {', '.join(known)}")
-        kwargs[key] = _typed(f"[{name}]", key, value, getattr(cls(), key))
-    return cls(**kwargs)
+        default = getattr(cls(), key)
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"[{name}] {key} must be an array of strings")
+            kwargs[key] = tuple(value)
+        else:
+            kwargs[key] = _typed(f"[{name}]", key, value, default)
+    section = cls(**kwargs)
+    return _http_paths(section, config_dir) if isinstance(section, HttpConfig) else section
 
 
 def _typed(where: str, key: str, value: Any, default: Any) -> Any:
@@ -293,31 +333,22 @@ def _check_distinct(listeners: tuple[ListenerConfig, ...]) -> None:
 
 
 def _check(config: BrokerConfig) -> BrokerConfig:
-    size = config.limits.max_packet_size
-    if not 2 <= size <= _MAX_PACKET_SIZE_LIMIT:
-        raise ConfigError(
-            f"[limits] max_packet_size must be 2..{_MAX_PACKET_SIZE_LIMIT}, got {size}"
-        )
-    if not 1 <= config.limits.max_inflight <= 65535:
-        raise ConfigError("[limits] max_inflight must be 1..65535")
-    if config.limits.max_unprocessed_packets < 1 or config.limits.max_unprocessed_bytes < 1:
-        raise ConfigError(
-            "[limits] max_unprocessed_packets and max_unprocessed_bytes must be at least 1"
-        )
-    if config.limits.max_awaiting_rel < 1:
-        raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
-    if not 0 <= config.mqtt.maximum_qos <= 2:
-        raise ConfigError("[mqtt] maximum_qos must be 0, 1 or 2")
-    if not 0 <= config.mqtt.topic_alias_maximum <= 65535:
-        raise ConfigError("[mqtt] topic_alias_maximum must be 0..65535")
-    if not 0 <= config.limits.max_keepalive <= 65535:
-        raise ConfigError("[limits] max_keepalive must be 0..65535 (seconds; 0 = no maximum)")
-    if config.limits.max_session_expiry < 0 or config.limits.session_expiry < 0:
-        raise ConfigError("[limits] session_expiry and max_session_expiry must be >= 0")
+    """Refuse values no section may hold (ConfigError names the key and what it may be)."""
+    _check_limits(config.limits)
+    _check_mqtt(config.mqtt)
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
+    if not 0 <= config.http.port <= 65535:
+        raise ConfigError(f"[http] port must be 0..65535 (0: off), got {config.http.port}")
+    if config.sys.interval < 0:
+        raise ConfigError("[sys] interval must be at least 0 (0: no $SYS updates)")
+    flapping = config.flapping
+    if flapping.max_connects < 0 or flapping.window <= 0 or flapping.ban_time <= 0:
+        raise ConfigError(
+            "[flapping] max_connects must be at least 0 (0: off), window and ban_time above 0"
+        )
     if config.shared_subscriptions.strategy not in STRATEGY_NAMES:
         raise ConfigError(
             f"[shared_subscriptions] strategy must be one of {', '.join(STRATEGY_NAMES)}, "
@@ -326,10 +357,53 @@ def _check(config: BrokerConfig) -> BrokerConfig:
     return config
 
 
+def _check_limits(limits: LimitsConfig) -> None:
+    size = limits.max_packet_size
+    if not 2 <= size <= _MAX_PACKET_SIZE_LIMIT:
+        raise ConfigError(
+            f"[limits] max_packet_size must be 2..{_MAX_PACKET_SIZE_LIMIT}, got {size}"
+        )
+    if not 1 <= limits.max_inflight <= 65535:
+        raise ConfigError("[limits] max_inflight must be 1..65535")
+    if limits.max_unprocessed_packets < 1 or limits.max_unprocessed_bytes < 1:
+        raise ConfigError(
+            "[limits] max_unprocessed_packets and max_unprocessed_bytes must be at least 1"
+        )
+    if limits.max_awaiting_rel < 1:
+        raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
+    if not 0 <= limits.max_keepalive <= 65535:
+        raise ConfigError("[limits] max_keepalive must be 0..65535 (seconds; 0 = no maximum)")
+    if limits.max_session_expiry < 0 or limits.session_expiry < 0:
+        raise ConfigError("[limits] session_expiry and max_session_expiry must be >= 0")
+
+
+def _check_mqtt(mqtt: MqttConfig) -> None:
+    if not 0 <= mqtt.maximum_qos <= 2:
+        raise ConfigError("[mqtt] maximum_qos must be 0, 1 or 2")
+    if not 0 <= mqtt.topic_alias_maximum <= 65535:
+        raise ConfigError("[mqtt] topic_alias_maximum must be 0..65535")
+
+
+def _http_paths(http: HttpConfig, config_dir: Path) -> HttpConfig:
+    """File names in [http] are relative to the configuration file's directory."""
+
+    def resolved(name: str) -> str:
+        return str(config_dir / name) if name else ""
+
+    return replace(
+        http,
+        certfile=resolved(http.certfile),
+        keyfile=resolved(http.keyfile),
+        api_key_file=resolved(http.api_key_file),
+        password_file=resolved(http.password_file),
+    )
+
+
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
     """Read `path` (TOML) if given, then apply command-line `overrides`.
 
-    `overrides` keys: host, port, log_level, data_dir, store (None values are ignored).
+    `overrides` keys: host, port, log_level, data_dir, store, http_port, sys_interval (None
+    values are ignored).
     """
     raw: dict[str, Any] = {}
     config_dir = Path()
@@ -349,7 +423,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         if key in ("listener", "listeners"):
             continue
         if key in _SECTIONS:
-            kwargs[key] = _section(key, _SECTIONS[key], value)
+            kwargs[key] = _section(key, _SECTIONS[key], value, config_dir)
         elif key == "plugins":
             if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
                 raise ConfigError("plugins must be an array of tables: [[plugins]] module = ...")
@@ -361,7 +435,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         else:
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "shared_subscriptions, mqtt, plugins, node_name, log_level"
+                "http, sys, flapping, shared_subscriptions, mqtt, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
@@ -373,6 +447,10 @@ def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerC
         config = replace(config, listeners=_override_tcp(config.listeners, overrides))
     if "log_level" in overrides:
         config = replace(config, log_level=overrides["log_level"])
+    if "http_port" in overrides:
+        config = replace(config, http=replace(config.http, port=overrides["http_port"]))
+    if "sys_interval" in overrides:
+        config = replace(config, sys=replace(config.sys, interval=overrides["sys_interval"]))
     if "data_dir" in overrides or "store" in overrides:
         store = replace(
             config.store,

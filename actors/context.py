@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.admission import Admission
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
@@ -17,9 +18,21 @@ from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
+from core.client import ClientInfo
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectedClient:
+    """One connected client as the admin API lists it (`BrokerContext.clients`)."""
+
+    client: ClientInfo
+    client_ref: Any  # ActorRef[ClientActor]: CloseConnection kicks it
+    session: Any  # ActorRef[SessionActor]
+    listener: str  # the endpoint's name, "tcp 127.0.0.1:1883"
+    connected_at: float  # seconds since the epoch
 
 
 @dataclass(slots=True)
@@ -36,6 +49,9 @@ class BrokerContext:
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
+    # Connected clients by client id: set when the session is attached, removed at the end.
+    clients: dict[str, ConnectedClient] = field(default_factory=dict)
+    admission: Admission | None = None  # bans and flapping; None: every CONNECT admitted
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(
         default_factory=lambda: RateLimitedLog(logging.getLogger("actors.throttle"))
@@ -71,5 +87,6 @@ class BrokerContext:
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
             identity_as_username=identity_as_username,
+            admit=self.admission.check if self.admission is not None else None,
             offer=offer,
         )

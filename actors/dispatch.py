@@ -103,6 +103,7 @@ class Dispatcher:
                 self.dropped(original, DropReason.BY_PLUGIN)
                 continue
             self._stats.messages_received += 1
+            self._stats.received_by_qos[message.qos] += 1
             if message.retain:
                 retained.append(message)
                 if self._persistence.enabled:
@@ -117,6 +118,7 @@ class Dispatcher:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
                 if unmatched is not None:
                     unmatched.add(original.message_id)
+        self._stats.count_topics(messages)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
         if retained:
@@ -226,9 +228,24 @@ class Dispatcher:
 
     def dropped(self, message: Message, reason: DropReason) -> None:
         """Count a message that will not be routed, log it, and tell the message.dropped hook."""
-        self._stats.messages_dropped += 1
-        if reason is not _NO_SUBSCRIBERS:
+        stats = self._stats
+        stats.messages_dropped += 1
+        if reason is _NO_SUBSCRIBERS:
+            stats.dropped_no_subscribers += 1  # the common drop: one increment, no dict
+        else:
+            stats.count_drops(reason._value_, 1)
             where = f"from {message.publisher!r} on {message.topic!r}"
             report_loss(self._loss_log, reason, 1, where)
         if self._hooks.has(_MESSAGE_DROPPED):
             self._hooks.run(_MESSAGE_DROPPED, MessageDropped(message=message, reason=reason))
+
+    def publish_internal(self, message: Message) -> None:
+        """Route a message the broker makes itself ($SYS) to the current subscribers, at QoS 0.
+
+        Not counted as received, never dropped or persisted, and no message.publish hook:
+        it is the broker reporting, not a client's traffic.
+        """
+        per_session: dict[Any, list[Delivery]] = {}
+        self._fan_out(message, per_session, [])
+        for session, deliveries in per_session.items():
+            tell_if_alive(session, Deliver(deliveries))

@@ -1,7 +1,8 @@
 """`python -m actors.main`: run one MQTT broker worker until SIGINT/SIGTERM.
 
 Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
-                            [--data-dir DIR] [--store sqlite|memory|none]
+                            [--data-dir DIR] [--store sqlite|memory|none] [--http-port PORT]
+                            [--sys-interval SECONDS]
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -51,6 +52,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--store", choices=("sqlite", "memory", "none"), help="persistence backend (default sqlite)"
     )
+    parser.add_argument(
+        "--http-port", type=int, help="port of the admin HTTP listener (default 18083; 0: none)"
+    )
+    parser.add_argument(
+        "--sys-interval", type=float, help="seconds between $SYS updates (default 10; 0: none)"
+    )
     return parser.parse_args(argv)
 
 
@@ -98,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         "log_level": args.log_level,
         "data_dir": args.data_dir,
         "store": args.store,
+        "http_port": args.http_port,
+        "sys_interval": args.sys_interval,
     }
     logging.basicConfig(
         level=logging.INFO,
@@ -116,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
     except TlsSetupError as error:
         logger.error("TLS configuration error: %s", error)
+        return 2
+    except ConfigError as error:
+        logger.error("configuration error: %s", error)
         return 2
     except PluginConfigError as error:
         logger.error("plugin configuration error: %s", error)

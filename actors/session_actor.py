@@ -159,7 +159,9 @@ class SessionActor(GeventActor):
             self._persistence.submit(ops, lazy=may_commit_lazily(ops))
         if self._out:
             if self._transport is not None:
-                self._transport.write(b"".join(self._out))
+                data = b"".join(self._out)
+                self._context.stats.bytes_sent += len(data)
+                self._transport.write(data)
             self._out.clear()
 
     @property
@@ -734,6 +736,7 @@ class SessionActor(GeventActor):
         for drop in dropped:
             counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
+            self._context.stats.count_drops(reason._value_, count)
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:

@@ -145,6 +145,8 @@ class ChannelSettings:
     # The listener's `use_identity_as_username`: the TLS client certificate's CN becomes the
     # username (a client without a certificate is refused), as in Mosquitto.
     identity_as_username: bool = False
+    # The banned table's check (`actors.admission`): why a CONNECT is refused, or None.
+    admit: Callable[[ClientInfo], str | None] | None = None
     offer: Offer = field(default_factory=Offer)  # what 5.0 clients are offered (CONNACK)
 
 
@@ -155,6 +157,7 @@ _CLOSE_CODES: dict[DisconnectReason, int] = {
     DisconnectReason.KEEPALIVE_TIMEOUT: ReasonCode.KEEP_ALIVE_TIMEOUT,
     DisconnectReason.PROTOCOL_ERROR: ReasonCode.PROTOCOL_ERROR,
     DisconnectReason.SERVER_ERROR: ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR,
+    DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION,
 }
 
 
@@ -682,6 +685,8 @@ class Channel:
             properties=packet.properties,
         )
         self.client = client
+        if self._banned(client):
+            return
         hooks = self._hooks
         if hooks.has(HookPoint.CLIENT_CONNECT):
             hooks.run(
@@ -713,6 +718,14 @@ class Channel:
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _banned(self, client: ClientInfo) -> bool:
+        """Refuse a banned client with CONNACK 0x8A (3.1.1: 0x05 not authorised)."""
+        admit = self._settings.admit
+        banned = admit(client) if admit is not None else None
+        if banned is not None:
+            self._refuse(ReasonCode.BANNED, banned)
+        return banned is not None
 
     # ----- enhanced authentication (MQTT 5.0 section 4.12, channel.enhanced_auth) -------
 

@@ -21,6 +21,7 @@ class DisconnectReason(Enum):
     NOT_AUTHORIZED = "not_authorized"  # CONNECT refused
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
+    ADMINISTRATIVE_ACTION = "administrative_action"  # kicked by an operator (admin API, CLI)
 
 
 class DropReason(Enum):

@@ -29,8 +29,10 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
+from core.latency import LatencyHistogram
 from hooks.decisions import (
     AUTH_ALLOWED,
     AUTH_BAD_CREDENTIALS,
@@ -83,6 +85,8 @@ class HookBus:
         self._chains: dict[str, tuple[_Registration, ...]] = {}  # by HookPoint value
         self._active: set[str] = set()
         self._sequence = itertools.count()
+        # Seconds per run of a chain, by hook point value (the admin's /metrics reads it).
+        self.latency: dict[str, LatencyHistogram] = {}
 
     # -- registration -------------------------------------------------------------------
 
@@ -124,14 +128,20 @@ class HookBus:
 
     def run(self, point: HookPoint, event: object) -> None:
         """Call every callback with `event` in order; a returned `Stop` halts the chain."""
-        for entry in self._chains.get(point._value_, ()):
+        key = point._value_
+        chain = self._chains.get(key)
+        if not chain:
+            return
+        started = perf_counter()
+        for entry in chain:
             try:
                 result = entry.callback(event)
             except Exception:
                 self._log_failure(point, entry)
                 continue
             if isinstance(result, Stop):
-                return
+                break
+        self._timed(key, started)
 
     def run_fold(self, point: HookPoint, event: object, acc: Any) -> Any:
         """Thread `acc` through `callback(event, acc)`; `Stop(value)` halts with `value`."""
@@ -149,6 +159,13 @@ class HookBus:
     # -- authentication and authorisation -------------------------------------------------
 
     def authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
+        """Run client.authenticate (timed); see `_authenticate`."""
+        started = perf_counter()
+        result = self._authenticate(request)
+        self._timed(_AUTHENTICATE, started)
+        return result
+
+    def _authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
         """Run client.authenticate: the first ALLOW/DENY/AuthResult/AuthContinue wins.
 
         With an Authentication Method (MQTT 5.0 enhanced authentication) that nobody
@@ -189,10 +206,16 @@ class HookBus:
         No callback registered: allowed (no ACL configured). Callbacks registered but all
         IGNORE: denied (an ACL is configured and nothing in it grants the request).
         """
-        point = _AUTHORIZE_POINT
         chain = self._chains.get(_AUTHORIZE)
         if not chain:
             return True
+        started = perf_counter()
+        allowed = self._authorize(request, chain)
+        self._timed(_AUTHORIZE, started)
+        return allowed
+
+    def _authorize(self, request: AuthorizeRequest, chain: tuple[_Registration, ...]) -> bool:
+        point = _AUTHORIZE_POINT
         for entry in chain:
             try:
                 result = entry.callback(request)
@@ -219,6 +242,12 @@ class HookBus:
         chain = self._chains.get(_PUBLISH)
         if chain is None:
             return message
+        started = perf_counter()
+        result = self._publish(message, chain)
+        self._timed(_PUBLISH, started)
+        return result
+
+    def _publish(self, message: Message, chain: tuple[_Registration, ...]) -> Message | None:
         point = _PUBLISH_POINT
         current = message
         for entry in chain:
@@ -239,6 +268,12 @@ class HookBus:
             if stop:
                 break
         return current
+
+    def _timed(self, key: str, started: float) -> None:
+        histogram = self.latency.get(key)
+        if histogram is None:
+            histogram = self.latency[key] = LatencyHistogram()
+        histogram.observe(perf_counter() - started)
 
     # -- failure logging ------------------------------------------------------------------
 

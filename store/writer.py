@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import gevent
 import gevent.event
 
+from core.latency import LatencyHistogram
 from store.base import Op, Store, StoreError
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class StoreWriter:
         self._closing = False
         self.transactions = 0  # commits made, for statistics and tests
         self.committed_ops = 0
+        self.commit_latency = LatencyHistogram()  # seconds per successful commit (metrics)
         self._greenlet = gevent.spawn(self._run)
 
     def submit(
@@ -180,6 +182,7 @@ class StoreWriter:
         delay = FIRST_RETRY_DELAY
         attempt = 1
         while True:
+            started = time.monotonic()
             try:
                 self._store.apply(ops)
             except Exception as error:  # StoreError, or a bug: either way, retry and say so
@@ -195,6 +198,7 @@ class StoreWriter:
                 delay = min(delay * 2, MAX_RETRY_DELAY)
                 attempt += 1
                 continue
+            self.commit_latency.observe(time.monotonic() - started)
             self.transactions += 1
             self.committed_ops += len(ops)
             return
