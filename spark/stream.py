@@ -529,7 +529,7 @@ def event_source(spark: SparkSession, options: StreamOptions) -> DataFrame:
     """New event files as a stream of parsed lines: the event schema's columns, and the line
     itself in `_corrupt_record` when it does not match (PERMISSIVE; blank lines are no rows).
 
-    The JSON source parses each line's bytes directly, a third less CPU than reading text and
+    The JSON source parses each line's bytes directly: 15-25% less CPU than reading text and
     calling `from_json` on it, which decodes every line to characters first.
     """
     return (
