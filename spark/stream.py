@@ -71,7 +71,7 @@ _BATCH_SETTINGS: Final = {
 ON_TIME: Final = 0
 LATE: Final = 1
 CORRUPT: Final = 2
-# The parsed fields the tables use; every other field is parsed (to find corrupt lines) only.
+# The parsed fields the tables use.
 USED_FIELDS: Final = ("ts", "client_id", "topic", "payload_bytes", "publisher", "reason")
 # The other fields whose type a line can get wrong (a string field takes any JSON value). The
 # JSON source parses only the fields a query refers to, so the parsed batch keeps these columns:
