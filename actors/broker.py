@@ -28,6 +28,7 @@ from actors.dispatch import Dispatcher
 from actors.endpoint import Endpoint
 from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
+from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor
@@ -71,6 +72,7 @@ class Broker:
             stats=BrokerStats(),
             persistence=Persistence(None),
         )
+        self.context.flow = FlowControl(config.overload, self.context.stats)
         self._plugins: list[LoadedPlugin] = []
         self._endpoints: list[Endpoint] = []
         self._servers: list[Listener] = []
@@ -103,10 +105,12 @@ class Broker:
             context.stats,
             context.persistence,
             loss_log=context.loss_log,
+            flow=context.flow,
         )
         sessions = self._restore_sessions(snapshot)
         context.registry = SessionRegistry(context, sessions)
         self._actors = [context.retainer, context.router]
+        context.flow.start()
         for endpoint in self._endpoints:
             self._servers.append(self._listen(endpoint))
         ready = next((e for e in self._endpoints if e.config.type == "tcp"), self._endpoints[0])
@@ -232,6 +236,7 @@ class Broker:
     def stop(self, timeout: float = 3.0) -> None:
         for server in self._servers:
             server.close()  # stop accepting; handlers of open connections keep running
+        self.context.flow.stop()
         clients = list(self.context.live_clients)
         logger.info(
             "shutting down: closing %d connections (%d counted as connected)",
@@ -254,9 +259,15 @@ class Broker:
         stats = self.context.stats
         logger.info(
             "stopped: %d messages received, %d sent, %d dropped (no subscriber, denied or by a "
-            "plugin), %d deliveries dropped (queue full, slow or offline subscriber)",
+            "plugin), %d deliveries dropped (queue full, slow or offline subscriber); "
+            "overload: %d flow pauses, %d stuck subscribers, %d memory alarms, %d rate-limit "
+            "pauses",
             stats.messages_received,
             stats.messages_sent,
             stats.messages_dropped,
             stats.deliveries_dropped,
+            stats.flow_pauses,
+            stats.stalls,
+            stats.memory_alarms,
+            stats.rate_limited,
         )

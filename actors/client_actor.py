@@ -56,6 +56,7 @@ class ClientActor(GeventActor):
         self._context = context
         self._channel = channel
         self._session: Any = None  # the SessionActor ref once attached
+        self._flow_controlled = context.flow.enabled  # its publishes may pause its reads
         self._out: list[bytes] = []
         context.live_clients.add(self.actor_ref)
 
@@ -120,6 +121,8 @@ class ClientActor(GeventActor):
     def _carry_out(self, answer: list[actions.Action]) -> None:
         for action in answer:
             if isinstance(action, actions.SessionInput):
+                if type(action) is actions.InboundQos2 and self._flow_controlled:
+                    action.publisher = self._connection.intake
                 # The session may have stopped (taken over, terminated): then these go
                 # nowhere, and its CloseConnection is on its way to this actor.
                 tell_if_alive(self._session, action)
@@ -141,7 +144,8 @@ class ClientActor(GeventActor):
         dispatcher = self._context.dispatcher
         assert dispatcher is not None
         # PUBACK once the messages are durable for persistent subscribers (write-ahead).
-        if not dispatcher.publish(action.messages, on_durable) and acks is not None:
+        publisher = self._connection.intake if self._flow_controlled else None
+        if not dispatcher.publish(action.messages, on_durable, publisher) and acks is not None:
             self._out.append(acks)
 
     def _drop(self, action: actions.Drop) -> None:

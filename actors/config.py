@@ -81,6 +81,9 @@ class LimitsConfig:
     max_packet_size: int = 1_048_576  # bytes, whole packet; up to 268,435,460
     max_inflight: int = 32  # outgoing QoS 1/2 messages awaiting acknowledgement, per session
     max_queued_messages: int = 1000  # per session; 0 = unbounded
+    # payload bytes a session may queue; 0 = unbounded. Like max_queued_messages it bounds
+    # offline sessions and stuck subscribers; connected ones are bounded by flow control
+    max_queued_bytes: int = 67_108_864
     queue_qos0: bool = False  # queue QoS 0 messages for offline persistent sessions
     max_awaiting_rel: int = 100  # incoming QoS 2 packet ids awaiting PUBREL; beyond: close
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
@@ -93,6 +96,30 @@ class LimitsConfig:
     max_unprocessed_bytes: int = 1_048_576
     # seconds a persistent session is kept after its client went away; 0 = forever
     session_expiry: float = 7200.0
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadConfig:
+    """`[overload]`: flow control, the memory watermark and rate limits (docs/overload.md)."""
+
+    flow_control: bool = True
+    # a connected session's in-flight + queued messages / payload bytes: at the high mark
+    # its publishers pause, at the low mark they resume
+    high_water_messages: int = 1000
+    low_water_messages: int = 500
+    high_water_bytes: int = 16_777_216
+    low_water_bytes: int = 8_388_608
+    max_stall: float = 10.0  # seconds over high water without an ack: a stuck subscriber
+    # up to 1.0: a fraction of the machine's memory; above 1: bytes
+    memory_high_watermark: float = 0.4
+    memory_check_interval: float = 1.0  # seconds between memory samples and stall checks
+    # per client, token buckets; 0 = unlimited
+    messages_rate: float = 0.0  # PUBLISH packets per second
+    bytes_rate: float = 0.0  # bytes read per second
+    # seconds before CONNACK after the Nth authentication failure from one address:
+    # auth_failure_delay * 2^(N-1), at most max_auth_failure_delay; 0 = off
+    auth_failure_delay: float = 0.1
+    max_auth_failure_delay: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +138,7 @@ class AuthConfig:
 class BrokerConfig:
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    overload: OverloadConfig = field(default_factory=OverloadConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     node_name: str = "broker@127.0.0.1"
@@ -126,6 +154,7 @@ class BrokerConfig:
 
 _SECTIONS = {
     "limits": LimitsConfig,
+    "overload": OverloadConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
 }
@@ -273,11 +302,34 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         )
     if config.limits.max_awaiting_rel < 1:
         raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
+    _check_overload(config.overload)
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
     return config
+
+
+def _check_overload(overload: OverloadConfig) -> None:
+    if not 0 <= overload.low_water_messages < overload.high_water_messages:
+        raise ConfigError(
+            "[overload] low_water_messages must be at least 0 and below high_water_messages"
+        )
+    if not 0 <= overload.low_water_bytes < overload.high_water_bytes:
+        raise ConfigError(
+            "[overload] low_water_bytes must be at least 0 and below high_water_bytes"
+        )
+    if overload.max_stall <= 0 or overload.memory_check_interval <= 0:
+        raise ConfigError("[overload] max_stall and memory_check_interval must be above 0")
+    if overload.memory_high_watermark <= 0:
+        raise ConfigError(
+            "[overload] memory_high_watermark must be above 0 (a fraction of RAM up to 1.0, "
+            "else bytes)"
+        )
+    if overload.messages_rate < 0 or overload.bytes_rate < 0:
+        raise ConfigError("[overload] messages_rate and bytes_rate must be 0 (off) or above")
+    if overload.auth_failure_delay < 0 or overload.max_auth_failure_delay < 0:
+        raise ConfigError("[overload] auth_failure_delay and max_auth_failure_delay must be >= 0")
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
@@ -314,8 +366,8 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "plugins, node_name, log_level"
+                f"unknown top-level key {key!r}; known: listener, listeners, limits, overload, "
+                "auth, store, plugins, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))

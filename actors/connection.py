@@ -196,6 +196,17 @@ class Connection:
         """Stop reading while the actors are behind on this client's input, or while the
         client does not read what the broker sends it; TCP then slows the client down."""
         intake = self.intake
+        if intake.held and not intake.closed:
+            self._throttle_log.note(
+                "flow control (publisher paused)",
+                1,
+                f"flow: pausing reads from {self.peer}: it publishes to a session over its "
+                "high-water mark, or the memory alarm is raised ([overload], "
+                "docs/overload.md)",
+            )
+            self._pause()
+            intake.on_room = self._resume
+            return
         if intake.full() and not intake.closed:
             self._throttle_log.note(
                 "throttled reads (input not handled yet)",

@@ -12,6 +12,7 @@ from typing import Any
 
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
+from actors.overload import FlowControl
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
@@ -31,6 +32,7 @@ class BrokerContext:
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
+    flow: FlowControl = field(init=False)  # set by Broker.__init__
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(

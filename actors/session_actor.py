@@ -16,6 +16,13 @@ first, then resending unacknowledged messages in their original order [MQTT-4.4.
 queueing until its client comes back, it expires (`limits.session_expiry`), or it is
 terminated.
 
+Flow control (docs/overload.md): while its client is connected, the session publishes its
+load (in-flight + queued messages and payload bytes) to its `core.flow.SessionLoad` after
+every batch, and its queue is unbounded: the publishers that feed it pause at the high-water
+mark instead. Offline, or stuck (`Stalled`: over the mark without an acknowledgement for
+`[overload] max_stall`), it falls back to `limits.max_queued_messages` / `max_queued_bytes`
+and drop-oldest, and drops QoS 0 while stuck.
+
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
 QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
@@ -46,6 +53,7 @@ from actors.messages import (
     SendRetained,
     SessionAttached,
     SessionExpired,
+    Stalled,
     Terminate,
 )
 from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
@@ -60,6 +68,7 @@ from channel.actions import (
 )
 from channel.authorization import may_read
 from core.client import ClientInfo
+from core.flow import Transition
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
     Action,
@@ -138,6 +147,9 @@ class SessionActor(GeventActor):
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
         self._drops: list[Dropped] | None = None  # of the actions being carried out
+        self._flow = context.flow
+        self._load = context.flow.new_load(self.actor_ref)
+        self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
 
     def on_receive(self, message: Any) -> Any:
         return _MESSAGE_HANDLERS[type(message)](self, message)
@@ -203,6 +215,7 @@ class SessionActor(GeventActor):
         self._transport = attach.transport
         self._version = attach.client.protocol_version
         self.state.persistent = not attach.client.clean_start
+        self._load.enabled = self._flow.enabled
         self._cancel_expiry()
         if self._stored:
             self._ops.append(self._meta_op())
@@ -215,6 +228,7 @@ class SessionActor(GeventActor):
         # In-flight messages resent in their original order, PUBLISH with DUP=1
         # [MQTT-4.4.0-1], then the queue as the window allows.
         self._carry_out(self.state.resume())
+        self._account()
         self.after_drain()
         tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
@@ -272,6 +286,9 @@ class SessionActor(GeventActor):
         self.after_drain()
         self._client_ref = None
         self._transport = None
+        self._flow.over.pop(self._load, None)
+        self._load.disable()  # offline: the bound and drop policy apply, nobody waits on it
+        self._account()
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
@@ -299,6 +316,7 @@ class SessionActor(GeventActor):
 
     def _terminate(self, terminate: Terminate) -> None:
         self._cancel_expiry()
+        self._flow.forget(self.actor_ref)
         if self._stored:
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
@@ -327,7 +345,7 @@ class SessionActor(GeventActor):
             and transport.backlog_bytes > self._context.limits.max_write_buffer
         )
         deliveries = deliver.deliveries
-        actions = self.state.deliver(deliveries, connected, drop_qos0=slow)
+        actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
         # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
         plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
         if plain and actions is deliveries:  # all QoS 0, sent now (see SessionState.deliver)
@@ -336,7 +354,54 @@ class SessionActor(GeventActor):
                 self._out += wires
                 self._context.stats.messages_sent += len(wires)
                 return
+        # Every delivery is held until an action lets it go (sent as QoS 0, completed, dropped).
+        self._held_bytes += sum([len(delivery.message.payload) for delivery in deliveries])
         self._carry_out(actions)
+        self._account()
+
+    def _account(self) -> None:
+        """Publish the load to flow control; apply the bound and drop policy when flow
+        control does not hold this session (offline, stuck, or flow control off)."""
+        state = self.state
+        load = self._load
+        queue = state.queue
+        transition = load.update(
+            len(state.inflight) + (len(queue) if queue else 0), self._held_bytes, time.monotonic()
+        )
+        if transition is not None:
+            if transition is Transition.OVER:
+                self._flow.went_over(self.actor_ref, load, state.client_id)
+            else:
+                self._flow.drained(load, state.client_id)
+        if load.enabled and not load.stalled:
+            state.max_queued = 0  # flow control bounds it: its publishers pause
+            return
+        limits = self._context.limits
+        state.max_queued = limits.max_queued_messages
+        max_bytes = limits.max_queued_bytes
+        excess = self._held_bytes - max_bytes if max_bytes else 0
+        if (queue and state.max_queued and len(queue) > state.max_queued) or excess > 0:
+            self._carry_out(state.shed(state.max_queued, excess, qos0=False))
+
+    def _stalled(self, _stalled: Stalled) -> None:
+        """Over the high-water mark without progress for max_stall: a stuck subscriber."""
+        load = self._load
+        if not load.over:
+            return  # drained or detached meanwhile
+        load.stall()
+        self._context.stats.stalls += 1
+        logger.warning(
+            "slow consumer: session %r made no progress for %.0f s with %d messages held "
+            "([overload] max_stall): its publishers run again, its QoS 0 messages are "
+            "dropped and its queue falls back to limits.max_queued_messages / "
+            "max_queued_bytes, drop oldest",
+            self.state.client_id,
+            self._flow.config.max_stall,
+            load.messages,
+        )
+        self._carry_out(self.state.shed(0, 0, qos0=True))
+        self._account()
+        self.after_drain()
 
     def _carry_out(self, actions: Sequence[Action]) -> None:
         """Do what the session state asked for, in order; then report the drops.
@@ -365,6 +430,7 @@ class SessionActor(GeventActor):
                     self._delivered_hook(delivery)
             elif plain and type(action) is Delivery and action.wire is not None:
                 out.append(action.wire)
+                self._held_bytes -= len(action.message.payload)
                 sent += 1
             else:
                 handlers[type(action)](self, action)
@@ -373,6 +439,7 @@ class SessionActor(GeventActor):
             self._report_dropped()
 
     def _send_qos0(self, delivery: Delivery) -> None:
+        self._held_bytes -= len(delivery.message.payload)
         self._out.append(self._encode(0, delivery))
         self._context.stats.messages_sent += 1
         if self._hooks.has(_MESSAGE_DELIVERED):
@@ -387,6 +454,7 @@ class SessionActor(GeventActor):
 
     def _completed(self, action: Completed) -> None:
         delivery = action.delivery
+        self._held_bytes -= len(delivery.message.payload)
         if delivery.seq and self._stored:
             self._store_deleted(delivery.seq)
         if self._hooks.has(_MESSAGE_ACKED):
@@ -400,6 +468,7 @@ class SessionActor(GeventActor):
             )
 
     def _dropped(self, action: Dropped) -> None:
+        self._held_bytes -= len(action.delivery.message.payload)
         if self._drops is None:
             self._drops = []
         self._drops.append(action)
@@ -456,6 +525,10 @@ class SessionActor(GeventActor):
         self._carry_out(
             self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
         )
+        load = self._load
+        if load.over or load.stalled:
+            load.progressed(time.monotonic())
+        self._account()
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
@@ -478,7 +551,9 @@ class SessionActor(GeventActor):
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             pubrecs.append(pubrec)
-        routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
+        routed_durably = bool(to_route) and self._context.dispatcher.publish(
+            to_route, None, inbound.publisher
+        )
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
             # must be durable first.
@@ -634,6 +709,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Detach: SessionActor._detach,
     Terminate: SessionActor._terminate,
     SessionExpired: SessionActor._expired,
+    Stalled: SessionActor._stalled,
     Reauthorize: SessionActor._reauthorize_on_reload,
 }
 
@@ -647,3 +723,9 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Dropped: SessionActor._dropped,
     Revoked: SessionActor._revoked,
 }
+
+
+def _payload_bytes(state: SessionState) -> int:
+    """The payload bytes a (restored) session holds in its window and queue."""
+    held = sum(len(entry.delivery.message.payload) for entry in state.inflight.values())
+    return held + sum(len(delivery.message.payload) for delivery in state.queue or ())
