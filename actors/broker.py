@@ -36,6 +36,7 @@ from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
+from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
@@ -73,6 +74,9 @@ class Broker:
             persistence=Persistence(None),
         )
         self.context.flow = FlowControl(config.overload, self.context.stats)
+        self.context.auth_failures = AuthFailureDelays(
+            config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
+        )
         self._plugins: list[LoadedPlugin] = []
         self._endpoints: list[Endpoint] = []
         self._servers: list[Listener] = []
@@ -132,6 +136,7 @@ class Broker:
                 address,
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
+                connection_rate=config.max_connection_rate,
             )
             server.max_accept = 256
             server.start()

@@ -22,6 +22,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import gevent
+
 from actors.connection import Connection
 from actors.context import BrokerContext
 from actors.endpoint import Endpoint
@@ -37,11 +39,16 @@ from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
+from core.client import ClientInfo
+from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
+from hooks.hookpoints import HookPoint
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
 
 logger = logging.getLogger(__name__)
+
+_CLIENT_RATE_LIMIT = HookPoint.CLIENT_RATE_LIMIT
 
 
 class ClientActor(GeventActor):
@@ -96,6 +103,11 @@ class ClientActor(GeventActor):
                 return
             self._session = message.session
             self._context.stats.connections += 1
+            address = _address(self._connection.peer)
+            if address is not None:
+                self._context.auth_failures.succeeded(address)
+            if self._context.hooks.has(_CLIENT_RATE_LIMIT) and channel.client is not None:
+                self._set_rate_limits(channel.client)
             self._carry_out(channel.session_attached(message.session_present))
         elif isinstance(message, PeerIdentified):
             channel.identify(message.identity)
@@ -115,6 +127,30 @@ class ClientActor(GeventActor):
         # pykka has logged the traceback and stopped the actor; the connection still ends
         # the way every connection does (will, session, hook, counters).
         self._carry_out(self._channel.close(DisconnectReason.SERVER_ERROR, "(a broker bug)"))
+
+    def _set_rate_limits(self, client: ClientInfo) -> None:
+        """Ask the client.rate_limit plugins for this client's limits (docs/overload.md)."""
+        limits = self._context.hooks.rate_limits(client, self._context.rate_limits)
+        self._connection.rate_limiter = (
+            None if limits.unlimited else RateLimiter(limits, gevent.get_hub().loop.now())
+        )
+
+    def _refusal_delay(self, action: actions.End) -> float:
+        """Seconds the CONNACK of a refused CONNECT waits (docs/overload.md); 0: none."""
+        if action.reason is not DisconnectReason.NOT_AUTHORIZED or action.was_connected:
+            return 0.0
+        address = _address(self._connection.peer)
+        if address is None:
+            return 0.0
+        delay = self._context.auth_failures.failed(address, gevent.get_hub().loop.now())
+        if delay > 0:
+            logger.warning(
+                "refused CONNECT from %s again: its CONNACK waits %.2f s ([overload] "
+                "auth_failure_delay, doubling per refusal up to max_auth_failure_delay)",
+                address,
+                delay,
+            )
+        return delay
 
     # ----- actions ----------------------------------------------------------------------
 
@@ -165,8 +201,14 @@ class ClientActor(GeventActor):
         self._connection.intake.done(action.packets, action.size)
 
     def _end(self, action: actions.End) -> None:
-        self.after_drain()
-        self._connection.close()
+        delay = self._refusal_delay(action)
+        if delay > 0:
+            # A refused CONNECT after earlier refusals from its address: its CONNACK waits.
+            last_words, self._out = b"".join(self._out), []
+            self._connection.close_later(delay, last_words)
+        else:
+            self.after_drain()
+            self._connection.close()
         self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
         self._endpoint.connections -= 1
@@ -196,6 +238,13 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
     actions.InputHandled: ClientActor._input_handled,
     actions.End: ClientActor._end,
 }
+
+
+def _address(peer: str) -> str | None:
+    """The IP address of "ip:port" (None for a unix socket's client)."""
+    if peer.startswith("unix:"):
+        return None
+    return peer.rsplit(":", 1)[0]
 
 
 def accept_connection(
@@ -241,6 +290,7 @@ def _set_up(
         return
     sock.setblocking(False)
     limits = context.limits
+    rate_limits = context.rate_limits
     connection = Connection(
         sock,
         peer,
@@ -249,6 +299,10 @@ def _set_up(
         write_limit=limits.max_write_buffer,
         throttle_log=context.throttle_log,
         layers=endpoint.new_layers(),
+        stats=context.stats,
+        rate_limiter=None
+        if rate_limits.unlimited
+        else RateLimiter(rate_limits, gevent.get_hub().loop.now()),
     )
     client = ClientActor(connection, context, Channel(peer, context.hooks, settings), endpoint)
     client.launch()

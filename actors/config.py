@@ -29,6 +29,7 @@ class ListenerConfig:
     host: str = "127.0.0.1"
     port: int = 1883  # the default depends on the type: _DEFAULT_PORTS
     max_connections: int = 100_000
+    max_connection_rate: float = 0.0  # new connections accepted per second; 0 = unlimited
     # tls and wss; file names are resolved against the configuration file's directory
     certfile: str = ""
     keyfile: str = ""  # "" when the key is in certfile
@@ -52,7 +53,9 @@ class ListenerConfig:
         return f"{self.type} {self.host}:{self.port}"
 
 
-_NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections"})
+_NETWORK_KEYS = frozenset(
+    {"type", "host", "port", "max_connections", "max_connection_rate"}
+)
 _TLS_KEYS = frozenset(
     {
         "certfile",
@@ -70,7 +73,7 @@ _LISTENER_KEYS = {
     "tls": _NETWORK_KEYS | _TLS_KEYS,
     "ws": _NETWORK_KEYS | _WEBSOCKET_KEYS,
     "wss": _NETWORK_KEYS | _TLS_KEYS | _WEBSOCKET_KEYS,
-    "unix": frozenset({"type", "path", "max_connections"}),
+    "unix": frozenset({"type", "path", "max_connections", "max_connection_rate"}),
 }
 _DEFAULT_PORTS = {"tcp": 1883, "tls": 8883, "ws": 8083, "wss": 8084}
 _FILE_KEYS = ("certfile", "keyfile", "cafile")
@@ -119,7 +122,7 @@ class OverloadConfig:
     # seconds before CONNACK after the Nth authentication failure from one address:
     # auth_failure_delay * 2^(N-1), at most max_auth_failure_delay; 0 = off
     auth_failure_delay: float = 0.1
-    max_auth_failure_delay: float = 10.0
+    max_auth_failure_delay: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +258,8 @@ def _check_listener(where: str, listener: ListenerConfig) -> None:
         raise ConfigError(f"{where} port must be 0..65535, got {listener.port}")
     if listener.max_connections < 1:
         raise ConfigError(f"{where} max_connections must be at least 1")
+    if listener.max_connection_rate < 0:
+        raise ConfigError(f"{where} max_connection_rate must be 0 (unlimited) or above")
     if listener.type in ("ws", "wss") and not listener.path.startswith("/"):
         raise ConfigError(f"{where} path must start with '/', got {listener.path!r}")
     if not listener.is_tls:

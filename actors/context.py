@@ -17,6 +17,8 @@ from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
+from core.auth_failures import AuthFailureDelays
+from core.rate_limit import RateLimits
 from router.fan_out import Route
 from router.route_table import RouteTable
 
@@ -33,6 +35,7 @@ class BrokerContext:
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     flow: FlowControl = field(init=False)  # set by Broker.__init__
+    auth_failures: AuthFailureDelays = field(init=False)  # set by Broker.__init__
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(
@@ -45,6 +48,12 @@ class BrokerContext:
     @property
     def limits(self) -> LimitsConfig:
         return self.config.limits
+
+    @property
+    def rate_limits(self) -> RateLimits:
+        """Every client's rate limits unless a client.rate_limit plugin says otherwise."""
+        overload = self.config.overload
+        return RateLimits(overload.messages_rate, overload.bytes_rate)
 
     def channel_settings(self, identity_as_username: bool) -> ChannelSettings:
         """What the channels of one listener need (built once per listener, not per accept)."""
