@@ -28,6 +28,7 @@ class PipelinedPublisher:
         self.client = connect_raw(broker, client_id)
         self.sock = self.client.sock
         self.acked: set[int] = set()
+        self.ack_times: list[float] = []  # when each PUBACK arrived, in order
         self.last_ack_at = time.monotonic()
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -69,10 +70,17 @@ class PipelinedPublisher:
                     with self._lock:
                         self.acked.add(packet.packet_id)
                         self.last_ack_at = time.monotonic()
+                        self.ack_times.append(self.last_ack_at)
 
     def acked_count(self) -> int:
         with self._lock:
             return len(self.acked)
+
+    def rate_between(self, first: int, last: int) -> float:
+        """PUBACKs a second from the `first`-th to the `last`-th (1-based)."""
+        with self._lock:
+            times = self.ack_times[first - 1 : last]
+        return (last - first) / (times[-1] - times[0])
 
     def wait_acked(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
