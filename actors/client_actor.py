@@ -39,7 +39,9 @@ from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
+from channel.store_refusal import refused_acks
 from core.client import ClientInfo
+from core.message import Message
 from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
 from hooks.hookpoints import HookPoint
@@ -170,6 +172,14 @@ class ClientActor(GeventActor):
 
     def _publish(self, action: actions.Publish) -> None:
         acks = action.acks
+        dispatcher = self._context.dispatcher
+        if (
+            acks is not None
+            and self._context.persistence.failing
+            and dispatcher.needs_store(action.messages)
+        ):
+            self._refuse_for_store(action.messages, acks)
+            return
         on_durable = None
         if acks is not None:
             transport = self._transport
@@ -177,12 +187,35 @@ class ClientActor(GeventActor):
             def on_durable() -> None:
                 transport.write(acks)
 
-        dispatcher = self._context.dispatcher
-        assert dispatcher is not None
         # PUBACK once the messages are durable for persistent subscribers (write-ahead).
         publisher = self._connection.intake if self._flow_controlled else None
         if not dispatcher.publish(action.messages, on_durable, publisher) and acks is not None:
             self._out.append(acks)
+
+    def _refuse_for_store(self, messages: list[Message], acks: bytes) -> None:
+        """The store fails: refuse this batch's QoS 1 publishes (`channel.store_refusal`),
+        route its QoS 0 ones."""
+        routed = [message for message in messages if not message.qos]
+        if routed:
+            publisher = self._connection.intake if self._flow_controlled else None
+            self._context.dispatcher.publish(routed, None, publisher)
+        version = self._channel.version
+        self._context.throttle_log.note(
+            "refused publishes (store failing)",
+            len(messages) - len(routed),
+            f"the store fails (see its errors): refused QoS 1/2 publishes to persistent "
+            f"sessions from {self._connection.peer} "
+            + ("with PUBACK 0x97" if version >= 5 else "by closing the MQTT 3.x connection")
+            + "; they are accepted again once the store commits (free disk space)",
+            logging.WARNING,
+        )
+        if version >= 5:
+            self._out.append(refused_acks(acks))
+        else:
+            tell_if_alive(
+                self.actor_ref,
+                CloseConnection(DisconnectReason.STORE_FAILING, "the store fails"),
+            )
 
     def _drop(self, action: actions.Drop) -> None:
         dispatcher = self._context.dispatcher

@@ -116,6 +116,15 @@ class Dispatcher:
             return True
         return False
 
+    def needs_store(self, messages: list[Message]) -> bool:
+        """Whether routing `messages` would store a QoS 1/2 delivery for a persistent session
+        (asked only while the store is failing: docs/overload.md)."""
+        plan = self._fan_out_plans.plan
+        return any(
+            message.qos and any(target.persistent for target in plan(message.topic))
+            for message in messages
+        )
+
     def _deliver_with_flow(self, per_session: dict[Any, list[Delivery]], publisher: Intake) -> None:
         """Tell each session its deliveries; hold `publisher` on those over their high-water
         mark, and on the memory alarm while it is raised (`core.flow`)."""

@@ -67,6 +67,7 @@ from channel.actions import (
     UnsubscribeRequest,
 )
 from channel.authorization import may_read
+from channel.store_refusal import REFUSED
 from core.client import ClientInfo
 from core.flow import Transition
 from core.reasons import DisconnectReason, DropReason
@@ -535,6 +536,14 @@ class SessionActor(GeventActor):
     # ----- incoming QoS 2 -------------------------------------------------------------
 
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
+        if self._persistence.failing and (
+            self._stored
+            or self._context.dispatcher.needs_store(
+                [message for _id, message, _pubrec in inbound.publishes if message is not None]
+            )
+        ):
+            self._refuse_qos2_for_store(inbound)
+            return
         to_route = []
         pubrecs = []
         for packet_id, message, pubrec in inbound.publishes:
@@ -562,6 +571,28 @@ class SessionActor(GeventActor):
                 self._when_durable(ops, b"".join(pubrecs))
             else:
                 self._out.extend(pubrecs)
+
+    def _refuse_qos2_for_store(self, inbound: InboundQos2) -> None:
+        """The store fails (docs/overload.md): a 5.0 client gets PUBREC 0x97 for each new
+        QoS 2 message (the exchange ends there, nothing is recorded), a 3.x client is closed
+        and resends on its next connection."""
+        logger.warning(
+            "the store fails (see its errors): refused %d QoS 2 publishes from %r %s; they are "
+            "accepted again once the store commits (free disk space)",
+            len(inbound.publishes),
+            self.state.client_id,
+            "with PUBREC 0x97" if self._version >= 5 else "by closing its MQTT 3.x connection",
+        )
+        if self._version < 5:
+            tell_if_alive(
+                self._client_ref, CloseConnection(DisconnectReason.STORE_FAILING, "store fails")
+            )
+            return
+        for packet_id, _message, pubrec in inbound.publishes:
+            if packet_id in self.state.awaiting_rel:
+                self._out.append(pubrec)  # accepted before the store failed: still true
+            else:
+                self._out.append(encode_ack(PacketType.PUBREC, packet_id, REFUSED, 5))
 
     def _released(self, released: Released) -> None:
         for packet_id in released.packet_ids:

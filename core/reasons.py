@@ -21,6 +21,7 @@ class DisconnectReason(Enum):
     NOT_AUTHORIZED = "not_authorized"  # CONNECT refused
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
+    STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
 
 
 class DropReason(Enum):
