@@ -45,6 +45,7 @@ from actors.stats import BrokerStats
 from actors.stream_layers import LayerError, StreamLayer
 from actors.transport import LayeredTransport, Transport
 from channel.intake import Intake
+from core.flow import FlowState
 from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
 from mqtt.decoder import PacketDecoder
@@ -249,12 +250,17 @@ class Connection:
         client does not read what the broker sends it; TCP then slows the client down."""
         intake = self.intake
         if intake.held and not intake.closed:
+            state = intake.state
             self._throttle_log.note(
-                "flow control (publisher paused)",
+                f"flow control ({state.value})",
                 1,
-                f"flow: pausing reads from {self.peer}: it publishes to a session over its "
-                "high-water mark, or the memory alarm is raised ([overload], "
-                "docs/overload.md)",
+                f"{state.value}: pausing reads from {self.peer}: "
+                + (
+                    "the memory alarm is raised ([overload] memory_high_watermark)"
+                    if state is FlowState.BLOCKED
+                    else "it publishes to a session over its high-water mark ([overload] "
+                    "high_water_messages / high_water_bytes)"
+                ),
             )
             self._pause()
             intake.on_room = self._resume

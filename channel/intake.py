@@ -18,9 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from core.flow import FlowState
+
+_BLOCKED = FlowState.BLOCKED
+
 
 class Intake:
-    __slots__ = ("bytes", "closed", "held", "max_bytes", "max_packets", "on_room", "packets")
+    __slots__ = (
+        "blocked",
+        "bytes",
+        "closed",
+        "held",
+        "max_bytes",
+        "max_packets",
+        "on_room",
+        "packets",
+    )
 
     def __init__(self, max_packets: int, max_bytes: int) -> None:
         self.max_packets = max_packets
@@ -29,6 +42,7 @@ class Intake:
         self.bytes = 0
         self.closed = False
         self.held = 0  # flow-control holds (sessions over high water, the memory alarm)
+        self.blocked = 0  # of which the memory alarm's
         self.on_room: Callable[[], None] | None = None  # set while the reader waits for room
 
     def add(self, packets: int, size: int) -> None:
@@ -48,12 +62,23 @@ class Intake:
     def full(self) -> bool:
         return self.packets >= self.max_packets or self.bytes >= self.max_bytes or self.held > 0
 
-    def hold(self) -> None:
+    @property
+    def state(self) -> FlowState:
+        """running, flow or blocked (docs/overload.md)."""
+        if self.blocked:
+            return FlowState.BLOCKED
+        return FlowState.FLOW if self.held else FlowState.RUNNING
+
+    def hold(self, why: FlowState) -> None:
         """Flow control: stop reading until the matching `release`."""
         self.held += 1
+        if why is _BLOCKED:
+            self.blocked += 1
 
-    def release(self) -> None:
+    def release(self, why: FlowState) -> None:
         self.held -= 1
+        if why is _BLOCKED:
+            self.blocked -= 1
         on_room = self.on_room
         if on_room is not None and not self.full():
             self.on_room = None

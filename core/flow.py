@@ -29,20 +29,21 @@ from enum import Enum
 from typing import Protocol
 
 
-class Gate(Protocol):
-    """A publisher that can be paused: `hold` once per reason, `release` once per reason."""
-
-    def hold(self) -> None: ...
-
-    def release(self) -> None: ...
-
-
 class FlowState(Enum):
     """A connection's flow state, named as RabbitMQ names them (docs/overload.md)."""
 
     RUNNING = "running"  # reading
     FLOW = "flow"  # paused: it publishes to a session over its high-water mark
     BLOCKED = "blocked"  # paused: the worker's memory is over its watermark
+
+
+class Gate(Protocol):
+    """A publisher that can be paused: `hold` once per holder, `release` once per holder;
+    `why` is FLOW (a session) or BLOCKED (the memory alarm)."""
+
+    def hold(self, why: FlowState) -> None: ...
+
+    def release(self, why: FlowState) -> None: ...
 
 
 class Transition(Enum):
@@ -94,7 +95,7 @@ class SessionLoad:
         """`gate` routed to this session while it is over: pause it until the load drains."""
         if gate not in self.held:
             self.held.add(gate)
-            gate.hold()
+            gate.hold(FlowState.FLOW)
 
     def update(self, messages: int, size: int, now: float) -> Transition | None:
         """The session now holds `messages` messages of `size` payload bytes."""
@@ -139,7 +140,7 @@ class SessionLoad:
     def _release(self) -> None:
         held, self.held = self.held, set()
         for gate in held:
-            gate.release()
+            gate.release(FlowState.FLOW)
 
 
 @dataclass(slots=True)
@@ -164,18 +165,14 @@ class MemoryAlarm:
             self.raised = False
             held, self.held = self.held, set()
             for gate in held:
-                gate.release()
+                gate.release(FlowState.BLOCKED)
             return False
         return None
 
     def hold(self, gate: Gate) -> None:
         if gate not in self.held:
             self.held.add(gate)
-            gate.hold()
-
-    def forget(self, gate: Gate) -> None:
-        """`gate`'s connection ended: drop it without releasing."""
-        self.held.discard(gate)
+            gate.hold(FlowState.BLOCKED)
 
 
 def memory_watermark(setting: float, total_memory: int) -> int:

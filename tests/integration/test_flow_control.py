@@ -167,6 +167,6 @@ def test_the_memory_alarm_blocks_publishers_and_consumers_continue(
     # Consumers continue: what was routed reaches the subscriber.
     for _ in range(acked):
         subscriber.next_message(timeout=5)
-    wait_for_log(broker, "flow: pausing reads from", timeout=5)
+    wait_for_log(broker, "blocked: pausing reads from", timeout=5)  # its flow state
     publisher.close()
     subscriber.close()

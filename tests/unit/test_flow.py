@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from actors.config import OverloadConfig
+from actors.overload import FlowControl
+from actors.stats import BrokerStats
 from channel.intake import Intake
-from core.flow import MemoryAlarm, SessionLoad, Transition, Watermarks, memory_watermark
+from core.flow import (
+    FlowState,
+    MemoryAlarm,
+    SessionLoad,
+    Transition,
+    Watermarks,
+    memory_watermark,
+)
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery, SessionState
@@ -16,11 +26,13 @@ MARKS = Watermarks(high_messages=10, low_messages=4, high_bytes=1000, low_bytes=
 class CountingGate:
     def __init__(self) -> None:
         self.holds = 0
+        self.reasons: list[FlowState] = []
 
-    def hold(self) -> None:
+    def hold(self, why: FlowState) -> None:
         self.holds += 1
+        self.reasons.append(why)
 
-    def release(self) -> None:
+    def release(self, why: FlowState) -> None:
         self.holds -= 1
 
 
@@ -93,7 +105,7 @@ def test_the_memory_alarm_holds_publishers_while_raised_and_releases_on_clear() 
     assert alarm.sample(1000) is True and alarm.raised
     alarm.hold(gate)
     alarm.hold(gate)
-    assert gate.holds == 1
+    assert gate.holds == 1 and gate.reasons == [FlowState.BLOCKED]
     assert alarm.sample(2000) is None
     assert alarm.sample(999) is False and not alarm.raised
     assert gate.holds == 0
@@ -107,26 +119,28 @@ def test_memory_watermark_is_a_fraction_up_to_one_else_bytes() -> None:
         memory_watermark(0, 1000)
 
 
-def test_an_intake_holds_reads_until_its_last_release() -> None:
+def test_an_intake_holds_reads_until_its_last_release_and_names_its_state() -> None:
     intake = Intake(max_packets=100, max_bytes=10_000)
     resumed: list[bool] = []
-    intake.hold()
-    intake.hold()  # a session and the memory alarm
-    assert intake.full()
+    assert intake.state is FlowState.RUNNING
+    intake.hold(FlowState.FLOW)
+    assert intake.state is FlowState.FLOW
+    intake.hold(FlowState.BLOCKED)  # a session and the memory alarm
+    assert intake.full() and intake.state is FlowState.BLOCKED
     intake.on_room = lambda: resumed.append(True)
-    intake.release()
-    assert intake.full() and not resumed
-    intake.release()
-    assert not intake.full() and resumed == [True]
+    intake.release(FlowState.BLOCKED)
+    assert intake.full() and not resumed and intake.state is FlowState.FLOW
+    intake.release(FlowState.FLOW)
+    assert not intake.full() and resumed == [True] and intake.state is FlowState.RUNNING
 
 
 def test_an_intake_over_its_input_bound_stays_paused_after_the_release() -> None:
     intake = Intake(max_packets=2, max_bytes=10_000)
     resumed: list[bool] = []
     intake.add(2, 10)
-    intake.hold()
+    intake.hold(FlowState.FLOW)
     intake.on_room = lambda: resumed.append(True)
-    intake.release()
+    intake.release(FlowState.FLOW)
     assert not resumed  # still 2 packets not handled
     intake.done(2, 10)
     assert resumed == [True]
@@ -164,3 +178,21 @@ def test_shed_with_qos0_drops_every_queued_qos0_as_slow_consumer() -> None:
         (zero_again, DropReason.SLOW_CONSUMER),
     ]
     assert list(state.queue or ()) == [one]
+
+
+def test_the_overload_check_blocks_publishers_on_the_alarm_and_resumes_them() -> None:
+    stats = BrokerStats()
+    flow = FlowControl(OverloadConfig(memory_high_watermark=1e6), stats)  # 1 MB
+    publisher = Intake(max_packets=100, max_bytes=10_000)
+    resumed: list[bool] = []
+    flow.check(used_memory=999_999, now=0.0)
+    assert not flow.alarm.raised
+    flow.check(used_memory=2_000_000, now=1.0)
+    assert flow.alarm.raised and stats.memory_alarms == 1
+    flow.alarm.hold(publisher)  # what the dispatcher does for a publish meanwhile
+    publisher.on_room = lambda: resumed.append(True)
+    assert publisher.state is FlowState.BLOCKED and publisher.full()
+    flow.check(used_memory=1_500_000, now=2.0)
+    assert not resumed  # still over
+    flow.check(used_memory=500_000, now=3.0)
+    assert resumed == [True] and publisher.state is FlowState.RUNNING
