@@ -289,10 +289,10 @@ class SessionActor(GeventActor):
         self._transport = None
         self._flow.over.pop(self._load, None)
         self._load.disable()  # offline: the bound and drop policy apply, nobody waits on it
-        self._account()
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
+        self._account()  # what is queued beyond the offline bounds is dropped now
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
         self.start_expiry_timer(self._context.limits.session_expiry)

@@ -5,13 +5,21 @@ falls back to the drop policy after `max_stall`; the memory alarm blocks publish
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
 
+from mqtt.packets import PubAck
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
-from tests.support.clients import PahoCollector, unique
+from tests.support.clients import (
+    PahoCollector,
+    connect_raw,
+    expect_publish,
+    subscribe_raw,
+    unique,
+)
 from tests.support.flow_clients import PipelinedPublisher, SwitchableSubscriber
 
 PUBLISHERS = 10
@@ -170,3 +178,37 @@ def test_the_memory_alarm_blocks_publishers_and_consumers_continue(
     wait_for_log(broker, "blocked: pausing reads from", timeout=5)  # its flow state
     publisher.close()
     subscriber.close()
+
+
+OFFLINE_CONFIG = """
+[limits]
+max_queued_messages = 50
+"""
+
+
+def test_a_persistent_session_going_offline_falls_back_to_its_bound(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory(OFFLINE_CONFIG)
+    topic, client_id = unique("offline"), unique("keeper")
+    keeper = connect_raw(broker, client_id, clean=False)
+    subscribe_raw(keeper, 1, (topic, 1))  # then reads nothing: 32 in flight, the rest queued
+    publisher = PipelinedPublisher(broker, unique("offline-pub"))
+    publisher.publish(topic, b"o", 300)
+    assert publisher.wait_acked(300, timeout=10)  # connected: all accepted, none dropped
+    time.sleep(0.3)
+    assert "dropped" not in broker.log()
+    keeper.close()
+    # Offline it keeps the 32 in flight and the newest 50 of the queue (drop oldest).
+    line = wait_for_log(broker, "dropped 218 messages for client")
+    assert "max_queued_messages" in line
+    keeper = connect_raw(broker, client_id, clean=False, session_present=True)
+    numbers = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            publish = expect_publish(keeper, timeout=1)
+            numbers.append(int.from_bytes(publish.payload[1:5], "big"))
+            keeper.send(PubAck(publish.packet_id))
+    assert numbers == list(range(1, 33)) + list(range(251, 301))
+    keeper.close()
+    publisher.close()
