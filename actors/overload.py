@@ -32,10 +32,18 @@ logger = logging.getLogger(__name__)
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def resident_memory() -> int:
-    """This process's resident set size in bytes (Linux /proc)."""
-    with open("/proc/self/statm", "rb") as statm:
-        return int(statm.read().split()[1]) * _PAGE_SIZE
+class ResidentMemory:
+    """This process's resident set size in bytes, from /proc/self/statm kept open: reading it
+    needs no new descriptor, so it works when the process is out of them."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+
+    def read(self) -> int:
+        return int(os.pread(self._fd, 256, 0).split()[1]) * _PAGE_SIZE
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 def total_memory() -> int:
@@ -57,6 +65,7 @@ class FlowControl:
         self.alarm = MemoryAlarm(memory_watermark(config.memory_high_watermark, total_memory()))
         self._stats = stats
         self._checker: gevent.Greenlet | None = None
+        self._memory: ResidentMemory | None = None
 
     # ----- sessions ---------------------------------------------------------------------
 
@@ -102,20 +111,29 @@ class FlowControl:
             self.alarm.high_watermark // 1_048_576,
             self.config.memory_check_interval,
         )
-        self._checker = gevent.spawn(self._check_forever)
+        self._memory = ResidentMemory()
+        self._checker = gevent.spawn(self._check_forever, self._memory)
 
     def stop(self) -> None:
         if self._checker is not None:
             self._checker.kill(block=False)
             self._checker = None
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
 
-    def _check_forever(self) -> None:
+    def _check_forever(self, memory: ResidentMemory) -> None:
         interval = self.config.memory_check_interval
         while True:
             gevent.sleep(interval)
             try:
-                self.check(resident_memory(), time.monotonic())  # the sessions' clock
-            except Exception:
+                used = memory.read()
+            except OSError as error:
+                logger.warning("cannot read the resident memory (%s): no memory check", error)
+                continue
+            try:
+                self.check(used, time.monotonic())  # the sessions' clock
+            except Exception:  # a bug: say so, keep checking
                 logger.exception("the overload check failed; it runs again in %.1f s", interval)
 
     def check(self, used_memory: int, now: float) -> None:
