@@ -31,6 +31,7 @@ from actors.dispatch import Dispatcher
 from actors.endpoint import Endpoint
 from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
+from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor, add_route
@@ -39,6 +40,7 @@ from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
 from actors.sys_topics import SysPublisher
+from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
@@ -75,6 +77,10 @@ class Broker:
             route_table=RouteTable(),
             stats=BrokerStats(),
             persistence=Persistence(None),
+        )
+        self.context.flow = FlowControl(config.overload, self.context.stats)
+        self.context.auth_failures = AuthFailureDelays(
+            config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
         )
         self.plugins: list[LoadedPlugin] = []
         self.endpoints: list[Endpoint] = []
@@ -120,10 +126,12 @@ class Broker:
             loss_log=context.loss_log,
             shares=context.shared_subscriptions,
             picker=SharePicker(Strategy(self.config.shared_subscriptions.strategy)),
+            flow=context.flow,
         )
         sessions = self._restore_sessions(snapshot)
         context.registry = SessionRegistry(context, sessions)
         self._actors = [context.retainer, context.router]
+        context.flow.start()
         for endpoint in self.endpoints:
             self._servers.append(self._listen(endpoint))
         self._sys = SysPublisher(self, self.config.sys.interval, self.config.sys.presence_events)
@@ -160,6 +168,7 @@ class Broker:
                 address,
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
+                connection_rate=config.max_connection_rate,
             )
             server.max_accept = 256
             server.start()
@@ -275,6 +284,7 @@ class Broker:
             self._sys.stop()
         for server in self._servers:
             server.close()  # stop accepting; handlers of open connections keep running
+        self.context.flow.stop()
         clients = list(self.context.live_clients)
         logger.info(
             "shutting down: closing %d connections (%d counted as connected)",
@@ -297,9 +307,15 @@ class Broker:
         stats = self.context.stats
         logger.info(
             "stopped: %d messages received, %d sent, %d dropped (no subscriber, denied or by a "
-            "plugin), %d deliveries dropped (queue full, slow or offline subscriber)",
+            "plugin), %d deliveries dropped (queue full, slow or offline subscriber); "
+            "overload: %d flow pauses, %d stuck subscribers, %d memory alarms, %d rate-limit "
+            "pauses",
             stats.messages_received,
             stats.messages_sent,
             stats.messages_dropped,
             stats.deliveries_dropped,
+            stats.flow_pauses,
+            stats.stalls,
+            stats.memory_alarms,
+            stats.rate_limited,
         )

@@ -31,6 +31,7 @@ class ListenerConfig:
     host: str = "127.0.0.1"
     port: int = 1883  # the default depends on the type: _DEFAULT_PORTS
     max_connections: int = 100_000
+    max_connection_rate: float = 0.0  # new connections accepted per second; 0 = unlimited
     # tls and wss; file names are resolved against the configuration file's directory
     certfile: str = ""
     keyfile: str = ""  # "" when the key is in certfile
@@ -54,7 +55,9 @@ class ListenerConfig:
         return f"{self.type} {self.host}:{self.port}"
 
 
-_NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections"})
+_NETWORK_KEYS = frozenset(
+    {"type", "host", "port", "max_connections", "max_connection_rate"}
+)
 _TLS_KEYS = frozenset(
     {
         "certfile",
@@ -72,7 +75,7 @@ _LISTENER_KEYS = {
     "tls": _NETWORK_KEYS | _TLS_KEYS,
     "ws": _NETWORK_KEYS | _WEBSOCKET_KEYS,
     "wss": _NETWORK_KEYS | _TLS_KEYS | _WEBSOCKET_KEYS,
-    "unix": frozenset({"type", "path", "max_connections"}),
+    "unix": frozenset({"type", "path", "max_connections", "max_connection_rate"}),
 }
 _DEFAULT_PORTS = {"tcp": 1883, "tls": 8883, "ws": 8083, "wss": 8084}
 _FILE_KEYS = ("certfile", "keyfile", "cafile")
@@ -83,6 +86,9 @@ class LimitsConfig:
     max_packet_size: int = 1_048_576  # bytes, whole packet; up to 268,435,460
     max_inflight: int = 32  # outgoing QoS 1/2 messages awaiting acknowledgement, per session
     max_queued_messages: int = 1000  # per session; 0 = unbounded
+    # payload bytes a session may queue; 0 = unbounded. Like max_queued_messages it bounds
+    # offline sessions and stuck subscribers; connected ones are bounded by flow control
+    max_queued_bytes: int = 67_108_864
     queue_qos0: bool = False  # queue QoS 0 messages for offline persistent sessions
     max_awaiting_rel: int = 100  # incoming QoS 2 packet ids awaiting PUBREL; beyond: close
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
@@ -114,6 +120,30 @@ class MqttConfig:
     topic_alias_maximum: int = 10  # aliases a 5.0 client may use per connection; 0 = none
     response_information: str = ""  # sent to 5.0 clients that ask for it; "" = none
     validate_utf8_payloads: bool = False  # refuse (0x99) payloads marked UTF-8 that are not
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadConfig:
+    """`[overload]`: flow control, the memory watermark and rate limits (docs/overload.md)."""
+
+    flow_control: bool = True
+    # a connected session's in-flight + queued messages / payload bytes: at the high mark
+    # its publishers pause, at the low mark they resume
+    high_water_messages: int = 1000
+    low_water_messages: int = 500
+    high_water_bytes: int = 16_777_216
+    low_water_bytes: int = 8_388_608
+    max_stall: float = 10.0  # seconds over high water without an ack: a stuck subscriber
+    # up to 1.0: a fraction of the machine's memory; above 1: bytes
+    memory_high_watermark: float = 0.4
+    memory_check_interval: float = 1.0  # seconds between memory samples and stall checks
+    # per client, token buckets; 0 = unlimited
+    messages_rate: float = 0.0  # PUBLISH packets per second
+    bytes_rate: float = 0.0  # bytes read per second
+    # seconds before CONNACK after the Nth authentication failure from one address:
+    # auth_failure_delay * 2^(N-1), at most max_auth_failure_delay; 0 = off
+    auth_failure_delay: float = 0.1
+    max_auth_failure_delay: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +195,7 @@ class SharedSubscriptionsConfig:
 class BrokerConfig:
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    overload: OverloadConfig = field(default_factory=OverloadConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
@@ -187,6 +218,7 @@ class BrokerConfig:
 
 _SECTIONS = {
     "limits": LimitsConfig,
+    "overload": OverloadConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
     "http": HttpConfig,
@@ -299,6 +331,8 @@ def _check_listener(where: str, listener: ListenerConfig) -> None:
         raise ConfigError(f"{where} port must be 0..65535, got {listener.port}")
     if listener.max_connections < 1:
         raise ConfigError(f"{where} max_connections must be at least 1")
+    if listener.max_connection_rate < 0:
+        raise ConfigError(f"{where} max_connection_rate must be 0 (unlimited) or above")
     if listener.type in ("ws", "wss") and not listener.path.startswith("/"):
         raise ConfigError(f"{where} path must start with '/', got {listener.path!r}")
     if not listener.is_tls:
@@ -336,6 +370,7 @@ def _check(config: BrokerConfig) -> BrokerConfig:
     """Refuse values no section may hold (ConfigError names the key and what it may be)."""
     _check_limits(config.limits)
     _check_mqtt(config.mqtt)
+    _check_overload(config.overload)
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
@@ -382,6 +417,28 @@ def _check_mqtt(mqtt: MqttConfig) -> None:
         raise ConfigError("[mqtt] maximum_qos must be 0, 1 or 2")
     if not 0 <= mqtt.topic_alias_maximum <= 65535:
         raise ConfigError("[mqtt] topic_alias_maximum must be 0..65535")
+
+
+def _check_overload(overload: OverloadConfig) -> None:
+    if not 0 <= overload.low_water_messages < overload.high_water_messages:
+        raise ConfigError(
+            "[overload] low_water_messages must be at least 0 and below high_water_messages"
+        )
+    if not 0 <= overload.low_water_bytes < overload.high_water_bytes:
+        raise ConfigError(
+            "[overload] low_water_bytes must be at least 0 and below high_water_bytes"
+        )
+    if overload.max_stall <= 0 or overload.memory_check_interval <= 0:
+        raise ConfigError("[overload] max_stall and memory_check_interval must be above 0")
+    if overload.memory_high_watermark <= 0:
+        raise ConfigError(
+            "[overload] memory_high_watermark must be above 0 (a fraction of RAM up to 1.0, "
+            "else bytes)"
+        )
+    if overload.messages_rate < 0 or overload.bytes_rate < 0:
+        raise ConfigError("[overload] messages_rate and bytes_rate must be 0 (off) or above")
+    if overload.auth_failure_delay < 0 or overload.max_auth_failure_delay < 0:
+        raise ConfigError("[overload] auth_failure_delay and max_auth_failure_delay must be >= 0")
 
 
 def _http_paths(http: HttpConfig, config_dir: Path) -> HttpConfig:
@@ -434,8 +491,9 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: listener, listeners, limits, auth, store, "
-                "http, sys, flapping, shared_subscriptions, mqtt, plugins, node_name, log_level"
+                f"unknown top-level key {key!r}; known: listener, listeners, limits, overload, "
+                "auth, store, http, sys, flapping, shared_subscriptions, mqtt, plugins, "
+                "node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))

@@ -13,12 +13,15 @@ from typing import Any
 from actors.admission import Admission
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
+from actors.overload import FlowControl
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
+from core.auth_failures import AuthFailureDelays
 from core.client import ClientInfo
+from core.rate_limit import RateLimits
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions
@@ -48,6 +51,8 @@ class BrokerContext:
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
+    flow: FlowControl = field(init=False)  # set by Broker.__init__
+    auth_failures: AuthFailureDelays = field(init=False)  # set by Broker.__init__
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Connected clients by client id: set when the session is attached, removed at the end.
     clients: dict[str, ConnectedClient] = field(default_factory=dict)
@@ -63,6 +68,12 @@ class BrokerContext:
     @property
     def limits(self) -> LimitsConfig:
         return self.config.limits
+
+    @property
+    def rate_limits(self) -> RateLimits:
+        """Every client's rate limits unless a client.rate_limit plugin says otherwise."""
+        overload = self.config.overload
+        return RateLimits(overload.messages_rate, overload.bytes_rate)
 
     def channel_settings(self, identity_as_username: bool) -> ChannelSettings:
         """What the channels of one listener need (built once per listener, not per accept)."""

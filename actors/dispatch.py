@@ -18,7 +18,10 @@ For one batch it:
 - gives each share group matching the topic (`$share/...`, `router.shared`) the message
   once, to the member its `SharePicker` strategy picks; while the broker has no share group
   this is one attribute test per message;
-- tells each session one `Deliver` with all of its deliveries from the batch.
+- tells each session one `Deliver` with all of its deliveries from the batch;
+- flow control (`actors.overload`): holds the publisher's intake (pauses its reads) on every
+  session of the batch that is over its high-water mark, and on the memory alarm while it is
+  raised. That costs one dict lookup and one attribute read per session per batch.
 
 `redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
 its session ended) and gives each to another member of its group, as EMQX does.
@@ -32,10 +35,12 @@ from typing import Any
 
 from actors.losses import report_loss
 from actors.messages import Deliver, StoreRetained
+from actors.overload import FlowControl
 from actors.persistence import Persistence, stored_delivery
 from actors.rate_limited_log import RateLimitedLog
 from actors.runtime import tell_if_alive
 from actors.stats import BrokerStats
+from channel.intake import Intake
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
@@ -68,7 +73,10 @@ class Dispatcher:
         loss_log: RateLimitedLog,
         shares: SharedSubscriptions | None = None,
         picker: SharePicker | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
+        self._flow = flow
+        self._loads = flow.loads if flow is not None else {}
         self._shares = SharedSubscriptions() if shares is None else shares
         self._picker = SharePicker(Strategy.ROUND_ROBIN) if picker is None else picker
         self._fan_out_plans = FanOut(routes, shares=self._shares)
@@ -82,6 +90,7 @@ class Dispatcher:
         self,
         messages: list[Message],
         on_durable: Callable[[], object] | None = None,
+        publisher: Intake | None = None,
         *,
         unmatched: set[int] | None = None,
     ) -> bool:
@@ -90,7 +99,8 @@ class Dispatcher:
         Returns True if store ops were submitted; `on_durable` then runs after their commit.
         False means nothing needed the store and `on_durable` was not called. `unmatched`,
         if given, gets the message id of each message no subscription matched (before
-        `on_durable` runs): a 5.0 PUBACK/PUBREC says so with 0x10.
+        `on_durable` runs): a 5.0 PUBACK/PUBREC says so with 0x10. `publisher` is the
+        publishing connection's intake, held by flow control (None: not flow controlled).
         """
         hooks = self._hooks
         filter_by_hooks = hooks.has(_MESSAGE_PUBLISH)
@@ -119,14 +129,39 @@ class Dispatcher:
                 if unmatched is not None:
                     unmatched.add(original.message_id)
         self._stats.count_topics(messages)
-        for session, deliveries in per_session.items():
-            tell_if_alive(session, Deliver(deliveries))
+        if publisher is None:
+            for session, deliveries in per_session.items():
+                tell_if_alive(session, Deliver(deliveries))
+        else:
+            self._deliver_with_flow(per_session, publisher)
         if retained:
             self._retainer.tell(StoreRetained(retained))
         if ops:
             self._persistence.submit(ops, on_durable)
             return True
         return False
+
+    def needs_store(self, messages: list[Message]) -> bool:
+        """Whether routing `messages` would store a QoS 1/2 delivery for a persistent session
+        (asked only while the store is failing: docs/overload.md)."""
+        plan = self._fan_out_plans.plan
+        return any(
+            message.qos and any(target.persistent for target in plan(message.topic))
+            for message in messages
+        )
+
+    def _deliver_with_flow(self, per_session: dict[Any, list[Delivery]], publisher: Intake) -> None:
+        """Tell each session its deliveries; hold `publisher` on those over their high-water
+        mark, and on the memory alarm while it is raised (`core.flow`)."""
+        loads = self._loads
+        for session, deliveries in per_session.items():
+            tell_if_alive(session, Deliver(deliveries))
+            load = loads.get(session)
+            if load is not None and load.over:
+                load.hold(publisher)
+        flow = self._flow
+        if flow is not None and flow.alarm.raised:
+            flow.alarm.hold(publisher)
 
     def _fan_out(
         self, message: Message, per_session: dict[Any, list[Delivery]], ops: list[Op]

@@ -105,6 +105,12 @@ class WillDue:
 
 
 @dataclass(slots=True)
+class Stalled:
+    """Told by the overload check: this session has been over its high-water mark without
+    progress for `[overload] max_stall` seconds (`actors.overload`)."""
+
+
+@dataclass(slots=True)
 class Reauthorize:
     """Asked of every session after a plugin reload: drop what the ACL now denies.
 

@@ -45,6 +45,11 @@ class Persistence:
         self._seqs = itertools.count(first_seq)
         self.enabled = writer is not None
 
+    @property
+    def failing(self) -> bool:
+        """The store's commits are failing (disk full, I/O error): refuse new durable work."""
+        return self._writer is not None and self._writer.failing
+
     def next_seq(self) -> int:
         return next(self._seqs)
 

@@ -29,6 +29,13 @@ arrive while its client is offline, the queued ones when its client goes, and al
 QoS 1 ones in flight when the session ends (as EMQX does). Retained messages are never sent
 for a shared subscription [MQTT-4.8.2-6].
 
+Flow control (docs/overload.md): while its client is connected, the session publishes its
+load (in-flight + queued messages and payload bytes) to its `core.flow.SessionLoad` after
+every batch, and its queue is unbounded: the publishers that feed it pause at the high-water
+mark instead. Offline, or stuck (`Stalled`: over the mark without an acknowledgement for
+`[overload] max_stall`), it falls back to `limits.max_queued_messages` / `max_queued_bytes`
+and drop-oldest, and drops QoS 0 while stuck.
+
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
 QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
@@ -60,6 +67,7 @@ from actors.messages import (
     SendRetained,
     SessionAttached,
     SessionExpired,
+    Stalled,
     Terminate,
     WillDue,
 )
@@ -75,7 +83,9 @@ from channel.actions import (
 )
 from channel.authorization import may_read
 from channel.outbound import Outbound
+from channel.store_refusal import REFUSED
 from core.client import ClientInfo
+from core.flow import Transition
 from core.message import Message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
@@ -149,6 +159,9 @@ class SessionActor(GeventActor):
         self._outbound: Outbound | None = None  # the attached 5.0 connection's PUBLISH writer
         self._will: Message | None = None  # a delayed will waiting for its time
         self._will_timer: gevent.Greenlet | None = None
+        self._flow = context.flow
+        self._load = context.flow.new_load(self.actor_ref)
+        self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
 
     def on_receive(self, message: Any) -> Any:
         return _MESSAGE_HANDLERS[type(message)](self, message)
@@ -218,6 +231,7 @@ class SessionActor(GeventActor):
         self.state.expiry = client.session_expiry
         # Never more unacknowledged PUBLISHes than the client's Receive Maximum [MQTT-3.3.4-9]
         self.state.max_inflight = min(self._context.limits.max_inflight, client.receive_maximum)
+        self._load.enabled = self._flow.enabled
         self._cancel_expiry()
         if self._will is not None:
             # Resumed before the will delay passed: the will is not sent [MQTT-3.1.3-9].
@@ -234,6 +248,7 @@ class SessionActor(GeventActor):
         # In-flight messages resent in their original order, PUBLISH with DUP=1
         # [MQTT-4.4.0-1], then the queue as the window allows.
         self._carry_out(self.state.resume(time.time()))
+        self._account()
         self.after_drain()
         tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
@@ -302,10 +317,13 @@ class SessionActor(GeventActor):
             self._will_timer = gevent.spawn_later(
                 detach.will_delay, tell_if_alive, self.actor_ref, WillDue()
             )
+        self._flow.over.pop(self._load, None)
+        self._load.disable()  # offline: the bound and drop policy apply, nobody waits on it
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
-        self._hand_over_shared(ending=False)
+        self._hand_over_shared(ending=False)  # before the bounds: shared ones move, not drop
+        self._account()  # what is queued beyond the offline bounds is dropped now
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
         self.start_expiry_timer(self.state.expiry)
@@ -353,6 +371,7 @@ class SessionActor(GeventActor):
         if self._will is not None:
             self._publish_will()  # the session ends before the will delay [MQTT-3.1.3-9]
             self._cancel_will()
+        self._flow.forget(self.actor_ref)
         if self._stored:
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
@@ -386,7 +405,7 @@ class SessionActor(GeventActor):
         deliveries = deliver.deliveries
         if not connected:
             deliveries = self._give_back_shared(deliveries)
-        actions = self.state.deliver(deliveries, connected, drop_qos0=slow)
+        actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
         # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
         plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
         if plain and actions is deliveries:  # all QoS 0, sent now (see SessionState.deliver)
@@ -395,7 +414,54 @@ class SessionActor(GeventActor):
                 self._out += wires
                 self._context.stats.messages_sent += len(wires)
                 return
+        # Every delivery is held until an action lets it go (sent as QoS 0, completed, dropped).
+        self._held_bytes += sum([len(delivery.message.payload) for delivery in deliveries])
         self._carry_out(actions)
+        self._account()
+
+    def _account(self) -> None:
+        """Publish the load to flow control; apply the bound and drop policy when flow
+        control does not hold this session (offline, stuck, or flow control off)."""
+        state = self.state
+        load = self._load
+        queue = state.queue
+        transition = load.update(
+            len(state.inflight) + (len(queue) if queue else 0), self._held_bytes, time.monotonic()
+        )
+        if transition is not None:
+            if transition is Transition.OVER:
+                self._flow.went_over(self.actor_ref, load, state.client_id)
+            else:
+                self._flow.drained(load, state.client_id)
+        if load.enabled and not load.stalled:
+            state.max_queued = 0  # flow control bounds it: its publishers pause
+            return
+        limits = self._context.limits
+        state.max_queued = limits.max_queued_messages
+        max_bytes = limits.max_queued_bytes
+        excess = self._held_bytes - max_bytes if max_bytes else 0
+        if (queue and state.max_queued and len(queue) > state.max_queued) or excess > 0:
+            self._carry_out(state.shed(state.max_queued, excess, qos0=False))
+
+    def _stalled(self, _stalled: Stalled) -> None:
+        """Over the high-water mark without progress for max_stall: a stuck subscriber."""
+        load = self._load
+        if not load.over:
+            return  # drained or detached meanwhile
+        load.stall()
+        self._context.stats.stalls += 1
+        logger.warning(
+            "slow consumer: session %r made no progress for %.0f s with %d messages held "
+            "([overload] max_stall): its publishers run again, its QoS 0 messages are "
+            "dropped and its queue falls back to limits.max_queued_messages / "
+            "max_queued_bytes, drop oldest",
+            self.state.client_id,
+            self._flow.config.max_stall,
+            load.messages,
+        )
+        self._carry_out(self.state.shed(0, 0, qos0=True))
+        self._account()
+        self.after_drain()
 
     def _give_back_shared(self, deliveries: list[Delivery]) -> list[Delivery]:
         """The client is offline: shared deliveries go to another member if one can take
@@ -459,6 +525,7 @@ class SessionActor(GeventActor):
                     self._delivered_hook(delivery)
             elif plain and type(action) is Delivery and action.wire is not None:
                 out.append(action.wire)
+                self._held_bytes -= len(action.message.payload)
                 sent += 1
             else:
                 handlers[type(action)](self, action)
@@ -467,6 +534,7 @@ class SessionActor(GeventActor):
             self._report_dropped()
 
     def _send_qos0(self, delivery: Delivery) -> None:
+        self._held_bytes -= len(delivery.message.payload)
         data = self._encode(0, delivery)
         if data is None:
             return
@@ -485,6 +553,7 @@ class SessionActor(GeventActor):
 
     def _completed(self, action: Completed) -> None:
         delivery = action.delivery
+        self._held_bytes -= len(delivery.message.payload)
         if delivery.seq and self._stored:
             self._store_deleted(delivery.seq)
         if self._hooks.has(_MESSAGE_ACKED):
@@ -498,6 +567,7 @@ class SessionActor(GeventActor):
             )
 
     def _dropped(self, action: Dropped) -> None:
+        self._held_bytes -= len(action.delivery.message.payload)
         if self._drops is None:
             self._drops = []
         self._drops.append(action)
@@ -559,12 +629,24 @@ class SessionActor(GeventActor):
                 acknowledged.acks, connected=self._transport is not None, now=time.time()
             )
         )
+        load = self._load
+        if load.over or load.stalled:
+            load.progressed(time.monotonic())
+        self._account()
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
     # ----- incoming QoS 2 -------------------------------------------------------------
 
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
+        if self._persistence.failing and (
+            self._stored
+            or self._context.dispatcher.needs_store(
+                [message for _id, message, _pubrec in inbound.publishes if message is not None]
+            )
+        ):
+            self._refuse_qos2_for_store(inbound)
+            return
         to_route = []
         pubrecs = []
         v5 = self._version >= 5
@@ -588,7 +670,7 @@ class SessionActor(GeventActor):
             pubrecs.append(pubrec)
         unmatched: set[int] = set()
         routed_durably = bool(to_route) and self._context.dispatcher.publish(
-            to_route, unmatched=unmatched
+            to_route, None, inbound.publisher, unmatched=unmatched
         )
         if unmatched and v5:  # PUBREC 0x10 for a message nobody subscribes to (3.5.2.1)
             for index, (packet_id, message, _pubrec) in enumerate(
@@ -606,6 +688,28 @@ class SessionActor(GeventActor):
                 self._when_durable(ops, b"".join(pubrecs))
             else:
                 self._out.extend(pubrecs)
+
+    def _refuse_qos2_for_store(self, inbound: InboundQos2) -> None:
+        """The store fails (docs/overload.md): a 5.0 client gets PUBREC 0x97 for each new
+        QoS 2 message (the exchange ends there, nothing is recorded), a 3.x client is closed
+        and resends on its next connection."""
+        logger.warning(
+            "the store fails (see its errors): refused %d QoS 2 publishes from %r %s; they are "
+            "accepted again once the store commits (free disk space)",
+            len(inbound.publishes),
+            self.state.client_id,
+            "with PUBREC 0x97" if self._version >= 5 else "by closing its MQTT 3.x connection",
+        )
+        if self._version < 5:
+            tell_if_alive(
+                self._client_ref, CloseConnection(DisconnectReason.STORE_FAILING, "store fails")
+            )
+            return
+        for packet_id, _message, pubrec in inbound.publishes:
+            if packet_id in self.state.awaiting_rel:
+                self._out.append(pubrec)  # accepted before the store failed: still true
+            else:
+                self._out.append(encode_ack(PacketType.PUBREC, packet_id, REFUSED, 5))
 
     def _released(self, released: Released) -> None:
         version = self._version
@@ -769,6 +873,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Detach: SessionActor._detach,
     Terminate: SessionActor._terminate,
     SessionExpired: SessionActor._expired,
+    Stalled: SessionActor._stalled,
     Reauthorize: SessionActor._reauthorize_on_reload,
     WillDue: SessionActor._will_due,
 }
@@ -783,3 +888,9 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Dropped: SessionActor._dropped,
     Revoked: SessionActor._revoked,
 }
+
+
+def _payload_bytes(state: SessionState) -> int:
+    """The payload bytes a (restored) session holds in its window and queue."""
+    held = sum(len(entry.delivery.message.payload) for entry in state.inflight.values())
+    return held + sum(len(delivery.message.payload) for delivery in state.queue or ())

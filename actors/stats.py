@@ -38,6 +38,10 @@ class BrokerStats:
     messages_sent: int = 0  # PUBLISH packets written to subscribers
     messages_dropped: int = 0  # no subscriber, denied, dropped by a plugin
     deliveries_dropped: int = 0  # queue overflow, slow consumer, QoS 0 to an offline session
+    flow_pauses: int = 0  # a session went over its high-water mark (its publishers paused)
+    stalls: int = 0  # a session stuck over its mark for max_stall fell back to drop policy
+    memory_alarms: int = 0  # the memory watermark was passed (every publisher blocked)
+    rate_limited: int = 0  # reads paused because a client was over its rate limit
     dropped_no_subscribers: int = 0  # of messages_dropped: kept apart, it is the common one
     dropped_by_reason: dict[str, int] = field(default_factory=dict)  # every other drop
     bytes_received: int = 0  # MQTT bytes read (after TLS/WebSocket)

@@ -95,6 +95,8 @@ class SessionInput:
 class InboundQos2(SessionInput):
     # (packet id, the message to route or None if denied, the PUBREC to answer with)
     publishes: list[tuple[int, Message | None, bytes]]
+    # The publishing connection's intake, set by the client actor: flow control holds it.
+    publisher: Intake | None = None
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ class DisconnectReason(Enum):
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
     ADMINISTRATIVE_ACTION = "administrative_action"  # kicked by an operator (admin API, CLI)
+    STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
 
 
 class DropReason(Enum):

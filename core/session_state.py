@@ -346,6 +346,31 @@ class SessionState:
             append(Dropped(self.queue.popleft(), DropReason.QUEUE_FULL))
         self.queue.append(delivery)
 
+    def shed(self, keep: int, free_bytes: int, qos0: bool) -> list[Dropped]:
+        """Drop queued deliveries, oldest first, while more than `keep` wait (0: no bound) or
+        fewer than `free_bytes` payload bytes were freed; with `qos0` every queued QoS 0
+        delivery as well (a stuck subscriber, docs/overload.md). The in-flight window stays.
+        """
+        queue = self.queue
+        if not queue:
+            return []
+        dropped: list[Dropped] = []
+        if qos0:
+            kept: deque[Delivery] = deque()
+            for delivery in queue:
+                if delivery.qos:
+                    kept.append(delivery)
+                else:
+                    dropped.append(Dropped(delivery, DropReason.SLOW_CONSUMER))
+                    free_bytes -= len(delivery.message.payload)
+            queue = kept
+        while queue and ((keep and len(queue) > keep) or free_bytes > 0):
+            delivery = queue.popleft()
+            dropped.append(Dropped(delivery, DropReason.QUEUE_FULL))
+            free_bytes -= len(delivery.message.payload)
+        self.queue = queue or None
+        return dropped
+
     def _allocate_packet_id(self) -> int:
         packet_id = self.next_packet_id
         while packet_id in self.inflight:

@@ -16,6 +16,7 @@ from typing import Any
 
 from core.client import ClientInfo
 from core.message import Message, new_message, next_message_id, skip_message_ids, stored_message
+from core.rate_limit import RateLimits
 from core.reasons import DisconnectReason, DropReason
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ClientConnected",
     "ClientDisconnected",
     "ClientInfo",
+    "ClientRateLimit",
     "ClientSubscribe",
     "ClientUnsubscribe",
     "DisconnectReason",
@@ -34,6 +36,7 @@ __all__ = [
     "MessageAcked",
     "MessageDelivered",
     "MessageDropped",
+    "RateLimits",
     "SessionEvent",
     "SessionSubscribed",
     "SessionUnsubscribed",
@@ -79,6 +82,16 @@ class AuthenticateRequest:
 class ClientConnected:
     client: ClientInfo
     session_present: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientRateLimit:
+    """client.rate_limit: the client is connected; a callback returns the `RateLimits` it
+    gets, or None to keep `limits` (`[overload] messages_rate` / `bytes_rate`, or what the
+    callbacks before it answered)."""
+
+    client: ClientInfo
+    limits: RateLimits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

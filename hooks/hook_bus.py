@@ -11,6 +11,7 @@ Run modes (docs/plugins.md has the table of points and return values):
 - `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on (an
   `AuthResult`, or for enhanced authentication an `AuthContinue`, also wins).
 - `publish`: `callback(message) -> Message | None (unchanged) | DROP`.
+- `rate_limits`: `callback(ClientRateLimit) -> RateLimits | None (unchanged)`.
 
 A callback that raises is isolated: the failure is logged with its owner's name and the
 callback counts as IGNORE (or leaves the accumulator/message unchanged); the exception never
@@ -44,7 +45,14 @@ from hooks.decisions import (
     Decision,
     Stop,
 )
-from hooks.events import AuthenticateRequest, AuthorizeRequest, Message
+from hooks.events import (
+    AuthenticateRequest,
+    AuthorizeRequest,
+    ClientInfo,
+    ClientRateLimit,
+    Message,
+    RateLimits,
+)
 from hooks.hookpoints import HookPoint
 
 logger = logging.getLogger(__name__)
@@ -274,6 +282,33 @@ class HookBus:
         if histogram is None:
             histogram = self.latency[key] = LatencyHistogram()
         histogram.observe(perf_counter() - started)
+
+    # -- client.rate_limit ----------------------------------------------------------------
+
+    def rate_limits(self, client: ClientInfo, limits: RateLimits) -> RateLimits:
+        """Run client.rate_limit: `limits` (the configured ones) as the plugins change them.
+
+        Each callback gets `ClientRateLimit(client, limits)` with the limits the previous one
+        answered, and returns new `RateLimits`, None (unchanged) or `Stop(RateLimits)`.
+        """
+        point = HookPoint.CLIENT_RATE_LIMIT
+        current = limits
+        for entry in self._chains.get(point._value_, ()):
+            try:
+                result = entry.callback(ClientRateLimit(client=client, limits=current))
+            except Exception:
+                self._log_failure(point, entry)
+                continue
+            stop = isinstance(result, Stop)
+            if stop:
+                result = result.value
+            if isinstance(result, RateLimits):
+                current = result
+            elif result is not None:
+                self._log_bad_return(point, entry, result, "RateLimits or None")
+            if stop:
+                break
+        return current
 
     # -- failure logging ------------------------------------------------------------------
 
