@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 from core.latency import LatencyHistogram
 from hooks.decisions import (
@@ -55,6 +55,7 @@ from hooks.events import (
 )
 from hooks.hookpoints import HookPoint
 
+_T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 Callback = Callable[..., Any]
@@ -256,11 +257,25 @@ class HookBus:
         return result
 
     def _publish(self, message: Message, chain: tuple[_Registration, ...]) -> Message | None:
-        point = _PUBLISH_POINT
-        current = message
+        return self._replace_fold(
+            _PUBLISH_POINT, chain, message, lambda current: current, "Message, None or DROP"
+        )
+
+    def _replace_fold(
+        self,
+        point: HookPoint,
+        chain: tuple[_Registration, ...],
+        current: _T,
+        event_of: Callable[[_T], object],
+        wanted: str,
+    ) -> _T | None:
+        """Hand `event_of(current)` to each callback in turn; an answer of `current`'s type
+        replaces it, None leaves it, DROP ends with None, `Stop(answer)` ends the chain after
+        that answer; any other answer is logged and ignored."""
+        kind = type(current)
         for entry in chain:
             try:
-                result = entry.callback(current)
+                result = entry.callback(event_of(current))
             except Exception:
                 self._log_failure(point, entry)
                 continue
@@ -269,10 +284,10 @@ class HookBus:
                 result = result.value
             if result is DROP:
                 return None
-            if isinstance(result, Message):
+            if isinstance(result, kind):
                 current = result
             elif result is not None:
-                self._log_bad_return(point, entry, result, "Message, None or DROP")
+                self._log_bad_return(point, entry, result, wanted)
             if stop:
                 break
         return current
@@ -292,23 +307,14 @@ class HookBus:
         answered, and returns new `RateLimits`, None (unchanged) or `Stop(RateLimits)`.
         """
         point = HookPoint.CLIENT_RATE_LIMIT
-        current = limits
-        for entry in self._chains.get(point._value_, ()):
-            try:
-                result = entry.callback(ClientRateLimit(client=client, limits=current))
-            except Exception:
-                self._log_failure(point, entry)
-                continue
-            stop = isinstance(result, Stop)
-            if stop:
-                result = result.value
-            if isinstance(result, RateLimits):
-                current = result
-            elif result is not None:
-                self._log_bad_return(point, entry, result, "RateLimits or None")
-            if stop:
-                break
-        return current
+        answer = self._replace_fold(
+            point,
+            self._chains.get(point._value_, ()),
+            limits,
+            lambda current: ClientRateLimit(client=client, limits=current),
+            "RateLimits or None",
+        )
+        return limits if answer is None else answer  # DROP means nothing for limits
 
     # -- failure logging ------------------------------------------------------------------
 
