@@ -45,6 +45,8 @@ class Admission:
 
     def check(self, client: ClientInfo) -> str | None:
         """Why this CONNECT is refused (banned), or None; records it for flapping detection."""
+        if not self.table and not self._flapping.max_connects:
+            return None  # no bans, no flapping detection (the default): nothing to look at
         now = time.time()
         self._connects += 1
         if self._connects % FORGET_EVERY == 0:

@@ -65,7 +65,6 @@ class FlowControl:
         self.alarm = MemoryAlarm(memory_watermark(config.memory_high_watermark, total_memory()))
         self._stats = stats
         self._checker: gevent.Greenlet | None = None
-        self._memory: ResidentMemory | None = None
 
     # ----- sessions ---------------------------------------------------------------------
 
@@ -111,18 +110,22 @@ class FlowControl:
             self.alarm.high_watermark // 1_048_576,
             self.config.memory_check_interval,
         )
-        self._memory = ResidentMemory()
-        self._checker = gevent.spawn(self._check_forever, self._memory)
+        self._checker = gevent.spawn(self._check_forever, ResidentMemory())
 
     def stop(self) -> None:
+        # The checker closes its descriptor as it ends: closing it here instead raced with
+        # a check already woken ("cannot read the resident memory ([Errno 9] ...)").
         if self._checker is not None:
             self._checker.kill(block=False)
             self._checker = None
-        if self._memory is not None:
-            self._memory.close()
-            self._memory = None
 
     def _check_forever(self, memory: ResidentMemory) -> None:
+        try:
+            self._check_every_interval(memory)
+        finally:
+            memory.close()
+
+    def _check_every_interval(self, memory: ResidentMemory) -> None:
         interval = self.config.memory_check_interval
         while True:
             gevent.sleep(interval)

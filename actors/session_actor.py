@@ -892,5 +892,7 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
 
 def _payload_bytes(state: SessionState) -> int:
     """The payload bytes a (restored) session holds in its window and queue."""
+    if not state.inflight and not state.queue:
+        return 0  # a new session (every clean one): no generators to set up
     held = sum(len(entry.delivery.message.payload) for entry in state.inflight.values())
     return held + sum(len(delivery.message.payload) for delivery in state.queue or ())

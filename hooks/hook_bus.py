@@ -168,7 +168,9 @@ class HookBus:
     # -- authentication and authorisation -------------------------------------------------
 
     def authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
-        """Run client.authenticate (timed); see `_authenticate`."""
+        """Run client.authenticate (timed when a plugin takes part); see `_authenticate`."""
+        if _AUTHENTICATE not in self._chains:
+            return self._authenticate(request)  # no plugin: nothing to time
         started = perf_counter()
         result = self._authenticate(request)
         self._timed(_AUTHENTICATE, started)

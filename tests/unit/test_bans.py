@@ -144,3 +144,19 @@ def test_flapping_off_and_idle_histories_forgotten() -> None:
     detector.connect("new", NOW + 15)
     detector.forget_idle(NOW + 15)
     assert list(detector._connects) == ["new"]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 5)), max_size=60), st.integers(1, 5))
+def test_flapping_matches_a_plain_sliding_window(
+    steps: list[tuple[str, float]], max_connects: int
+) -> None:
+    """The compact history (a float, then a deque) answers as a list of every CONNECT would."""
+    detector = FlappingDetector(max_connects=max_connects, window=10)
+    reference: dict[str, list[float]] = {}
+    now = NOW
+    for client_id, gap in steps:
+        now += gap
+        times = [t for t in reference.get(client_id, []) if t > now - 10] + [now]
+        fired = len(times) >= max_connects
+        reference[client_id] = [] if fired else times
+        assert detector.connect(client_id, now) is fired
