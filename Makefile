@@ -7,12 +7,14 @@ BIN := $(VENV)/bin
 .PHONY: run test lint system-deps venv
 
 # Debian packages the tests use: mosquitto (mosquitto_passwd and a reference broker),
-# mosquitto-clients (interoperability tests), a Java runtime for PySpark.
+# mosquitto-clients (interoperability tests), a Java runtime for PySpark, chromium (the
+# dashboard test drives it with Playwright; no browser download).
 system-deps:
 	@missing=""; \
 	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
 	command -v mosquitto_passwd >/dev/null || missing="$$missing mosquitto"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

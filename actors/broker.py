@@ -3,12 +3,14 @@
 Start: the listeners' TLS contexts (a bad certificate stops the broker before anything else
 starts) -> hook bus and plugins -> store (restoring retained messages and persistent
 sessions) -> router -> retainer -> session registry -> listeners, one per `[[listeners]]`
-table. Nothing is accepted before the restore is complete.
+table -> `$SYS` publisher -> admin HTTP listener (`admin.server`; `[http] port = 0`: none).
+Nothing is accepted before the restore is complete; `ready` is True from then until stop.
 Reload (SIGHUP): plugins re-read their files, sessions are re-authorised, and tls/wss
 listeners rebuild their TLS contexts for new connections.
-Stop (SIGINT/SIGTERM): stop accepting; close every connection from the server side, which
-publishes the wills of clients that had not sent DISCONNECT [MQTT-3.1.2-8]; let the sessions
-record their state; commit what the store still holds; close plugins.
+Stop (SIGINT/SIGTERM): stop the HTTP listener and `$SYS`; stop accepting; close every
+connection from the server side, which publishes the wills of clients that had not sent
+DISCONNECT [MQTT-3.1.2-8]; let the sessions record their state; commit what the store still
+holds; close plugins.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import gevent
 import pykka
 
+from actors.admission import BANS_FILE, Admission
 from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
@@ -28,6 +31,7 @@ from actors.dispatch import Dispatcher
 from actors.endpoint import Endpoint
 from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
+from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
 from actors.router_actor import RouterActor, RouteReplication, add_route
@@ -35,6 +39,8 @@ from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
+from actors.sys_topics import SysPublisher
+from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
@@ -74,10 +80,19 @@ class Broker:
         )
         # A pool worker (actors.pool_worker) replicates the routes to the other workers.
         self.route_replica: RouteReplication | None = None
-        self._plugins: list[LoadedPlugin] = []
-        self._endpoints: list[Endpoint] = []
+        self.context.flow = FlowControl(config.overload, self.context.stats)
+        self.context.auth_failures = AuthFailureDelays(
+            config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
+        )
+        self.plugins: list[LoadedPlugin] = []
+        self.endpoints: list[Endpoint] = []
         self._servers: list[Listener] = []
         self._actors: list[Any] = []
+        self.ready = False  # store restored and listeners open (GET /api/v1/ready)
+        self.store_writer: StoreWriter | None = None
+        self.retained_index: RetainedIndex[Message] | None = None  # the retainer's, read-only
+        self._sys: SysPublisher | None = None
+        self._http: Any = None  # admin.server.AdminServer
 
     def start(self) -> None:
         """Start everything.
@@ -85,21 +100,26 @@ class Broker:
         Raises TlsSetupError (a listener's certificate files), PluginConfigError,
         store.base.StoreError or ListenError (an address in use).
         """
-        self._endpoints = [Endpoint(listener) for listener in self.config.listeners]
+        self.endpoints = [Endpoint(listener) for listener in self.config.listeners]
         context = self.context
         plugin_context = PluginContext(
             config_dir=self.config.config_dir,
             node_name=self.config.node_name,
             worker_id=self.worker_id,
         )
-        self._plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
+        self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
+        bans_path = None
+        if self.config.store.kind != "none":
+            bans_path = Path(self.config.store.data_dir) / BANS_FILE
+        context.admission = Admission(self.config.flapping, bans_path)
         context.router = RouterActor.start(
             context.route_table, context.shared_subscriptions, self.route_replica
         )
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)
+        self.retained_index = retained
         context.retainer = RetainerActor.start(retained)
         context.dispatcher = Dispatcher(
             context.route_table,
@@ -110,13 +130,30 @@ class Broker:
             loss_log=context.loss_log,
             shares=context.shared_subscriptions,
             picker=SharePicker(Strategy(self.config.shared_subscriptions.strategy)),
+            flow=context.flow,
         )
         sessions = self._restore_sessions(snapshot)
         context.registry = self._make_registry(sessions)
         self._actors = [context.retainer, context.router]
-        for endpoint in self._endpoints:
+        context.flow.start()
+        for endpoint in self.endpoints:
             self._servers.append(self._listen(endpoint))
-        ready = next((e for e in self._endpoints if e.config.type == "tcp"), self._endpoints[0])
+        self._sys = SysPublisher(self, self.config.sys.interval, self.config.sys.presence_events)
+        self._sys.start()
+        if self.config.http.port:
+            from admin.server import AdminServer  # noqa: PLC0415 - only with an HTTP listener
+
+            self._http = AdminServer(self)
+            try:
+                self._http.start()
+            except OSError as error:
+                raise ListenError(
+                    f"cannot listen for the admin HTTP API on {self.config.http.host}:"
+                    f"{self.config.http.port}: {error.strerror or error} (change [http] port; "
+                    "0 turns it off)"
+                ) from error
+        self.ready = True
+        ready = next((e for e in self.endpoints if e.config.type == "tcp"), self.endpoints[0])
         self._log_ready(ready.name.split(" ", 1)[1])
 
     def _log_ready(self, address: str) -> None:
@@ -145,6 +182,7 @@ class Broker:
                 address,
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
+                connection_rate=config.max_connection_rate,
             )
             server.max_accept = 256
             server.start()
@@ -177,7 +215,7 @@ class Broker:
             d.message.message_id for s in snapshot.sessions.values() for _, d in s.messages
         ]
         skip_message_ids(max(message_ids, default=0))
-        writer = StoreWriter(store)
+        writer = self.store_writer = StoreWriter(store)
         self.context.persistence = Persistence(writer, first_seq=max(seqs, default=0) + 1)
         logger.info(
             "store: %s in %s: restored %d retained messages and %d sessions in %.3f s",
@@ -235,8 +273,8 @@ class Broker:
         route table before the "re-authorised" line is logged.
         """
         logger.info("reloading plugins")
-        reload_plugins(self._plugins)
-        for endpoint in self._endpoints:
+        reload_plugins(self.plugins)
+        for endpoint in self.endpoints:
             endpoint.reload()
         started = time.monotonic()
         registry = self.context.registry
@@ -257,8 +295,14 @@ class Broker:
         )
 
     def stop(self, timeout: float = 3.0) -> None:
+        self.ready = False
+        if self._http is not None:
+            self._http.stop()
+        if self._sys is not None:
+            self._sys.stop()
         for server in self._servers:
             server.close()  # stop accepting; handlers of open connections keep running
+        self.context.flow.stop()
         clients = list(self.context.live_clients)
         logger.info(
             "shutting down: closing %d connections (%d counted as connected)",
@@ -277,13 +321,19 @@ class Broker:
             if actor.is_alive():
                 actor.stop()
         self.context.persistence.close(timeout=STORE_CLOSE_TIMEOUT)
-        close_plugins(self._plugins, self.context.hooks)
+        close_plugins(self.plugins, self.context.hooks)
         stats = self.context.stats
         logger.info(
             "stopped: %d messages received, %d sent, %d dropped (no subscriber, denied or by a "
-            "plugin), %d deliveries dropped (queue full, slow or offline subscriber)",
+            "plugin), %d deliveries dropped (queue full, slow or offline subscriber); "
+            "overload: %d flow pauses, %d stuck subscribers, %d memory alarms, %d rate-limit "
+            "pauses",
             stats.messages_received,
             stats.messages_sent,
             stats.messages_dropped,
             stats.deliveries_dropped,
+            stats.flow_pauses,
+            stats.stalls,
+            stats.memory_alarms,
+            stats.rate_limited,
         )

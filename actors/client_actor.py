@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
+import gevent
+
 from actors.connection import Connection
-from actors.context import BrokerContext
+from actors.context import BrokerContext, ConnectedClient
 from actors.endpoint import Endpoint
 from actors.messages import (
     CloseConnection,
@@ -35,13 +38,21 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
+from channel.acks import encode_pubacks
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
+from channel.store_refusal import refused_acks
+from core.client import ClientInfo
+from core.message import Message
+from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
+from hooks.hookpoints import HookPoint
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
 
 logger = logging.getLogger(__name__)
+
+_CLIENT_RATE_LIMIT = HookPoint.CLIENT_RATE_LIMIT
 
 
 class ClientActor(GeventActor):
@@ -56,12 +67,14 @@ class ClientActor(GeventActor):
         self._context = context
         self._channel = channel
         self._session: Any = None  # the SessionActor ref once attached
+        self._flow_controlled = context.flow.enabled  # its publishes may pause its reads
         self._out: list[bytes] = []
         context.live_clients.add(self.actor_ref)
 
     # ----- called by the connection, from the event loop ---------------------------------
 
     def packets_received(self, packets: list[Packet], size: int) -> None:
+        self._context.stats.bytes_received += size
         session = self._session
         if session is not None:
             acks = self._channel.acks_only(packets, size)
@@ -94,20 +107,29 @@ class ClientActor(GeventActor):
                 )
                 return
             self._session = message.session
-            self._context.stats.connections += 1
+            self._connected(message.session)
+            address = _address(self._connection.peer)
+            if address is not None:
+                self._context.auth_failures.succeeded(address)
+            if self._context.hooks.has(_CLIENT_RATE_LIMIT) and channel.client is not None:
+                self._set_rate_limits(channel.client)
             self._carry_out(channel.session_attached(message.session_present))
         elif isinstance(message, PeerIdentified):
             channel.identify(message.identity)
         elif isinstance(message, ConnectionLost):
             self._carry_out(channel.connection_lost(message.reason, message.error, message.detail))
         elif isinstance(message, CloseConnection):
-            self._carry_out(channel.close(message.reason, message.detail))
+            self._carry_out(
+                channel.close(message.reason, message.detail, session_ended=message.session_ended)
+            )
         if channel.phase is Phase.CLOSED:
             self.stop()
 
     def after_drain(self) -> None:
         if self._out:
-            self._transport.write(b"".join(self._out))
+            data = b"".join(self._out)
+            self._context.stats.bytes_sent += len(data)
+            self._transport.write(data)
             self._out.clear()
 
     def on_failure(self, *_exc_info: Any) -> None:
@@ -115,11 +137,37 @@ class ClientActor(GeventActor):
         # the way every connection does (will, session, hook, counters).
         self._carry_out(self._channel.close(DisconnectReason.SERVER_ERROR, "(a broker bug)"))
 
+    def _set_rate_limits(self, client: ClientInfo) -> None:
+        """Ask the client.rate_limit plugins for this client's limits (docs/overload.md)."""
+        limits = self._context.hooks.rate_limits(client, self._context.rate_limits)
+        self._connection.rate_limiter = (
+            None if limits.unlimited else RateLimiter(limits, gevent.get_hub().loop.now())
+        )
+
+    def _refusal_delay(self, action: actions.End) -> float:
+        """Seconds the CONNACK of a refused CONNECT waits (docs/overload.md); 0: none."""
+        if action.reason is not DisconnectReason.NOT_AUTHORIZED or action.was_connected:
+            return 0.0
+        address = _address(self._connection.peer)
+        if address is None:
+            return 0.0
+        delay = self._context.auth_failures.failed(address, gevent.get_hub().loop.now())
+        if delay > 0:
+            logger.warning(
+                "refused CONNECT from %s again: its CONNACK waits %.2f s ([overload] "
+                "auth_failure_delay, doubling per refusal up to max_auth_failure_delay)",
+                address,
+                delay,
+            )
+        return delay
+
     # ----- actions ----------------------------------------------------------------------
 
     def _carry_out(self, answer: list[actions.Action]) -> None:
         for action in answer:
             if isinstance(action, actions.SessionInput):
+                if type(action) is actions.InboundQos2 and self._flow_controlled:
+                    action.publisher = self._connection.intake
                 # The session may have stopped (taken over, terminated): then these go
                 # nowhere, and its CloseConnection is on its way to this actor.
                 tell_if_alive(self._session, action)
@@ -131,18 +179,80 @@ class ClientActor(GeventActor):
 
     def _publish(self, action: actions.Publish) -> None:
         acks = action.acks
+        v5_acks = action.v5_acks
+        dispatcher = self._context.dispatcher
+        assert dispatcher is not None
+        if (
+            (acks is not None or v5_acks)
+            and self._context.persistence.failing
+            and dispatcher.needs_store(action.messages)
+        ):
+            refused = acks if v5_acks is None else encode_pubacks(v5_acks, ())
+            assert refused is not None
+            self._refuse_for_store(action.messages, refused)
+            return
+        publisher = self._connection.intake if self._flow_controlled else None
+        if v5_acks is not None:
+            self._publish_v5(action.messages, v5_acks, publisher)
+            return
         on_durable = None
         if acks is not None:
             transport = self._transport
+            stats = self._context.stats
 
             def on_durable() -> None:
+                stats.bytes_sent += len(acks)
                 transport.write(acks)
 
+        # PUBACK once the messages are durable for persistent subscribers (write-ahead).
+        if not dispatcher.publish(action.messages, on_durable, publisher) and acks is not None:
+            self._out.append(acks)
+
+    def _publish_v5(
+        self,
+        messages: list[Message],
+        v5_acks: list[tuple[int, Message | None, int]],
+        publisher: Intake | None,
+    ) -> None:
+        """As `_publish`, with PUBACKs whose reason codes depend on who matched (0x10)."""
+        unmatched: set[int] = set()
+        transport = self._transport
+
+        def on_durable() -> None:
+            transport.write(encode_pubacks(v5_acks, unmatched))
+
+        assert self._context.dispatcher is not None
+        if not self._context.dispatcher.publish(
+            messages, on_durable, publisher, unmatched=unmatched
+        ):
+            self._out.append(encode_pubacks(v5_acks, unmatched))
+
+    def _refuse_for_store(self, messages: list[Message], acks: bytes) -> None:
+        """The store fails: refuse this batch's QoS 1 publishes (`channel.store_refusal`),
+        route its QoS 0 ones."""
+        routed = [message for message in messages if not message.qos]
         dispatcher = self._context.dispatcher
         assert dispatcher is not None
-        # PUBACK once the messages are durable for persistent subscribers (write-ahead).
-        if not dispatcher.publish(action.messages, on_durable) and acks is not None:
-            self._out.append(acks)
+        if routed:
+            publisher = self._connection.intake if self._flow_controlled else None
+            dispatcher.publish(routed, None, publisher)
+        version = self._channel.version
+        self._context.throttle_log.note(
+            "refused publishes (store failing)",
+            len(messages) - len(routed),
+            f"the store fails (see its errors): refused QoS 1/2 publishes to persistent "
+            f"sessions from {self._connection.peer} "
+            + ("with PUBACK 0x97" if version >= 5 else "by closing the MQTT 3.x connection")
+            + "; they are accepted again once the store commits (free disk space)",
+            logging.WARNING,
+        )
+        if version >= 5:
+            self._out.append(refused_acks(acks))
+        else:
+            tell_if_alive(
+                self.actor_ref,
+                CloseConnection(DisconnectReason.STORE_FAILING, "the store fails"),
+            )
 
     def _drop(self, action: actions.Drop) -> None:
         dispatcher = self._context.dispatcher
@@ -161,8 +271,14 @@ class ClientActor(GeventActor):
         self._connection.intake.done(action.packets, action.size)
 
     def _end(self, action: actions.End) -> None:
-        self.after_drain()
-        self._connection.close()
+        delay = self._refusal_delay(action)
+        if delay > 0:
+            # A refused CONNECT after earlier refusals from its address: its CONNACK waits.
+            last_words, self._out = b"".join(self._out), []
+            self._connection.close_later(delay, last_words)
+        else:
+            self.after_drain()
+            self._connection.close()
         self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
         self._endpoint.connections -= 1
@@ -176,9 +292,36 @@ class ClientActor(GeventActor):
             session = self._context.registry.sessions.get(client.client_id)
         # The session may already have stopped (a clean-start takeover terminated it); a
         # session attached to another connection ignores a Detach from this one.
-        tell_if_alive(session, Detach(self.actor_ref, action.reason))
-        if action.was_connected:
-            self._context.stats.connections -= 1
+        tell_if_alive(
+            session,
+            Detach(
+                self.actor_ref,
+                action.reason,
+                session_expiry=action.session_expiry,
+                will=action.will,
+                will_delay=action.will_delay,
+            ),
+        )
+        if action.was_connected and client is not None:
+            stats = self._context.stats
+            stats.connections -= 1
+            stats.connected_by_version[client.protocol_version] -= 1
+            entry = self._context.clients.get(client.client_id)
+            if entry is not None and entry.client_ref is self.actor_ref:
+                del self._context.clients[client.client_id]
+
+    def _connected(self, session: Any) -> None:
+        """Count the connection and list it for the admin API."""
+        client = self._channel.client
+        assert client is not None
+        stats = self._context.stats
+        stats.connections += 1
+        stats.connections_total += 1
+        stats.connections_max = max(stats.connections_max, stats.connections)
+        stats.connected_by_version[client.protocol_version] += 1
+        self._context.clients[client.client_id] = ConnectedClient(
+            client, self.actor_ref, session, self._endpoint.name, time.time()
+        )
 
 
 # The handler of each action that is not a session input. A class-level table: a
@@ -192,6 +335,13 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
     actions.InputHandled: ClientActor._input_handled,
     actions.End: ClientActor._end,
 }
+
+
+def _address(peer: str) -> str | None:
+    """The IP address of "ip:port" (None for a unix socket's client)."""
+    if peer.startswith("unix:"):
+        return None
+    return peer.rsplit(":", 1)[0]
 
 
 def accept_connection(
@@ -237,6 +387,7 @@ def _set_up(
         return
     sock.setblocking(False)
     limits = context.limits
+    rate_limits = context.rate_limits
     connection = Connection(
         sock,
         peer,
@@ -245,6 +396,10 @@ def _set_up(
         write_limit=limits.max_write_buffer,
         throttle_log=context.throttle_log,
         layers=endpoint.new_layers(),
+        stats=context.stats,
+        rate_limiter=None
+        if rate_limits.unlimited
+        else RateLimiter(rate_limits, gevent.get_hub().loop.now()),
     )
     client = ClientActor(connection, context, Channel(peer, context.hooks, settings), endpoint)
     client.launch()

@@ -31,6 +31,7 @@ class ListenerConfig:
     host: str = "127.0.0.1"
     port: int = 1883  # the default depends on the type: _DEFAULT_PORTS
     max_connections: int = 100_000
+    max_connection_rate: float = 0.0  # new connections accepted per second; 0 = unlimited
     # tls and wss; file names are resolved against the configuration file's directory
     certfile: str = ""
     keyfile: str = ""  # "" when the key is in certfile
@@ -54,7 +55,9 @@ class ListenerConfig:
         return f"{self.type} {self.host}:{self.port}"
 
 
-_NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections"})
+_NETWORK_KEYS = frozenset(
+    {"type", "host", "port", "max_connections", "max_connection_rate"}
+)
 _TLS_KEYS = frozenset(
     {
         "certfile",
@@ -72,7 +75,7 @@ _LISTENER_KEYS = {
     "tls": _NETWORK_KEYS | _TLS_KEYS,
     "ws": _NETWORK_KEYS | _WEBSOCKET_KEYS,
     "wss": _NETWORK_KEYS | _TLS_KEYS | _WEBSOCKET_KEYS,
-    "unix": frozenset({"type", "path", "max_connections"}),
+    "unix": frozenset({"type", "path", "max_connections", "max_connection_rate"}),
 }
 _DEFAULT_PORTS = {"tcp": 1883, "tls": 8883, "ws": 8083, "wss": 8084}
 _FILE_KEYS = ("certfile", "keyfile", "cafile")
@@ -83,6 +86,9 @@ class LimitsConfig:
     max_packet_size: int = 1_048_576  # bytes, whole packet; up to 268,435,460
     max_inflight: int = 32  # outgoing QoS 1/2 messages awaiting acknowledgement, per session
     max_queued_messages: int = 1000  # per session; 0 = unbounded
+    # payload bytes a session may queue; 0 = unbounded. Like max_queued_messages it bounds
+    # offline sessions and stuck subscribers; connected ones are bounded by flow control
+    max_queued_bytes: int = 67_108_864
     queue_qos0: bool = False  # queue QoS 0 messages for offline persistent sessions
     max_awaiting_rel: int = 100  # incoming QoS 2 packet ids awaiting PUBREL; beyond: close
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
@@ -93,8 +99,51 @@ class LimitsConfig:
     # a connection's input the actors have not handled yet, beyond which its reads pause
     max_unprocessed_packets: int = 1000
     max_unprocessed_bytes: int = 1_048_576
-    # seconds a persistent session is kept after its client went away; 0 = forever
+    # seconds a persistent 3.x session is kept after its client went away; 0 = forever
     session_expiry: float = 7200.0
+    # the most seconds any session is kept (a 5.0 client's Session Expiry Interval is
+    # lowered to it, and CONNACK says so); 0 = no maximum
+    max_session_expiry: float = 0.0
+    # the most seconds of keep-alive a client may use; longer (or 0) is replaced by it and
+    # 5.0 clients are told with Server Keep Alive; 0 = no maximum
+    max_keepalive: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    """What the broker offers MQTT 5.0 clients (announced in CONNACK) and how it checks them."""
+
+    maximum_qos: int = 2  # highest QoS accepted from and granted to clients
+    retain_available: bool = True
+    wildcard_subscriptions: bool = True
+    subscription_identifiers: bool = True
+    topic_alias_maximum: int = 10  # aliases a 5.0 client may use per connection; 0 = none
+    response_information: str = ""  # sent to 5.0 clients that ask for it; "" = none
+    validate_utf8_payloads: bool = False  # refuse (0x99) payloads marked UTF-8 that are not
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadConfig:
+    """`[overload]`: flow control, the memory watermark and rate limits (docs/overload.md)."""
+
+    flow_control: bool = True
+    # a connected session's in-flight + queued messages / payload bytes: at the high mark
+    # its publishers pause, at the low mark they resume
+    high_water_messages: int = 1000
+    low_water_messages: int = 500
+    high_water_bytes: int = 16_777_216
+    low_water_bytes: int = 8_388_608
+    max_stall: float = 10.0  # seconds over high water without an ack: a stuck subscriber
+    # up to 1.0: a fraction of the machine's memory; above 1: bytes
+    memory_high_watermark: float = 0.4
+    memory_check_interval: float = 1.0  # seconds between memory samples and stall checks
+    # per client, token buckets; 0 = unlimited
+    messages_rate: float = 0.0  # PUBLISH packets per second
+    bytes_rate: float = 0.0  # bytes read per second
+    # seconds before CONNACK after the Nth authentication failure from one address:
+    # auth_failure_delay * 2^(N-1), at most max_auth_failure_delay; 0 = off
+    auth_failure_delay: float = 0.1
+    max_auth_failure_delay: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +159,33 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """The admin HTTP listener: API, /metrics, dashboard (docs/operations.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = 18083  # 0: no HTTP listener
+    certfile: str = ""  # PEM chain; set: HTTPS
+    keyfile: str = ""  # "" when the key is in certfile
+    api_keys: tuple[str, ...] = ()  # "sha256:<hex>" of each key (python -m actors.ctl hash-key)
+    api_key_file: str = ""  # one "sha256:<hex>" a line
+    password_file: str = ""  # Basic auth against a mosquitto_passwd file
+    metrics_auth: bool = False  # /metrics needs credentials too
+
+
+@dataclass(frozen=True, slots=True)
+class SysConfig:
+    interval: float = 10.0  # seconds between $SYS/broker/... updates; 0: none
+    presence_events: bool = False  # $SYS/brokers/<node>/clients/<id>/connected|disconnected
+
+
+@dataclass(frozen=True, slots=True)
+class FlappingConfig:
+    max_connects: int = 0  # CONNECTs of one client id within `window` that ban it; 0: off
+    window: float = 60.0  # seconds
+    ban_time: float = 300.0  # seconds a flapping client id stays banned
+
+
+@dataclass(frozen=True, slots=True)
 class SharedSubscriptionsConfig:
     enabled: bool = True  # announced in CONNACK; off: SUBACK 0x9E for $share/... filters
     strategy: str = "round_robin"  # router.share_strategy.STRATEGY_NAMES
@@ -119,11 +195,16 @@ class SharedSubscriptionsConfig:
 class BrokerConfig:
     listeners: tuple[ListenerConfig, ...] = (ListenerConfig(),)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    overload: OverloadConfig = field(default_factory=OverloadConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    sys: SysConfig = field(default_factory=SysConfig)
+    flapping: FlappingConfig = field(default_factory=FlappingConfig)
     shared_subscriptions: SharedSubscriptionsConfig = field(
         default_factory=SharedSubscriptionsConfig
     )
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
     node_name: str = "broker@127.0.0.1"
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
@@ -138,14 +219,19 @@ class BrokerConfig:
 
 _SECTIONS = {
     "limits": LimitsConfig,
+    "overload": OverloadConfig,
     "auth": AuthConfig,
     "store": StoreConfig,
+    "http": HttpConfig,
+    "sys": SysConfig,
+    "flapping": FlappingConfig,
     "shared_subscriptions": SharedSubscriptionsConfig,
+    "mqtt": MqttConfig,
 }
 _MAX_PACKET_SIZE_LIMIT = 268_435_455 + 5
 
 
-def _section(name: str, cls: type, values: Any) -> Any:
+def _section(name: str, cls: type, values: Any, config_dir: Path) -> Any:
     if not isinstance(values, dict):
         raise ConfigError(f"[{name}] must be a table")
     known = {f.name: f for f in fields(cls)}
@@ -153,8 +239,15 @@ def _section(name: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"[{name}] unknown key {key!r}; known keys: {', '.join(known)}")
-        kwargs[key] = _typed(f"[{name}]", key, value, getattr(cls(), key))
-    return cls(**kwargs)
+        default = getattr(cls(), key)
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"[{name}] {key} must be an array of strings")
+            kwargs[key] = tuple(value)
+        else:
+            kwargs[key] = _typed(f"[{name}]", key, value, default)
+    section = cls(**kwargs)
+    return _http_paths(section, config_dir) if isinstance(section, HttpConfig) else section
 
 
 def _typed(where: str, key: str, value: Any, default: Any) -> Any:
@@ -239,6 +332,8 @@ def _check_listener(where: str, listener: ListenerConfig) -> None:
         raise ConfigError(f"{where} port must be 0..65535, got {listener.port}")
     if listener.max_connections < 1:
         raise ConfigError(f"{where} max_connections must be at least 1")
+    if listener.max_connection_rate < 0:
+        raise ConfigError(f"{where} max_connection_rate must be 0 (unlimited) or above")
     if listener.type in ("ws", "wss") and not listener.path.startswith("/"):
         raise ConfigError(f"{where} path must start with '/', got {listener.path!r}")
     if not listener.is_tls:
@@ -273,23 +368,23 @@ def _check_distinct(listeners: tuple[ListenerConfig, ...]) -> None:
 
 
 def _check(config: BrokerConfig) -> BrokerConfig:
-    size = config.limits.max_packet_size
-    if not 2 <= size <= _MAX_PACKET_SIZE_LIMIT:
-        raise ConfigError(
-            f"[limits] max_packet_size must be 2..{_MAX_PACKET_SIZE_LIMIT}, got {size}"
-        )
-    if not 1 <= config.limits.max_inflight <= 65535:
-        raise ConfigError("[limits] max_inflight must be 1..65535")
-    if config.limits.max_unprocessed_packets < 1 or config.limits.max_unprocessed_bytes < 1:
-        raise ConfigError(
-            "[limits] max_unprocessed_packets and max_unprocessed_bytes must be at least 1"
-        )
-    if config.limits.max_awaiting_rel < 1:
-        raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
+    """Refuse values no section may hold (ConfigError names the key and what it may be)."""
+    _check_limits(config.limits)
+    _check_mqtt(config.mqtt)
+    _check_overload(config.overload)
     if config.store.kind not in ("sqlite", "memory", "none"):
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
+    if not 0 <= config.http.port <= 65535:
+        raise ConfigError(f"[http] port must be 0..65535 (0: off), got {config.http.port}")
+    if config.sys.interval < 0:
+        raise ConfigError("[sys] interval must be at least 0 (0: no $SYS updates)")
+    flapping = config.flapping
+    if flapping.max_connects < 0 or flapping.window <= 0 or flapping.ban_time <= 0:
+        raise ConfigError(
+            "[flapping] max_connects must be at least 0 (0: off), window and ban_time above 0"
+        )
     if config.shared_subscriptions.strategy not in STRATEGY_NAMES:
         raise ConfigError(
             f"[shared_subscriptions] strategy must be one of {', '.join(STRATEGY_NAMES)}, "
@@ -298,10 +393,75 @@ def _check(config: BrokerConfig) -> BrokerConfig:
     return config
 
 
+def _check_limits(limits: LimitsConfig) -> None:
+    size = limits.max_packet_size
+    if not 2 <= size <= _MAX_PACKET_SIZE_LIMIT:
+        raise ConfigError(
+            f"[limits] max_packet_size must be 2..{_MAX_PACKET_SIZE_LIMIT}, got {size}"
+        )
+    if not 1 <= limits.max_inflight <= 65535:
+        raise ConfigError("[limits] max_inflight must be 1..65535")
+    if limits.max_unprocessed_packets < 1 or limits.max_unprocessed_bytes < 1:
+        raise ConfigError(
+            "[limits] max_unprocessed_packets and max_unprocessed_bytes must be at least 1"
+        )
+    if limits.max_awaiting_rel < 1:
+        raise ConfigError("[limits] max_awaiting_rel must be at least 1 (0 would refuse QoS 2)")
+    if not 0 <= limits.max_keepalive <= 65535:
+        raise ConfigError("[limits] max_keepalive must be 0..65535 (seconds; 0 = no maximum)")
+    if limits.max_session_expiry < 0 or limits.session_expiry < 0:
+        raise ConfigError("[limits] session_expiry and max_session_expiry must be >= 0")
+
+
+def _check_mqtt(mqtt: MqttConfig) -> None:
+    if not 0 <= mqtt.maximum_qos <= 2:
+        raise ConfigError("[mqtt] maximum_qos must be 0, 1 or 2")
+    if not 0 <= mqtt.topic_alias_maximum <= 65535:
+        raise ConfigError("[mqtt] topic_alias_maximum must be 0..65535")
+
+
+def _check_overload(overload: OverloadConfig) -> None:
+    if not 0 <= overload.low_water_messages < overload.high_water_messages:
+        raise ConfigError(
+            "[overload] low_water_messages must be at least 0 and below high_water_messages"
+        )
+    if not 0 <= overload.low_water_bytes < overload.high_water_bytes:
+        raise ConfigError(
+            "[overload] low_water_bytes must be at least 0 and below high_water_bytes"
+        )
+    if overload.max_stall <= 0 or overload.memory_check_interval <= 0:
+        raise ConfigError("[overload] max_stall and memory_check_interval must be above 0")
+    if overload.memory_high_watermark <= 0:
+        raise ConfigError(
+            "[overload] memory_high_watermark must be above 0 (a fraction of RAM up to 1.0, "
+            "else bytes)"
+        )
+    if overload.messages_rate < 0 or overload.bytes_rate < 0:
+        raise ConfigError("[overload] messages_rate and bytes_rate must be 0 (off) or above")
+    if overload.auth_failure_delay < 0 or overload.max_auth_failure_delay < 0:
+        raise ConfigError("[overload] auth_failure_delay and max_auth_failure_delay must be >= 0")
+
+
+def _http_paths(http: HttpConfig, config_dir: Path) -> HttpConfig:
+    """File names in [http] are relative to the configuration file's directory."""
+
+    def resolved(name: str) -> str:
+        return str(config_dir / name) if name else ""
+
+    return replace(
+        http,
+        certfile=resolved(http.certfile),
+        keyfile=resolved(http.keyfile),
+        api_key_file=resolved(http.api_key_file),
+        password_file=resolved(http.password_file),
+    )
+
+
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
     """Read `path` (TOML) if given, then apply command-line `overrides`.
 
-    `overrides` keys: host, port, log_level, data_dir, store (None values are ignored).
+    `overrides` keys: host, port, log_level, data_dir, store, http_port, sys_interval (None
+    values are ignored).
     """
     raw: dict[str, Any] = {}
     config_dir = Path()
@@ -322,7 +482,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
         if key in ("listener", "listeners", "broker"):
             continue
         if key in _SECTIONS:
-            kwargs[key] = _section(key, _SECTIONS[key], value)
+            kwargs[key] = _section(key, _SECTIONS[key], value, config_dir)
         elif key == "plugins":
             if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
                 raise ConfigError("plugins must be an array of tables: [[plugins]] module = ...")
@@ -333,8 +493,9 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             kwargs[key] = value
         else:
             raise ConfigError(
-                f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, auth, "
-                "store, shared_subscriptions, plugins, node_name, log_level"
+                f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, "
+                "overload, auth, store, http, sys, flapping, shared_subscriptions, mqtt, plugins, "
+                "node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
@@ -366,6 +527,10 @@ def _apply_overrides(config: BrokerConfig, overrides: dict[str, Any]) -> BrokerC
         config = replace(config, listeners=_override_tcp(config.listeners, overrides))
     if "log_level" in overrides:
         config = replace(config, log_level=overrides["log_level"])
+    if "http_port" in overrides:
+        config = replace(config, http=replace(config.http, port=overrides["http_port"]))
+    if "sys_interval" in overrides:
+        config = replace(config, sys=replace(config.sys, interval=overrides["sys_interval"]))
     if "data_dir" in overrides or "store" in overrides:
         store = replace(
             config.store,

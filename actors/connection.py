@@ -18,6 +18,10 @@ stops reading while the actors have not handled `limits.max_unprocessed_packets`
 of those for its read timeout is closed. TCP then pushes back on the client; throttling is
 logged, at most one line per second per reason.
 
+Rate limits (`rate_limiter`, a `core.rate_limit.RateLimiter`; docs/overload.md): after each
+read the client's buckets are charged with its PUBLISH packets and bytes; a client in debt is
+not read from until the debt is repaid (a timer), never disconnected for its rate.
+
 On a tls, ws or wss listener every read first goes through the connection's stream layers
 (`actors.stream_layers`, made by the listener's `Endpoint`): what they answer (handshake
 records, a WebSocket pong) is written at once, what they refuse (`LayerError`: a failed TLS
@@ -37,13 +41,16 @@ from typing import Any, Protocol
 import gevent
 
 from actors.rate_limited_log import RateLimitedLog
+from actors.stats import BrokerStats
 from actors.stream_layers import LayerError, StreamLayer
 from actors.transport import LayeredTransport, Transport
 from channel.intake import Intake
+from core.flow import FlowState
+from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
-from mqtt.packets import Packet
+from mqtt.packets import Packet, Publish
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +79,10 @@ class Connection:
         "_loop",
         "_owner",
         "_paused",
+        "_rate_timer",
         "_reader",
         "_sock",
+        "_stats",
         "_throttle_log",
         "_timeout",
         "_timer",
@@ -81,6 +90,7 @@ class Connection:
         "intake",
         "layers",
         "peer",
+        "rate_limiter",
         "transport",
         "write_limit",
     )
@@ -95,6 +105,8 @@ class Connection:
         write_limit: int,
         throttle_log: RateLimitedLog,
         layers: StreamLayer | None = None,
+        stats: BrokerStats | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         loop = gevent.get_hub().loop
         self._loop = loop
@@ -117,6 +129,9 @@ class Connection:
         self._timeout: float | None = None  # the read timeout once CONNECT was accepted
         self._last_read = 0.0
         self._paused = False
+        self._stats = stats
+        self.rate_limiter = rate_limiter  # None: unlimited
+        self._rate_timer: Any = None  # while reads wait for the rate limit
 
     def open(self, owner: ConnectionOwner, connect_timeout: float) -> None:
         """Start reading for `owner`; the CONNECT must be in within `connect_timeout`."""
@@ -140,6 +155,19 @@ class Connection:
         """Stop reading and close the socket once what was written is sent."""
         self.transport.close()
         self._stop()
+
+    def close_later(self, delay: float, last_words: bytes) -> None:
+        """Stop reading now; after `delay` seconds write `last_words` and close (the
+        CONNACK of a refused CONNECT, slowed down: `core.auth_failures`)."""
+        self._stop()
+        transport = self.transport
+
+        def close() -> None:
+            if last_words:
+                transport.write(last_words)
+            transport.close()
+
+        gevent.spawn_later(delay, close)
 
     # ----- reading ----------------------------------------------------------------------
 
@@ -177,7 +205,32 @@ class Connection:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer (TLS or WebSocket)")
             return
         if packets:
+            limiter = self.rate_limiter
+            if limiter is not None:
+                publishes = sum([type(packet) is Publish for packet in packets])
+                delay = limiter.take(publishes, len(data), self._loop.now())
+                if delay > 0:
+                    self._pause_for_rate(delay)
+                    return
             self._pause_if_behind()
+
+    def _pause_for_rate(self, delay: float) -> None:
+        """Over the client's rate limit: read nothing for `delay` seconds."""
+        self._throttle_log.note(
+            "rate limited (publisher paused)",
+            1,
+            f"rate limit: pausing reads from {self.peer} for {delay:.3f} s ([overload] "
+            "messages_rate / bytes_rate, or a client.rate_limit plugin)",
+        )
+        if self._stats is not None:
+            self._stats.rate_limited += 1
+        self._pause()
+        self._rate_timer = self._loop.timer(delay)
+        self._rate_timer.start(self._rate_repaid)
+
+    def _rate_repaid(self) -> None:
+        self._rate_timer = None
+        self._resume()
 
     def _through_layers(self, layers: StreamLayer, data: bytes) -> bytes:
         """`data` read from the socket -> the MQTT bytes in it; the layers' answers are
@@ -196,6 +249,22 @@ class Connection:
         """Stop reading while the actors are behind on this client's input, or while the
         client does not read what the broker sends it; TCP then slows the client down."""
         intake = self.intake
+        if intake.held and not intake.closed:
+            state = intake.state
+            self._throttle_log.note(
+                f"flow control ({state.value})",
+                1,
+                f"{state.value}: pausing reads from {self.peer}: "
+                + (
+                    "the memory alarm is raised ([overload] memory_high_watermark)"
+                    if state is FlowState.BLOCKED
+                    else "it publishes to a session over its high-water mark ([overload] "
+                    "high_water_messages / high_water_bytes)"
+                ),
+            )
+            self._pause()
+            intake.on_room = self._resume
+            return
         if intake.full() and not intake.closed:
             self._throttle_log.note(
                 "throttled reads (input not handled yet)",
@@ -223,8 +292,8 @@ class Connection:
         self._reader.stop()
 
     def _resume(self) -> None:
-        if self._owner is None or not self._paused:
-            return
+        if self._owner is None or not self._paused or self._rate_timer is not None:
+            return  # ended, not paused, or the rate limit's timer resumes it
         self._paused = False
         self._last_read = self._loop.now()  # the pause was the broker's doing, not silence
         self._reader.start(self._on_readable)
@@ -287,6 +356,9 @@ class Connection:
         if self._reader is not None:
             self._reader.stop()
             self._reader = None
+        if self._rate_timer is not None:
+            self._rate_timer.stop()
+            self._rate_timer = None
         if self._timer is not None:
             self._timer.stop()
             self._timer = None

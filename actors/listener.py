@@ -19,6 +19,10 @@ and accepting pauses briefly, for 10 ms doubling up to 1 s while they persist; a
 listening socket (EBADF, EINVAL, ENOTSOCK) stops the listener with an ERROR line, as gevent
 itself would.
 
+With `max_connection_rate` (connections per second, a token bucket: `core.rate_limit`), a
+connection beyond the rate waits in the listen backlog: accepting stops until the bucket has
+a token again, and is logged at most once a second.
+
 Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
 socket file made by `bind_unix`, removed again on close); what differs between them is in
 the handler's `actors.endpoint.Endpoint`. An accepted connection is handed to the handler as a
@@ -42,6 +46,7 @@ from gevent import socket
 from gevent.server import StreamServer
 
 from actors.rate_limited_log import RateLimitedLog
+from core.rate_limit import TokenBucket
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +84,13 @@ class Listener(StreamServer):
         address: tuple[str, int] | socket.socket,
         handle: Callable[[Any, Any], object],
         backlog: int | None,
+        connection_rate: float = 0.0,
     ) -> None:
         super().__init__(address, handle, backlog=backlog)
         self._log = RateLimitedLog(logger)
         self._pause = MIN_PAUSE
+        self._connection_rate = connection_rate  # per second; 0: unlimited
+        self._bucket: TokenBucket | None = None  # made on the first accept (the loop's clock)
 
     def init_socket(self) -> None:
         """Bind and listen (gevent), and open the spare descriptor."""
@@ -115,6 +123,8 @@ class Listener(StreamServer):
         """
         sock = self.socket
         for _ in range(self.max_accept):
+            if self._connection_rate and self._over_connection_rate():
+                return None
             try:
                 fd, address = sock._accept()  # type: ignore[attr-defined]  # gevent's raw accept
             except BlockingIOError:
@@ -136,10 +146,32 @@ class Listener(StreamServer):
                 self._accept_failed(error)
                 return None
             self._pause = MIN_PAUSE
+            if self._bucket is not None:
+                self._bucket.take(1, self.loop.now())
             if self._reserve is None:
                 self._reserve = _open_reserve()  # after a failure: descriptors may be free again
             return stdlib_socket.socket(sock.family, sock.type, sock.proto, fileno=fd), address
         return None
+
+    def _over_connection_rate(self) -> bool:
+        """True if accepting must wait for the connection rate; then it waits (a timer)."""
+        now = self.loop.now()
+        if self._bucket is None:
+            self._bucket = TokenBucket(self._connection_rate, now)
+        wait = self._bucket.wait(1, now)
+        if wait <= 0:
+            return False
+        self._log.note(
+            "connection rate",
+            1,
+            f"listener {self._where()} is over max_connection_rate "
+            f"({self._connection_rate:g}/s): accepting waits {wait:.3f} s",
+            logging.INFO,
+        )
+        self.stop_accepting()
+        self._timer = self.loop.timer(wait)
+        self._timer.start(self._start_accepting_if_started)  # type: ignore[attr-defined,call-arg]  # gevent internals
+        return True
 
     def do_handle(self, *args: Any) -> None:
         """Call the handler in the accepting callback, with no greenlet: it only sets the

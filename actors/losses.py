@@ -23,7 +23,15 @@ _EXPLAINED: dict[DropReason, tuple[int, str]] = {
         logging.WARNING,
         "QoS 0 to a subscriber that is not reading fast enough (limits.max_write_buffer)",
     ),
-    DropReason.EXPIRED: (logging.WARNING, "expired before it could be delivered"),
+    DropReason.EXPIRED: (logging.WARNING, "its Message Expiry Interval passed before delivery"),
+    DropReason.PACKET_TOO_LARGE: (
+        logging.WARNING,
+        "larger than the Maximum Packet Size the subscriber set in its CONNECT",
+    ),
+    DropReason.PAYLOAD_FORMAT_INVALID: (
+        logging.INFO,
+        "payload marked UTF-8 is not (mqtt.validate_utf8_payloads), refused with 0x99",
+    ),
     DropReason.NOT_AUTHORIZED: (
         logging.INFO,
         "not authorised (the ACL, or a client write to $SYS)",

@@ -2,6 +2,7 @@
 
 Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-level LEVEL]
                             [--data-dir DIR] [--store sqlite|memory|none] [--workers N|auto]
+                            [--http-port PORT] [--sys-interval SECONDS]
 
 `--workers` (or `[broker] workers`; default "auto", the number of CPU cores) above 1 runs a
 process pool: this process becomes its supervisor (actors.pool_main) and starts the workers,
@@ -60,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--workers", help='worker processes: a number, or "auto" (the CPU cores; the default)'
+    )
+    parser.add_argument(
+        "--http-port", type=int, help="port of the admin HTTP listener (default 18083; 0: none)"
+    )
+    parser.add_argument(
+        "--sys-interval", type=float, help="seconds between $SYS updates (default 10; 0: none)"
     )
     # Given by the pool's supervisor to its workers (actors.pool_main), not by people.
     parser.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
@@ -137,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         "data_dir": args.data_dir,
         "store": args.store,
         "workers": args.workers,
+        "http_port": args.http_port,
+        "sys_interval": args.sys_interval,
     }
     logging.basicConfig(
         level=logging.INFO,
@@ -174,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
     except TlsSetupError as error:
         logger.error("TLS configuration error: %s", error)
+        return 2
+    except ConfigError as error:
+        logger.error("configuration error: %s", error)
         return 2
     except PluginConfigError as error:
         logger.error("plugin configuration error: %s", error)

@@ -16,6 +16,7 @@ from typing import Any
 
 from actors.transport import Transport
 from core.client import ClientInfo
+from core.message import Message
 from core.reasons import DisconnectReason
 from core.session_state import Delivery, SubscriptionOptions
 from mqtt.errors import MqttError
@@ -55,6 +56,7 @@ class CloseConnection:
 
     reason: DisconnectReason
     detail: str = ""
+    session_ended: bool = False  # the session ends with it: a delayed will goes out now
 
 
 @dataclass(slots=True)
@@ -81,6 +83,9 @@ class Attach:
 class Detach:
     client_ref: Any
     reason: DisconnectReason
+    session_expiry: float | None = None  # a 5.0 DISCONNECT changed the session's expiry
+    will: Message | None = None  # published after `will_delay` s unless the session resumes
+    will_delay: float = 0.0
 
 
 @dataclass(slots=True)
@@ -106,6 +111,17 @@ class SessionExpired:
 
 
 @dataclass(slots=True)
+class WillDue:
+    """Told by a detached session's will-delay timer: publish the will now."""
+
+
+@dataclass(slots=True)
+class Stalled:
+    """Told by the overload check: this session has been over its high-water mark without
+    progress for `[overload] max_stall` seconds (`actors.overload`)."""
+
+
+@dataclass(slots=True)
 class Reauthorize:
     """Asked of every session after a plugin reload: drop what the ACL now denies.
 
@@ -115,11 +131,6 @@ class Reauthorize:
 @dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
-
-
-
-
-
 
 
 # ----- session actor <-> router actor -------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
@@ -46,6 +45,11 @@ class Persistence:
         self._seqs = itertools.count(first_seq)
         self._worker, self._workers = 0, 1
         self.enabled = writer is not None
+
+    @property
+    def failing(self) -> bool:
+        """The store's commits are failing (disk full, I/O error): refuse new durable work."""
+        return self._writer is not None and self._writer.failing
 
     def next_seq(self) -> int:
         return next(self._seqs)
@@ -126,15 +130,15 @@ def stored_subscriptions(state: SessionState) -> dict[str, StoredSubscription]:
 def session_meta(
     state: SessionState,
     protocol_version: int,
-    expiry: float,
     disconnected_at: float | None,
     subscriptions: Mapping[str, StoredSubscription] | None = None,
 ) -> SessionMeta:
     """The stored metadata of `state`; pass `subscriptions` if already converted (they only
-    change on SUBSCRIBE/UNSUBSCRIBE, the metadata is written on every QoS 2 exchange)."""
+    change on SUBSCRIBE/UNSUBSCRIBE, the metadata is written on every QoS 2 exchange).
+    The session's own expiry is stored, so a restart keeps each client's interval."""
     return SessionMeta(
         protocol_version=protocol_version,
-        expiry_interval=expiry if expiry > 0 else math.inf,
+        expiry_interval=state.expiry,
         disconnected_at=disconnected_at,
         next_packet_id=state.next_packet_id,
         subscriptions=stored_subscriptions(state) if subscriptions is None else subscriptions,
@@ -148,6 +152,7 @@ def restored_state(client_id: str, stored: StoredSession, base: SessionState) ->
     state = base
     state.client_id = client_id
     state.persistent = True
+    state.expiry = meta.expiry_interval
     state.next_packet_id = meta.next_packet_id
     state.awaiting_rel = set(meta.awaiting_rel)
     state.subscriptions = {

@@ -135,7 +135,7 @@ class PoolBroker(Broker):
 
     def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
         """The socket the supervisor bound for this endpoint (listeners keep their order)."""
-        index = self._endpoints.index(endpoint)
+        index = self.endpoints.index(endpoint)
         return gevent.socket.socket(fileno=self._listen_fds[index]), None
 
     def _log_ready(self, address: str) -> None:

@@ -3,15 +3,19 @@
 A retained PUBLISH replaces the stored message of its topic; one with an empty payload
 clears it [MQTT-3.3.1-10/11]. QoS 0 retained messages are kept too [MQTT-3.3.1-7]. On a new
 subscription the matching messages go to the session with RETAIN=1 and QoS capped by the
-granted QoS [MQTT-3.3.1-8].
+granted QoS [MQTT-3.3.1-8]. A retained message whose MQTT 5 Message Expiry Interval has
+passed is forgotten instead of sent [MQTT-3.3.2-5]; the others go with the time they have
+left (`channel.outbound`).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actors.messages import Deliver, SendRetained, StoreRetained
 from actors.runtime import GeventActor, tell_if_alive
+from core.message import is_expired
 from core.session_state import Delivery
 from router.retained_index import RetainedIndex
 
@@ -36,8 +40,12 @@ class RetainerActor(GeventActor):
 
     def _send(self, request: SendRetained) -> None:
         deliveries = []
+        now = time.time()
         for topic_filter, options in request.subscriptions:
-            for _topic, message in self.index.match(topic_filter):
+            for topic, message in self.index.match(topic_filter):
+                if message.properties and is_expired(message, now):
+                    self.index.delete(topic)
+                    continue
                 ids = (options.subscription_id,) if options.subscription_id else ()
                 deliveries.append(Delivery(message, min(message.qos, options.qos), True, ids))
         if deliveries:

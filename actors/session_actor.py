@@ -12,15 +12,29 @@ answers with itself is written as its shared encodings in one go.
 
 Lifecycle: created by the session registry; `Attach` binds a connection (writing CONNACK
 first, then resending unacknowledged messages in their original order [MQTT-4.4.0-1]);
-`Detach` unbinds it; a non-persistent session terminates on detach, a persistent one keeps
-queueing until its client comes back, it expires (`limits.session_expiry`), or it is
-terminated.
+`Detach` unbinds it; a session whose expiry is 0 terminates on detach, any other keeps
+queueing until its client comes back, it expires (the client's Session Expiry Interval, or
+`limits.session_expiry` for 3.x), or it is terminated. A 5.0 will with a Will Delay Interval
+waits here: published when the delay passes or the session ends, whichever comes first,
+and never if the client resumes the session in time [MQTT-3.1.3-9].
+
+For a 5.0 client the attached connection's `channel.outbound.Outbound` writes each PUBLISH
+(properties, the expiry left, topic aliases) and says when one cannot be sent (expired, over
+the client's Maximum Packet Size); the in-flight window is lowered to the client's Receive
+Maximum.
 
 Shared subscriptions (`router.shared`): a session gives back the shared deliveries it cannot
 keep (`_hand_over_shared`), for the dispatcher to redispatch to another member: those that
 arrive while its client is offline, the queued ones when its client goes, and also the
 QoS 1 ones in flight when the session ends (as EMQX does). Retained messages are never sent
 for a shared subscription [MQTT-4.8.2-6].
+
+Flow control (docs/overload.md): while its client is connected, the session publishes its
+load (in-flight + queued messages and payload bytes) to its `core.flow.SessionLoad` after
+every batch, and its queue is unbounded: the publishers that feed it pause at the high-water
+mark instead. Offline, or stuck (`Stalled`: over the mark without an acknowledgement for
+`[overload] max_stall`), it falls back to `limits.max_queued_messages` / `max_queued_bytes`
+and drop-oldest, and drops QoS 0 while stuck.
 
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
@@ -31,10 +45,11 @@ written only after the commit.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import gevent
 
@@ -53,7 +68,9 @@ from actors.messages import (
     SendRetained,
     SessionAttached,
     SessionExpired,
+    Stalled,
     Terminate,
+    WillDue,
 )
 from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
 from actors.runtime import GeventActor, tell_if_alive
@@ -66,7 +83,11 @@ from channel.actions import (
     UnsubscribeRequest,
 )
 from channel.authorization import may_read
+from channel.outbound import Outbound
+from channel.store_refusal import REFUSED
 from core.client import ClientInfo
+from core.flow import Transition
+from core.message import Message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
     Action,
@@ -92,7 +113,6 @@ from hooks.events import (
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
-from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from router.fan_out import Route
 from router.shared import inner_filter, is_shared
@@ -114,17 +134,8 @@ _FIRST_STAGE_VALUE = {1: Stage.AWAIT_PUBACK.value, 2: Stage.AWAIT_PUBREC.value}
 _MESSAGE_ACKED = HookPoint.MESSAGE_ACKED  # Enum member lookups cost ~0.2 µs on hot paths
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
-_PUBLISH_PROPERTIES_FORWARDED = frozenset(
-    # MQTT 5 properties a subscriber receives unchanged [MQTT-3.3.2-17..20]
-    (
-        PropertyId.PAYLOAD_FORMAT_INDICATOR,
-        PropertyId.MESSAGE_EXPIRY_INTERVAL,
-        PropertyId.CONTENT_TYPE,
-        PropertyId.RESPONSE_TOPIC,
-        PropertyId.CORRELATION_DATA,
-        PropertyId.USER_PROPERTY,
-    )
-)
+_PUBCOMP = PacketType.PUBCOMP
+_PUBREC = PacketType.PUBREC
 
 
 class SessionActor(GeventActor):
@@ -146,6 +157,12 @@ class SessionActor(GeventActor):
         self._persistence = context.persistence
         self._expiry_timer: gevent.Greenlet | None = None
         self._drops: list[Dropped] | None = None  # of the actions being carried out
+        self._outbound: Outbound | None = None  # the attached 5.0 connection's PUBLISH writer
+        self._will: Message | None = None  # a delayed will waiting for its time
+        self._will_timer: gevent.Greenlet | None = None
+        self._flow = context.flow
+        self._load = context.flow.new_load(self.actor_ref)
+        self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
 
     def on_receive(self, message: Any) -> Any:
         return _MESSAGE_HANDLERS[type(message)](self, message)
@@ -156,7 +173,9 @@ class SessionActor(GeventActor):
             self._persistence.submit(ops, lazy=may_commit_lazily(ops))
         if self._out:
             if self._transport is not None:
-                self._transport.write(b"".join(self._out))
+                data = b"".join(self._out)
+                self._context.stats.bytes_sent += len(data)
+                self._transport.write(data)
             self._out.clear()
 
     @property
@@ -185,12 +204,9 @@ class SessionActor(GeventActor):
         self._persistence.submit(ops, committed)
 
     def _meta_op(self, disconnected_at: float | None = None) -> PutSession:
-        expiry = self._context.limits.session_expiry
         if self._stored_subscriptions is None:
             self._stored_subscriptions = stored_subscriptions(self.state)
-        meta = session_meta(
-            self.state, self._version, expiry, disconnected_at, self._stored_subscriptions
-        )
+        meta = session_meta(self.state, self._version, disconnected_at, self._stored_subscriptions)
         return PutSession(self.state.client_id, meta)
 
     # ----- connection binding ---------------------------------------------------------
@@ -209,9 +225,19 @@ class SessionActor(GeventActor):
         self._client = attach.client
         self._client_ref = attach.client_ref
         self._transport = attach.transport
-        self._version = attach.client.protocol_version
-        self.state.persistent = not attach.client.clean_start
+        client = attach.client
+        self._version = client.protocol_version
+        self._outbound = Outbound(client) if self._version >= 5 else None
+        self.state.persistent = client.keeps_session
+        self.state.expiry = client.session_expiry
+        # Never more unacknowledged PUBLISHes than the client's Receive Maximum [MQTT-3.3.4-9]
+        self.state.max_inflight = min(self._context.limits.max_inflight, client.receive_maximum)
+        self._load.enabled = self._flow.enabled
         self._cancel_expiry()
+        if self._will is not None:
+            # Resumed before the will delay passed: the will is not sent [MQTT-3.1.3-9].
+            logger.info("session %r resumed: its delayed will is discarded", client.client_id)
+            self._cancel_will()
         if self._stored:
             self._ops.append(self._meta_op())
         connack = ConnAck(
@@ -222,7 +248,8 @@ class SessionActor(GeventActor):
         self._out.append(encode(connack, self._version))
         # In-flight messages resent in their original order, PUBLISH with DUP=1
         # [MQTT-4.4.0-1], then the queue as the window allows.
-        self._carry_out(self.state.resume())
+        self._carry_out(self.state.resume(time.time()))
+        self._account()
         self.after_drain()
         tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
@@ -282,21 +309,52 @@ class SessionActor(GeventActor):
         self.after_drain()
         self._client_ref = None
         self._transport = None
+        self._outbound = None
+        if detach.session_expiry is not None:  # a 5.0 DISCONNECT changed it (section 3.14.2.2.2)
+            self.state.expiry = detach.session_expiry
+            self.state.persistent = detach.session_expiry > 0
+        if detach.will is not None:
+            self._will = detach.will
+            self._will_timer = gevent.spawn_later(
+                detach.will_delay, tell_if_alive, self.actor_ref, WillDue()
+            )
+        self._flow.over.pop(self._load, None)
+        self._load.disable()  # offline: the bound and drop policy apply, nobody waits on it
         if not self.state.persistent:
             self._terminate(Terminate(reason="clean_session"))
             return
-        self._hand_over_shared(ending=False)
+        self._hand_over_shared(ending=False)  # before the bounds: shared ones move, not drop
+        self._account()  # what is queued beyond the offline bounds is dropped now
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
-        self.start_expiry_timer(self._context.limits.session_expiry)
+        self.start_expiry_timer(self.state.expiry)
 
     def start_expiry_timer(self, seconds: float) -> None:
-        """Terminate this detached session after `seconds` (0: never expires)."""
+        """Terminate this detached session after `seconds` (math.inf: never expires)."""
         self._cancel_expiry()
-        if seconds > 0:
+        if 0 < seconds < math.inf:
             self._expiry_timer = gevent.spawn_later(
                 seconds, tell_if_alive, self.actor_ref, SessionExpired()
             )
+
+    def _will_due(self, _due: WillDue) -> None:
+        self._will_timer = None
+        self._publish_will()
+
+    def _publish_will(self) -> None:
+        """Publish the delayed will now (its delay passed, or the session ends)."""
+        will, self._will = self._will, None
+        if will is not None and self._client_ref is None:
+            logger.info(
+                "session %r: publishing its delayed will on %r", self.state.client_id, will.topic
+            )
+            self._context.dispatcher.publish([will])
+
+    def _cancel_will(self) -> None:
+        self._will = None
+        if self._will_timer is not None:
+            self._will_timer.kill(block=False)
+            self._will_timer = None
 
     def _cancel_expiry(self) -> None:
         if self._expiry_timer is not None:
@@ -311,11 +369,18 @@ class SessionActor(GeventActor):
     def _terminate(self, terminate: Terminate) -> None:
         self._cancel_expiry()
         self._hand_over_shared(ending=True)
+        if self._will is not None:
+            self._publish_will()  # the session ends before the will delay [MQTT-3.1.3-9]
+            self._cancel_will()
+        self._flow.forget(self.actor_ref)
         if self._stored:
             self._ops.append(DeleteSession(self.state.client_id))
         self.after_drain()
         if self._client_ref is not None:
-            tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            tell_if_alive(
+                self._client_ref,
+                CloseConnection(DisconnectReason.TAKEN_OVER, session_ended=True),
+            )
         filters = list(self.state.subscriptions)
         if filters:
             self._context.router.tell(
@@ -364,7 +429,7 @@ class SessionActor(GeventActor):
         deliveries = deliver.deliveries
         if not connected:
             deliveries = self._give_back_shared(deliveries)
-        actions = self.state.deliver(deliveries, connected, drop_qos0=slow)
+        actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
         # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
         plain = self._version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
         if plain and actions is deliveries:  # all QoS 0, sent now (see SessionState.deliver)
@@ -373,7 +438,54 @@ class SessionActor(GeventActor):
                 self._out += wires
                 self._context.stats.messages_sent += len(wires)
                 return
+        # Every delivery is held until an action lets it go (sent as QoS 0, completed, dropped).
+        self._held_bytes += sum([len(delivery.message.payload) for delivery in deliveries])
         self._carry_out(actions)
+        self._account()
+
+    def _account(self) -> None:
+        """Publish the load to flow control; apply the bound and drop policy when flow
+        control does not hold this session (offline, stuck, or flow control off)."""
+        state = self.state
+        load = self._load
+        queue = state.queue
+        transition = load.update(
+            len(state.inflight) + (len(queue) if queue else 0), self._held_bytes, time.monotonic()
+        )
+        if transition is not None:
+            if transition is Transition.OVER:
+                self._flow.went_over(self.actor_ref, load, state.client_id)
+            else:
+                self._flow.drained(load, state.client_id)
+        if load.enabled and not load.stalled:
+            state.max_queued = 0  # flow control bounds it: its publishers pause
+            return
+        limits = self._context.limits
+        state.max_queued = limits.max_queued_messages
+        max_bytes = limits.max_queued_bytes
+        excess = self._held_bytes - max_bytes if max_bytes else 0
+        if (queue and state.max_queued and len(queue) > state.max_queued) or excess > 0:
+            self._carry_out(state.shed(state.max_queued, excess, qos0=False))
+
+    def _stalled(self, _stalled: Stalled) -> None:
+        """Over the high-water mark without progress for max_stall: a stuck subscriber."""
+        load = self._load
+        if not load.over:
+            return  # drained or detached meanwhile
+        load.stall()
+        self._context.stats.stalls += 1
+        logger.warning(
+            "slow consumer: session %r made no progress for %.0f s with %d messages held "
+            "([overload] max_stall): its publishers run again, its QoS 0 messages are "
+            "dropped and its queue falls back to limits.max_queued_messages / "
+            "max_queued_bytes, drop oldest",
+            self.state.client_id,
+            self._flow.config.max_stall,
+            load.messages,
+        )
+        self._carry_out(self.state.shed(0, 0, qos0=True))
+        self._account()
+        self.after_drain()
 
     def _give_back_shared(self, deliveries: list[Delivery]) -> list[Delivery]:
         """The client is offline: shared deliveries go to another member if one can take
@@ -421,19 +533,23 @@ class SessionActor(GeventActor):
         for action in actions:
             if type(action) is SendPublish:
                 delivery = action.delivery
+                data = self._encode(action.packet_id, delivery, action.dup)
+                if data is None:
+                    continue  # not sendable: discarded from the window and reported
                 if action.dup:  # a resend: recorded, counted and reported when first sent
-                    out.append(self._encode(action.packet_id, delivery, dup=True))
+                    out.append(data)
                     continue
                 if delivery.seq and self._stored:
                     self._store_in_flight(
                         action.packet_id, delivery, _FIRST_STAGE_VALUE[delivery.qos]
                     )
-                out.append(self._encode(action.packet_id, delivery))
+                out.append(data)
                 sent += 1
                 if not plain and self._hooks.has(_MESSAGE_DELIVERED):
                     self._delivered_hook(delivery)
             elif plain and type(action) is Delivery and action.wire is not None:
                 out.append(action.wire)
+                self._held_bytes -= len(action.message.payload)
                 sent += 1
             else:
                 handlers[type(action)](self, action)
@@ -442,7 +558,11 @@ class SessionActor(GeventActor):
             self._report_dropped()
 
     def _send_qos0(self, delivery: Delivery) -> None:
-        self._out.append(self._encode(0, delivery))
+        self._held_bytes -= len(delivery.message.payload)
+        data = self._encode(0, delivery)
+        if data is None:
+            return
+        self._out.append(data)
         self._context.stats.messages_sent += 1
         if self._hooks.has(_MESSAGE_DELIVERED):
             self._delivered_hook(delivery)
@@ -452,10 +572,12 @@ class SessionActor(GeventActor):
         delivery = action.delivery
         if delivery is not None and delivery.seq and self._stored:
             self._store_in_flight(packet_id, delivery, _AWAIT_PUBCOMP)
-        self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
+        code = ReasonCode.SUCCESS if action.found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        self._out.append(encode_ack(_PUBREL, packet_id, code, self._version))
 
     def _completed(self, action: Completed) -> None:
         delivery = action.delivery
+        self._held_bytes -= len(delivery.message.payload)
         if delivery.seq and self._stored:
             self._store_deleted(delivery.seq)
         if self._hooks.has(_MESSAGE_ACKED):
@@ -469,6 +591,7 @@ class SessionActor(GeventActor):
             )
 
     def _dropped(self, action: Dropped) -> None:
+        self._held_bytes -= len(action.delivery.message.payload)
         if self._drops is None:
             self._drops = []
         self._drops.append(action)
@@ -497,46 +620,68 @@ class SessionActor(GeventActor):
         else:
             self._ops.append(DeleteMessage(self.state.client_id, [seq]))
 
-    def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes:
-        if delivery.wire is not None and self._version < 5:
-            return delivery.wire
-        message = delivery.message
-        properties = None
-        if self._version >= 5:
-            properties = {
-                key: value
-                for key, value in message.properties.items()
-                if key in _PUBLISH_PROPERTIES_FORWARDED
-            }
-            if delivery.subscription_ids:
-                properties[PropertyId.SUBSCRIPTION_IDENTIFIER] = list(delivery.subscription_ids)
-        return encode_publish(
-            message.topic,
-            message.payload,
-            delivery.qos,
-            delivery.retain,
-            dup,
-            packet_id or None,
-            properties,
-            self._version,
-        )
+    def _encode(self, packet_id: int, delivery: Delivery, dup: bool = False) -> bytes | None:
+        """The PUBLISH of `delivery`; None if a 5.0 client cannot be sent it (expired, too
+        large): then it is discarded as if delivered [MQTT-3.1.2-25] and reported dropped."""
+        outbound = self._outbound
+        if outbound is None:  # 3.x: no properties, and the shared QoS 0 encoding if any
+            if delivery.wire is not None:
+                return delivery.wire
+            message = delivery.message
+            return encode_publish(
+                message.topic,
+                message.payload,
+                delivery.qos,
+                delivery.retain,
+                dup,
+                packet_id or None,
+                None,
+                self._version,
+            )
+        now = time.time()
+        data = outbound.publish(delivery, packet_id or None, dup, now)
+        if type(data) is bytes:
+            return data
+        self._dropped(Dropped(delivery, cast(DropReason, data)))
+        if packet_id:
+            self._carry_out(self.state.discard(packet_id, self._transport is not None, now))
+        return None
 
     def _acknowledged(self, acknowledged: Acknowledged) -> None:
         self._carry_out(
-            self.state.acknowledge(acknowledged.acks, connected=self._transport is not None)
+            self.state.acknowledge(
+                acknowledged.acks, connected=self._transport is not None, now=time.time()
+            )
         )
+        load = self._load
+        if load.over or load.stalled:
+            load.progressed(time.monotonic())
+        self._account()
         if acknowledged.intake is not None:
             acknowledged.intake.done(len(acknowledged.acks), acknowledged.size)
 
     # ----- incoming QoS 2 -------------------------------------------------------------
 
     def _inbound_qos2(self, inbound: InboundQos2) -> None:
+        if self._persistence.failing and (
+            self._stored
+            or self._context.dispatcher.needs_store(
+                [message for _id, message, _pubrec in inbound.publishes if message is not None]
+            )
+        ):
+            self._refuse_qos2_for_store(inbound)
+            return
         to_route = []
         pubrecs = []
+        v5 = self._version >= 5
         for packet_id, message, pubrec in inbound.publishes:
             try:
                 is_new = self.state.receive_qos2(packet_id)
             except TooManyAwaitingRelError as error:
+                if v5:  # 5.0 can refuse the one message instead (section 3.5.2.1)
+                    logger.warning("%s: refused with PUBREC 0x97", error)
+                    pubrecs.append(encode_ack(_PUBREC, packet_id, ReasonCode.QUOTA_EXCEEDED, 5))
+                    continue
                 logger.warning("closing %s: %s", self.state.client_id, error)
                 tell_if_alive(
                     self._client_ref,
@@ -547,7 +692,18 @@ class SessionActor(GeventActor):
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             pubrecs.append(pubrec)
-        routed_durably = bool(to_route) and self._context.dispatcher.publish(to_route)
+        unmatched: set[int] = set()
+        routed_durably = bool(to_route) and self._context.dispatcher.publish(
+            to_route, None, inbound.publisher, unmatched=unmatched
+        )
+        if unmatched and v5:  # PUBREC 0x10 for a message nobody subscribes to (3.5.2.1)
+            for index, (packet_id, message, _pubrec) in enumerate(
+                inbound.publishes[: len(pubrecs)]
+            ):
+                if message is not None and message.message_id in unmatched:
+                    pubrecs[index] = encode_ack(
+                        _PUBREC, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS, 5
+                    )
         if pubrecs:
             # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
             # must be durable first.
@@ -557,15 +713,48 @@ class SessionActor(GeventActor):
             else:
                 self._out.extend(pubrecs)
 
+    def _refuse_qos2_for_store(self, inbound: InboundQos2) -> None:
+        """The store fails (docs/overload.md): a 5.0 client gets PUBREC 0x97 for each new
+        QoS 2 message (the exchange ends there, nothing is recorded), a 3.x client is closed
+        and resends on its next connection."""
+        logger.warning(
+            "the store fails (see its errors): refused %d QoS 2 publishes from %r %s; they are "
+            "accepted again once the store commits (free disk space)",
+            len(inbound.publishes),
+            self.state.client_id,
+            "with PUBREC 0x97" if self._version >= 5 else "by closing its MQTT 3.x connection",
+        )
+        if self._version < 5:
+            tell_if_alive(
+                self._client_ref, CloseConnection(DisconnectReason.STORE_FAILING, "store fails")
+            )
+            return
+        for packet_id, _message, pubrec in inbound.publishes:
+            if packet_id in self.state.awaiting_rel:
+                self._out.append(pubrec)  # accepted before the store failed: still true
+            else:
+                self._out.append(encode_ack(PacketType.PUBREC, packet_id, REFUSED, 5))
+
     def _released(self, released: Released) -> None:
-        for packet_id in released.packet_ids:
-            self.state.release(packet_id)
+        version = self._version
+        pubcomps = b"".join(
+            encode_ack(
+                _PUBCOMP,
+                packet_id,
+                # 5.0: 0x92 Packet Identifier not found for an id not awaiting PUBREL
+                ReasonCode.SUCCESS
+                if self.state.release(packet_id)
+                else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
+                version,
+            )
+            for packet_id in released.packet_ids
+        )
         if self._stored:
             # A stale awaiting-PUBREL id restored after a crash would swallow the client's
             # next message with that id: PUBCOMP only once its removal is durable.
-            self._when_durable([self._meta_op()], released.pubcomps)
+            self._when_durable([self._meta_op()], pubcomps)
         else:
-            self._out.append(released.pubcomps)
+            self._out.append(pubcomps)
 
     # ----- subscriptions --------------------------------------------------------------
 
@@ -675,6 +864,7 @@ class SessionActor(GeventActor):
         for drop in dropped:
             counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
+            self._context.stats.count_drops(reason._value_, count)
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:
@@ -708,7 +898,9 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Terminate: SessionActor._terminate,
     HandOff: SessionActor._hand_off,
     SessionExpired: SessionActor._expired,
+    Stalled: SessionActor._stalled,
     Reauthorize: SessionActor._reauthorize_on_reload,
+    WillDue: SessionActor._will_due,
 }
 
 
@@ -721,3 +913,11 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Dropped: SessionActor._dropped,
     Revoked: SessionActor._revoked,
 }
+
+
+def _payload_bytes(state: SessionState) -> int:
+    """The payload bytes a (restored) session holds in its window and queue."""
+    if not state.inflight and not state.queue:
+        return 0  # a new session (every clean one): no generators to set up
+    held = sum(len(entry.delivery.message.payload) for entry in state.inflight.values())
+    return held + sum(len(delivery.message.payload) for delivery in state.queue or ())

@@ -15,13 +15,14 @@ Connection actions:
 - `InputHandled`: these packets (read from `size` bytes) are handled; the bound on the
   connection's unprocessed input (`channel.intake`) has room again.
 - `End`: the connection is over: close the socket after the bytes sent so far, detach the
-  session, and (if it had connected) count it gone.
+  session (with the Session Expiry Interval a 5.0 DISCONNECT set, and a will to publish
+  after its Will Delay Interval), and (if it had connected) count it gone.
 
 Session inputs (told to the session actor):
 - `InboundQos2`: QoS 2 PUBLISH packets, each with its message (None if denied) and its
   PUBREC, which the session sends once it knows the packet id is recorded [MQTT-4.3.3-2].
 - `Acknowledged`: PUBACK/PUBREC/PUBCOMP for messages the session delivered.
-- `Released`: PUBREL packet ids, with the PUBCOMPs to send once the release is recorded.
+- `Released`: PUBREL packet ids, answered with PUBCOMP once the release is recorded.
 - `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused.
 """
 
@@ -47,6 +48,9 @@ class Send:
 class Publish:
     messages: list[Message]
     acks: bytes | None = None  # written once the messages are durable
+    # A 5.0 batch's PUBACKs instead: (packet id, routed message or None, reason code), made
+    # by `channel.acks.encode_pubacks` once routing tells which messages matched nobody.
+    v5_acks: list[tuple[int, Message | None, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +80,9 @@ class InputHandled:
 class End:
     reason: DisconnectReason
     was_connected: bool  # the session was attached: detach it and count the client gone
+    session_expiry: float | None = None  # a 5.0 DISCONNECT changed it to this
+    will: Message | None = None  # a will the session publishes after `will_delay` seconds
+    will_delay: float = 0.0
 
 
 class SessionInput:
@@ -88,6 +95,8 @@ class SessionInput:
 class InboundQos2(SessionInput):
     # (packet id, the message to route or None if denied, the PUBREC to answer with)
     publishes: list[tuple[int, Message | None, bytes]]
+    # The publishing connection's intake, set by the client actor: flow control holds it.
+    publisher: Intake | None = None
 
 
 @dataclass(slots=True)
@@ -104,8 +113,10 @@ class Acknowledged(SessionInput):
 
 @dataclass(slots=True)
 class Released(SessionInput):
+    """PUBREL packet ids; the session answers each with PUBCOMP once the release is recorded
+    (5.0: 0x92 for an id it did not know)."""
+
     packet_ids: list[int]
-    pubcomps: bytes  # sent once the releases are recorded
 
 
 @dataclass(slots=True)

@@ -33,12 +33,14 @@ maps it down for 3.1/3.1.1 clients.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, cast
 
+from channel.acks import encode_pubacks
 from channel.actions import (
     Acknowledged,
     Action,
@@ -64,6 +66,7 @@ from channel.enhanced_auth import (
     AuthExchange,
     auth_packet,
 )
+from channel.negotiation import Offer, disconnect_session_expiry, negotiate
 from core.client import ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
@@ -96,6 +99,7 @@ from mqtt.packets import (
     PubRel,
     Subscribe,
     Unsubscribe,
+    Will,
 )
 from mqtt.packets import (
     Publish as PublishPacket,
@@ -111,9 +115,10 @@ PINGRESP = b"\xd0\x00"
 KEEPALIVE_GRACE = 1.5  # the server closes after 1.5 x the keep-alive of silence [MQTT-3.1.2-24]
 ACK_OF_PACKET: dict[type, Ack] = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
 
-_PUBACK, _PUBREC, _PUBCOMP = PacketType.PUBACK, PacketType.PUBREC, PacketType.PUBCOMP
+_PUBACK, _PUBREC = PacketType.PUBACK, PacketType.PUBREC
 _CLIENT_AUTHORIZE = HookPoint.CLIENT_AUTHORIZE  # Enum member lookups cost ~0.2 µs
 _TOPIC_ALIAS = PropertyId.TOPIC_ALIAS
+_PAYLOAD_FORMAT_INDICATOR = PropertyId.PAYLOAD_FORMAT_INDICATOR
 _SUCCESS = ReasonCode.SUCCESS
 _NOT_AUTHORIZED = ReasonCode.NOT_AUTHORIZED
 
@@ -140,8 +145,20 @@ class ChannelSettings:
     # The listener's `use_identity_as_username`: the TLS client certificate's CN becomes the
     # username (a client without a certificate is refused), as in Mosquitto.
     identity_as_username: bool = False
-    # `[shared_subscriptions] enabled`: announced in CONNACK; off, `$share/...` gets 0x9E.
-    shared_subscriptions: bool = True
+    # The banned table's check (`actors.admission`): why a CONNECT is refused, or None.
+    admit: Callable[[ClientInfo], str | None] | None = None
+    offer: Offer = field(default_factory=Offer)  # what 5.0 clients are offered (CONNACK)
+
+
+# The 5.0 DISCONNECT reason a server close sends a connected 5.0 client [MQTT-4.13.1-1].
+_CLOSE_CODES: dict[DisconnectReason, int] = {
+    DisconnectReason.TAKEN_OVER: ReasonCode.SESSION_TAKEN_OVER,
+    DisconnectReason.SERVER_SHUTDOWN: ReasonCode.SERVER_SHUTTING_DOWN,
+    DisconnectReason.KEEPALIVE_TIMEOUT: ReasonCode.KEEP_ALIVE_TIMEOUT,
+    DisconnectReason.PROTOCOL_ERROR: ReasonCode.PROTOCOL_ERROR,
+    DisconnectReason.SERVER_ERROR: ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR,
+    DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION,
+}
 
 
 class Channel:
@@ -150,17 +167,23 @@ class Channel:
     __slots__ = (
         "_acks",
         "_actions",
+        "_aliases",
         "_auth",
         "_check_acl",
+        "_disconnect_properties",
         "_held",
         "_held_input",
         "_hooks",
         "_identity",
+        "_inbound_qos2",
         "_pubacks",
+        "_qos1_in_batch",
         "_qos2",
         "_releases",
+        "_session_expiry",
         "_settings",
         "_to_route",
+        "_v5_pubacks",
         "_will",
         "client",
         "peer",
@@ -195,6 +218,15 @@ class Channel:
         self._releases: list[int] = _IDLE
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
         self._auth: AuthExchange | None = None  # MQTT 5.0 enhanced authentication, if used
+        # MQTT 5 only, created when first used:
+        self._aliases: dict[int, str] | None = None  # the client's topic aliases
+        self._inbound_qos2: set[int] | None = None  # QoS 2 packet ids awaiting PUBREL
+        self._qos1_in_batch = 0  # QoS 1 PUBLISHes of this batch (their PUBACKs not yet sent)
+        # PUBACKs of a 5.0 batch: (packet id, the routed message or None, reason code);
+        # 0x10 is decided once routing knows who matched (`channel.acks`).
+        self._v5_pubacks: list[tuple[int, Message | None, int]] = _IDLE
+        self._session_expiry: float | None = None  # set by a 5.0 DISCONNECT
+        self._disconnect_properties: dict[int, Any] | None = None
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -279,15 +311,31 @@ class Channel:
             self._last_words(error.reason_code)
         elif reason is not DisconnectReason.SOCKET_CLOSED:
             logger.info("closing %s: %s (%s)", self._name(), reason.value, detail)
+            if reason is DisconnectReason.KEEPALIVE_TIMEOUT:
+                self._last_words(ReasonCode.KEEP_ALIVE_TIMEOUT)  # 5.0 section 4.13
         self._close(reason)
         return actions
 
-    def close(self, reason: DisconnectReason, detail: str = "") -> list[Action]:
-        """The server closes the connection (takeover, shutdown, a session limit, a bug)."""
+    def close(
+        self,
+        reason: DisconnectReason,
+        detail: str = "",
+        reason_code: int | None = None,
+        *,
+        session_ended: bool = False,
+    ) -> list[Action]:
+        """The server closes the connection (takeover, shutdown, a session limit, a bug); a
+        5.0 client is told why with `reason_code`, by default the one of `reason`. When the
+        session ends with it (`session_ended`, or a shutdown, whose timers do not survive),
+        a will with a Will Delay Interval is published at once [MQTT-3.1.3-9]."""
         actions = self._actions = []
         if self.phase is not Phase.CLOSED:
             logger.info("closing %s: %s %s", self._name(), reason.value, detail)
-            self._close(reason)
+            code = _CLOSE_CODES.get(reason) if reason_code is None else reason_code
+            if code is not None:
+                self._last_words(code)
+            will_now = session_ended or reason is DisconnectReason.SERVER_SHUTDOWN
+            self._close(reason, will_now=will_now)
         return actions
 
     # ----- packets ----------------------------------------------------------------------
@@ -312,6 +360,9 @@ class Channel:
             return
         self._check_acl = self._hooks.has(_CLIENT_AUTHORIZE)
         self._to_route, self._pubacks, self._qos2, self._acks, self._releases = [], [], [], [], []
+        if self.version >= 5:
+            self._v5_pubacks = []
+            self._qos1_in_batch = 0
         for packet in packets:
             handler = _PACKET_HANDLERS.get(type(packet))
             if handler is None:
@@ -322,10 +373,18 @@ class Channel:
                 return  # DISCONNECT or a violation closed the connection
         self._flush_batch()
         self._to_route = self._pubacks = self._qos2 = self._acks = self._releases = _IDLE
+        self._v5_pubacks = _IDLE
 
     def _flush_batch(self) -> None:
         actions = self._actions
-        if self._to_route:
+        if self._v5_pubacks:
+            if self._to_route:
+                actions.append(Publish(self._to_route, None, self._v5_pubacks))
+            else:
+                actions.append(Send(encode_pubacks(self._v5_pubacks, ())))
+            self._to_route, self._v5_pubacks = [], []
+            self._qos1_in_batch = 0
+        elif self._to_route:
             acks = b"".join(self._pubacks) if self._pubacks else None
             actions.append(Publish(self._to_route, acks))
             self._to_route = []
@@ -339,26 +398,17 @@ class Channel:
             actions.append(Acknowledged(self._acks))
             self._acks = []
         if self._releases:
-            pubcomps = b"".join(
-                encode_ack(_PUBCOMP, packet_id, _SUCCESS, self.version)
-                for packet_id in self._releases
-            )
-            actions.append(Released(self._releases, pubcomps))
+            actions.append(Released(self._releases))
             self._releases = []
 
     def _publish(self, packet: PublishPacket) -> None:
         client = self.client
         assert client is not None
-        topic = packet.topic
+        topic = packet.topic if self.version < 5 else self._v5_topic(packet)
+        if topic is None:
+            return
         if topic.count("/") >= self._settings.max_topic_levels:
             self._violation(f"topic {topic[:64]!r} has more than limits.max_topic_levels levels")
-            return
-        if _TOPIC_ALIAS in packet.properties:
-            # CONNACK announces no Topic Alias Maximum, so it is 0 [MQTT-3.2.2-17]: a client
-            # must not send a Topic Alias [MQTT-3.3.2-8].
-            self._violation(
-                "Topic Alias used, but the broker allows none", ReasonCode.TOPIC_ALIAS_INVALID
-            )
             return
         message = new_message(
             topic,
@@ -379,6 +429,10 @@ class Channel:
         else:
             code = _NOT_AUTHORIZED  # 3.1.1 acknowledges a denied publish anyway; 5.0 says why
             self._actions.append(Drop(message, DropReason.NOT_AUTHORIZED))
+        if allowed and packet.properties and self._payload_format_invalid(packet):
+            allowed = False
+            code = ReasonCode.PAYLOAD_FORMAT_INVALID
+            self._actions.append(Drop(message, DropReason.PAYLOAD_FORMAT_INVALID))
         qos = packet.qos
         if qos == 0:
             if allowed:
@@ -389,12 +443,96 @@ class Channel:
         if qos == 1:
             if allowed:
                 self._to_route.append(message)
-            self._pubacks.append(encode_ack(_PUBACK, packet_id, code, self.version))
+            if self.version >= 5:
+                # PUBACK says 0x10 if nobody matched: decided once the batch is routed.
+                self._v5_pubacks.append((packet_id, message if allowed else None, code))
+            else:
+                self._pubacks.append(encode_ack(_PUBACK, packet_id, code, self.version))
         else:
             # The session records the packet id and routes a new message once (method B of
             # [MQTT-4.3.3-2]); a denied one completes its flow without being routed.
             pubrec = encode_ack(_PUBREC, packet_id, code, self.version)
             self._qos2.append((packet_id, message if allowed else None, pubrec))
+
+    def _payload_format_invalid(self, packet: PublishPacket) -> bool:
+        """With `validate_utf8_payloads`, whether a payload marked UTF-8 is not: refused with
+        0x99 (section 3.3.2.3.2; [MQTT-3.3.2-4] lets the receiver check)."""
+        if not (
+            self._settings.offer.validate_utf8_payloads
+            and packet.properties.get(_PAYLOAD_FORMAT_INDICATOR) == 1
+            and not _is_utf8(packet.payload)
+        ):
+            return False
+        logger.info("%s: payload on %r is not the UTF-8 it claims", self._name(), packet.topic)
+        return True
+
+    def _v5_topic(self, packet: PublishPacket) -> str | None:
+        """The topic of a 5.0 PUBLISH (its Topic Alias resolved), or None if it breaks the
+        limits CONNACK announced (then the connection is closed with the reason code)."""
+        if not self._v5_publish_allowed(packet):
+            return None
+        if packet.properties and _TOPIC_ALIAS in packet.properties:
+            return self._resolve_alias(packet)
+        return packet.topic
+
+    def _v5_publish_allowed(self, packet: PublishPacket) -> bool:
+        """The CONNACK's limits on what a 5.0 client may publish; a breach closes with its
+        reason code."""
+        offer = self._settings.offer
+        if packet.qos > offer.maximum_qos:
+            self._violation(
+                f"PUBLISH QoS {packet.qos} above the Maximum QoS {offer.maximum_qos} "
+                "(section 3.2.2.3.4)",
+                ReasonCode.QOS_NOT_SUPPORTED,
+            )
+            return False
+        if packet.retain and not offer.retain_available:
+            self._violation(
+                "retained PUBLISH, but Retain Available is 0 (section 3.2.2.3.5)",
+                ReasonCode.RETAIN_NOT_SUPPORTED,
+            )
+            return False
+        if packet.qos:
+            qos2 = self._inbound_qos2
+            if qos2 and packet.packet_id in qos2:
+                return True  # a resend of one already counted
+            unacknowledged = self._qos1_in_batch + (len(qos2) if qos2 else 0)
+            if unacknowledged >= offer.receive_maximum:
+                self._violation(
+                    f"more than the Receive Maximum of {offer.receive_maximum} unacknowledged "
+                    "QoS 1/2 PUBLISHes [MQTT-3.3.4-7]",
+                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                )
+                return False
+            if packet.qos == 1:
+                self._qos1_in_batch += 1
+            else:
+                if qos2 is None:
+                    qos2 = self._inbound_qos2 = set()
+                qos2.add(cast(int, packet.packet_id))
+        return True
+
+    def _resolve_alias(self, packet: PublishPacket) -> str | None:
+        """The topic of a PUBLISH with a Topic Alias, recording a new mapping; None (and the
+        connection closed) for an alias out of range or unknown [MQTT-3.3.2-7..10]."""
+        alias = packet.properties[_TOPIC_ALIAS]
+        maximum = self._settings.offer.topic_alias_maximum if self.version >= 5 else 0
+        if not 0 < alias <= maximum:
+            self._violation(
+                f"Topic Alias {alias} outside 1..{maximum}, the Topic Alias Maximum announced "
+                "[MQTT-3.3.2-9]",
+                ReasonCode.TOPIC_ALIAS_INVALID,
+            )
+            return None
+        if self._aliases is None:
+            self._aliases = {}
+        if packet.topic:
+            self._aliases[alias] = packet.topic
+            return packet.topic
+        topic = self._aliases.get(alias)
+        if topic is None:
+            self._violation(f"Topic Alias {alias} used before it was set (section 3.3.4)")
+        return topic
 
     def _ack(self, packet: PubAck | PubRec | PubComp) -> None:
         self._acks.append((ACK_OF_PACKET[type(packet)], packet.packet_id))
@@ -402,6 +540,8 @@ class Channel:
     def _pubrel(self, packet: PubRel) -> None:
         if self._qos2:
             self._flush_batch()  # the QoS 2 PUBLISH must reach the session before its PUBREL
+        if self._inbound_qos2:
+            self._inbound_qos2.discard(packet.packet_id)
         self._releases.append(packet.packet_id)
 
     def _subscribe(self, packet: Subscribe) -> None:
@@ -411,16 +551,31 @@ class Channel:
         hooks = self._hooks
         if hooks.has(HookPoint.CLIENT_SUBSCRIBE):
             filters = tuple(
-                TopicFilterRequest(topic_filter=s.topic_filter, qos=s.qos)
+                TopicFilterRequest(
+                    topic_filter=s.topic_filter,
+                    qos=s.qos,
+                    no_local=s.no_local,
+                    retain_as_published=s.retain_as_published,
+                    retain_handling=s.retain_handling,
+                )
                 for s in packet.subscriptions
             )
-            hooks.run(HookPoint.CLIENT_SUBSCRIBE, ClientSubscribe(client=client, filters=filters))
+            hooks.run(
+                HookPoint.CLIENT_SUBSCRIBE,
+                ClientSubscribe(client=client, filters=filters, properties=packet.properties),
+            )
+        offer = self._settings.offer
+        subscription_ids = packet.properties.get(PropertyId.SUBSCRIPTION_IDENTIFIER)
         refused: dict[int, int] = {}
-        for index, subscription in enumerate(packet.subscriptions):
+        subscriptions = list(packet.subscriptions)
+        for index, subscription in enumerate(subscriptions):
             topic_filter = subscription.topic_filter
-            shared = _shared_refusal(topic_filter, self._settings.shared_subscriptions)
+            refusal = _subscription_refusal(topic_filter, bool(subscription_ids), offer)
+            shared = _shared_refusal(topic_filter)
             read_filter = inner_filter(topic_filter)  # a shared one reads after its share name
-            if shared is not None:
+            if refusal is not None:
+                refused[index] = refusal
+            elif shared is not None:
                 logger.info("%s: subscribe to %r refused: %s", self._name(), *shared[1:])
                 refused[index] = shared[0]
             elif read_filter.count("/") >= self._settings.max_topic_levels:
@@ -428,11 +583,22 @@ class Channel:
             elif self._check_acl and not may_read(hooks, client, read_filter, subscription.qos):
                 logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
                 refused[index] = _NOT_AUTHORIZED
-        subscription_ids = packet.properties.get(PropertyId.SUBSCRIPTION_IDENTIFIER)
+            elif subscription.qos > offer.maximum_qos:
+                # Granted at most the Maximum QoS (section 3.9.3, and 3.2.2.3.4)
+                subscriptions[index] = replace(subscription, qos=offer.maximum_qos)
+        if refused:
+            logger.info(
+                "%s: SUBSCRIBE %d refused %d of %d filters (codes %s)",
+                self._name(),
+                packet.packet_id,
+                len(refused),
+                len(subscriptions),
+                ", ".join(f"0x{code:02x}" for code in refused.values()),
+            )
         self._actions.append(
             SubscribeRequest(
                 packet.packet_id,
-                list(packet.subscriptions),
+                subscriptions,
                 refused,
                 subscription_ids[0] if subscription_ids else None,
             )
@@ -445,7 +611,9 @@ class Channel:
             filters = tuple(TopicFilterRequest(topic_filter=f) for f in packet.topic_filters)
             self._hooks.run(
                 HookPoint.CLIENT_UNSUBSCRIBE,
-                ClientUnsubscribe(client=self.client, filters=filters),
+                ClientUnsubscribe(
+                    client=self.client, filters=filters, properties=packet.properties
+                ),
             )
         self._actions.append(UnsubscribeRequest(packet.packet_id, list(packet.topic_filters)))
 
@@ -453,6 +621,19 @@ class Channel:
         self._actions.append(Send(PINGRESP))
 
     def _disconnect(self, packet: Disconnect) -> None:
+        client = self.client
+        assert client is not None
+        if packet.properties:
+            try:
+                self._session_expiry = disconnect_session_expiry(
+                    client.session_expiry,
+                    packet.properties.get(PropertyId.SESSION_EXPIRY_INTERVAL),
+                    self._settings.offer,
+                )
+            except ValueError as error:
+                self._violation(str(error))
+                return
+            self._disconnect_properties = packet.properties
         # DISCONNECT discards the will [MQTT-3.14.4-3]; 5.0 reason 0x04 asks to publish it.
         if packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
             self._will = None
@@ -487,23 +668,30 @@ class Channel:
                 )
                 return
             username = self._identity
+        terms = negotiate(packet, settings.offer)
+        connack_properties.update(terms.connack_properties)
         client = ClientInfo(
             client_id=client_id,
             username=username,
             peer=self.peer,
             protocol_version=self.version,
             clean_start=packet.clean_start,
-            keepalive=packet.keepalive,
+            keepalive=terms.keepalive,
+            session_expiry=terms.session_expiry,
+            receive_maximum=terms.receive_maximum,
+            maximum_packet_size=terms.maximum_packet_size,
+            topic_alias_maximum=terms.topic_alias_maximum,
+            request_problem_information=terms.request_problem_information,
+            properties=packet.properties,
         )
         self.client = client
+        if self._banned(client):
+            return
         hooks = self._hooks
         if hooks.has(HookPoint.CLIENT_CONNECT):
             hooks.run(
                 HookPoint.CLIENT_CONNECT, ClientConnect(client=client, properties=packet.properties)
             )
-        if self.version >= 5 and not settings.shared_subscriptions:
-            # Absent, it means 1 (available) (3.2.2.3.13): announced only when off.
-            connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] = 0
         if self.version >= 5 and self._enhanced_auth_requested(packet, connack_properties):
             return
         if not settings.identity_as_username:
@@ -524,26 +712,20 @@ class Channel:
         """The client is authenticated: check its will, then open its session."""
         client = self.client
         assert client is not None
-        if packet.will is not None:
-            will = packet.will
-            if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
-                # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
-                # is checked again (and dropped) when it would be published.
-                self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
-                return
-            self._will = Message(
-                topic=will.topic,
-                payload=will.payload,
-                qos=will.qos,
-                retain=will.retain,
-                publisher=client.client_id,
-                username=client.username,
-                properties=will.properties,
-            )
+        if packet.will is not None and not self._accept_will(packet.will, client):
+            return
         self.phase = Phase.CONNECTING
-        timeout = packet.keepalive * KEEPALIVE_GRACE if packet.keepalive else None
+        timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _banned(self, client: ClientInfo) -> bool:
+        """Refuse a banned client with CONNACK 0x8A (3.1.1: 0x05 not authorised)."""
+        admit = self._settings.admit
+        banned = admit(client) if admit is not None else None
+        if banned is not None:
+            self._refuse(ReasonCode.BANNED, banned)
+        return banned is not None
 
     # ----- enhanced authentication (MQTT 5.0 section 4.12, channel.enhanced_auth) -------
 
@@ -660,6 +842,35 @@ class Channel:
             self._last_words(code)
             self._close(DisconnectReason.NOT_AUTHORIZED)
 
+    def _accept_will(self, will: Will, client: ClientInfo) -> bool:
+        """Keep the CONNECT's will for the close; False (CONNECT refused) if it asks for
+        more than the broker offers or (5.0) the ACL denies it."""
+        offer = self._settings.offer
+        if will.qos > offer.maximum_qos or (will.retain and not offer.retain_available):
+            # A will beyond what the broker offers is refused [MQTT-3.2.2-12/13].
+            self._refuse(
+                ReasonCode.QOS_NOT_SUPPORTED
+                if will.qos > offer.maximum_qos
+                else ReasonCode.RETAIN_NOT_SUPPORTED,
+                f"will with QoS {will.qos}, retain {will.retain}: not offered ([mqtt])",
+            )
+            return False
+        if self.version >= 5 and not may_publish(self._hooks, client, will.topic, will.qos):
+            # 5.0 can say why [MQTT-3.2.2-8]; 3.x clients learn nothing, and their will
+            # is checked again (and dropped) when it would be published.
+            self._refuse(_NOT_AUTHORIZED, f"will on {will.topic!r} not authorised")
+            return False
+        self._will = Message(
+            topic=will.topic,
+            payload=will.payload,
+            qos=will.qos,
+            retain=will.retain,
+            publisher=client.client_id,
+            username=client.username,
+            properties=will.properties,
+        )
+        return True
+
     def _refuse(self, reason_code: int, why: str) -> None:
         logger.info(
             "refused CONNECT from %s: %s (CONNACK reason 0x%02x)", self._name(), why, reason_code
@@ -678,12 +889,15 @@ class Channel:
         self._close(DisconnectReason.PROTOCOL_ERROR)
 
     def _last_words(self, reason_code: int) -> None:
-        """A 5.0 client that connected learns why the server closes [MQTT-4.13.1-1]."""
+        """A 5.0 client that connected learns why the server closes [MQTT-4.13.1-1]. No Reason
+        String: the broker's log says why, and nothing depends on Request Problem
+        Information (section 3.1.2.11.7)."""
         if self.phase is Phase.CONNECTED and self.version >= 5:
             self._actions.append(Send(encode(Disconnect(reason_code=reason_code), 5)))
 
-    def _close(self, reason: DisconnectReason) -> None:
-        """Everything a connection's end does; reached once (the phase guards it)."""
+    def _close(self, reason: DisconnectReason, will_now: bool = False) -> None:
+        """Everything a connection's end does; reached once (the phase guards it).
+        `will_now`: the session ends too, so a delayed will does not wait."""
         was_connected = self.phase is Phase.CONNECTED
         if was_connected:
             self._flush_batch()
@@ -691,22 +905,41 @@ class Channel:
         will, self._will = self._will, None
         client = self.client
         actions = self._actions
+        end = End(reason, was_connected, session_expiry=self._session_expiry)
         if will is not None and client is not None:
             # The will goes out on any close but a DISCONNECT, which discarded it unless it
             # asked for it (5.0 reason 0x04) [MQTT-3.1.2-8]; only if the client may publish
-            # it now (the ACL may have changed since CONNECT).
-            if may_publish(self._hooks, client, will.topic, will.qos):
-                actions.append(Publish([will]))
-            else:
+            # it now (the ACL may have changed since CONNECT). Its Message Expiry Interval
+            # counts from now.
+            will = replace(will, timestamp=time.time())
+            if not may_publish(self._hooks, client, will.topic, will.qos):
                 actions.append(Drop(will, DropReason.NOT_AUTHORIZED))
-        actions.append(End(reason, was_connected))
+            elif not will_now and (delay := self._will_delay(will, client)):
+                # The session publishes it after the delay unless it is resumed first, or
+                # when it ends, whichever comes first [MQTT-3.1.3-9].
+                end.will, end.will_delay = will, delay
+            else:
+                actions.append(Publish([will]))
+        actions.append(end)
         if was_connected and client is not None:
             if reason in (DisconnectReason.CLIENT_DISCONNECT, DisconnectReason.SOCKET_CLOSED):
                 logger.info("%s disconnected: %s", self._name(), reason.value)
             if self._hooks.has(HookPoint.CLIENT_DISCONNECTED):
                 self._hooks.run(
-                    HookPoint.CLIENT_DISCONNECTED, ClientDisconnected(client=client, reason=reason)
+                    HookPoint.CLIENT_DISCONNECTED,
+                    ClientDisconnected(
+                        client=client, reason=reason, properties=self._disconnect_properties or {}
+                    ),
                 )
+
+    def _will_delay(self, will: Message, client: ClientInfo) -> float:
+        """Seconds the will waits: its Will Delay Interval, at most as long as the session
+        lives on (0: publish now, also when the session ends with the connection)."""
+        delay = will.properties.get(PropertyId.WILL_DELAY_INTERVAL, 0) if will.properties else 0
+        if not delay:
+            return 0.0
+        expiry = client.session_expiry if self._session_expiry is None else self._session_expiry
+        return float(min(delay, expiry))
 
     def _name(self) -> str:
         if self.client is not None:
@@ -714,17 +947,34 @@ class Channel:
         return f"connection {self.peer}"
 
 
-def _shared_refusal(topic_filter: str, available: bool) -> tuple[int, str, str] | None:
-    """(SUBACK reason code, filter, why) for a `$share/...` filter refused here, else None."""
+def _shared_refusal(topic_filter: str) -> tuple[int, str, str] | None:
+    """(SUBACK reason code, filter, why) for a `$share/...` filter that does not parse."""
     if not is_shared(topic_filter):
         return None
-    if not available:
-        reason = "shared subscriptions are off ([shared_subscriptions] enabled)"
-        return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, topic_filter, reason
     try:
         parse_shared(topic_filter)
     except TopicError as error:
         return ReasonCode.TOPIC_FILTER_INVALID, topic_filter, str(error)
+    return None
+
+
+def _is_utf8(payload: bytes) -> bool:
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _subscription_refusal(topic_filter: str, has_identifier: bool, offer: Offer) -> int | None:
+    """The SUBACK reason code for a filter that asks for what the broker does not offer (as
+    CONNACK announced it), or None."""
+    if is_shared(topic_filter) and not offer.shared_subscriptions:
+        return ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED  # 3.2.2.3.13
+    if not offer.wildcard_subscriptions and ("+" in topic_filter or "#" in topic_filter):
+        return ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED  # 3.2.2.3.11
+    if has_identifier and not offer.subscription_identifiers:
+        return ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED  # 3.2.2.3.12
     return None
 
 

@@ -8,15 +8,32 @@ mailboxes without limit (a QoS 0 flood reached 3.8 GB in 15 s). With it, every b
 `max_unprocessed_bytes`) are outstanding the connection stops reading: the socket's receive
 buffer fills and TCP slows the client down. `on_room` is called when a `done` brings the
 count back under the bound, so the reader can resume.
+
+Flow control (`core.flow`) uses the same pause: a session over its high-water mark, or the
+worker's memory alarm, `hold`s the intake of a connection that publishes to it, and the
+connection does not read while any hold is on; the last `release` calls `on_room`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from core.flow import FlowState
+
+_BLOCKED = FlowState.BLOCKED
+
 
 class Intake:
-    __slots__ = ("bytes", "closed", "max_bytes", "max_packets", "on_room", "packets")
+    __slots__ = (
+        "blocked",
+        "bytes",
+        "closed",
+        "held",
+        "max_bytes",
+        "max_packets",
+        "on_room",
+        "packets",
+    )
 
     def __init__(self, max_packets: int, max_bytes: int) -> None:
         self.max_packets = max_packets
@@ -24,6 +41,8 @@ class Intake:
         self.packets = 0
         self.bytes = 0
         self.closed = False
+        self.held = 0  # flow-control holds (sessions over high water, the memory alarm)
+        self.blocked = 0  # of which the memory alarm's
         self.on_room: Callable[[], None] | None = None  # set while the reader waits for room
 
     def add(self, packets: int, size: int) -> None:
@@ -41,7 +60,29 @@ class Intake:
             on_room()
 
     def full(self) -> bool:
-        return self.packets >= self.max_packets or self.bytes >= self.max_bytes
+        return self.packets >= self.max_packets or self.bytes >= self.max_bytes or self.held > 0
+
+    @property
+    def state(self) -> FlowState:
+        """running, flow or blocked (docs/overload.md)."""
+        if self.blocked:
+            return FlowState.BLOCKED
+        return FlowState.FLOW if self.held else FlowState.RUNNING
+
+    def hold(self, why: FlowState) -> None:
+        """Flow control: stop reading until the matching `release`."""
+        self.held += 1
+        if why is _BLOCKED:
+            self.blocked += 1
+
+    def release(self, why: FlowState) -> None:
+        self.held -= 1
+        if why is _BLOCKED:
+            self.blocked -= 1
+        on_room = self.on_room
+        if on_room is not None and not self.full():
+            self.on_room = None
+            on_room()
 
     def close(self) -> None:
         """The connection is closing: nothing will call `done` any more."""

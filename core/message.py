@@ -44,6 +44,23 @@ class Message:
     wire: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
 
+_MESSAGE_EXPIRY_INTERVAL = 0x02  # mqtt.properties.PropertyId.MESSAGE_EXPIRY_INTERVAL
+
+
+def remaining_expiry(message: Message, now: float) -> float | None:
+    """Seconds left of the message's MQTT 5 Message Expiry Interval at `now` (0 or less:
+    expired [MQTT-3.3.2-5]); None if it never expires."""
+    interval = message.properties.get(_MESSAGE_EXPIRY_INTERVAL)
+    if interval is None:
+        return None
+    return float(interval - (now - message.timestamp))
+
+
+def is_expired(message: Message, now: float) -> bool:
+    left = remaining_expiry(message, now)
+    return left is not None and left <= 0
+
+
 def _slot_setters() -> tuple[Any, ...]:
     names = ("topic", "payload", "qos", "retain", "publisher", "username", "timestamp")
     extra = ("properties", "message_id", "wire")

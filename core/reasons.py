@@ -21,6 +21,8 @@ class DisconnectReason(Enum):
     NOT_AUTHORIZED = "not_authorized"  # CONNECT refused
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
+    ADMINISTRATIVE_ACTION = "administrative_action"  # kicked by an operator (admin API, CLI)
+    STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
 
 
 class DropReason(Enum):
@@ -30,4 +32,6 @@ class DropReason(Enum):
     NOT_AUTHORIZED = "not_authorized"  # publish denied by ACL
     BY_PLUGIN = "by_plugin"  # a message.publish callback dropped it
     QOS0_OFFLINE = "qos0_offline"  # QoS 0 to an offline session with queue_qos0 off
-    EXPIRED = "expired"
+    EXPIRED = "expired"  # its MQTT 5 Message Expiry Interval passed before delivery
+    PACKET_TOO_LARGE = "packet_too_large"  # over the subscriber's Maximum Packet Size (5.0)
+    PAYLOAD_FORMAT_INVALID = "payload_format_invalid"  # marked UTF-8 but is not (5.0)

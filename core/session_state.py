@@ -9,17 +9,22 @@ in the order they must happen, which the session actor (`actors.session_actor`) 
 - `SendPublish(packet_id, delivery, dup)`: write a QoS 1/2 PUBLISH; without `dup` the
   delivery has just entered the in-flight window (record it, count it, run
   message.delivered), with `dup` it is a resend on reconnect;
-- `SendPubrel(packet_id, delivery)`: write PUBREL; `delivery` has just moved to
-  AWAIT_PUBCOMP (record it), or is None when nothing changed;
+- `SendPubrel(packet_id, delivery, found)`: write PUBREL; `delivery` has just moved to
+  AWAIT_PUBCOMP (record it), or is None when nothing changed; `found` is False for a
+  PUBREC of a packet id not in flight (5.0: reason 0x92);
 - `Completed(delivery)`: the client acknowledged it to the end (delete it from the store,
   run message.acked);
 - `Dropped(delivery, reason)`: not kept: queue full, QoS 0 offline or to a slow consumer,
-  no longer authorised (count, log, delete from the store, run message.dropped);
+  no longer authorised, expired, too large for the client (count, log, delete from the
+  store, run message.dropped);
 - `Revoked(topic_filter)`: a subscription the ACL no longer allows was removed.
 
 The transitions: `deliver` (new deliveries), `acknowledge` (PUBACK/PUBREC/PUBCOMP), `resume`
-(the client is back) and `keep_readable` (re-authorisation). The incoming QoS 2 and
-subscription methods answer with a plain value: they have nothing to send.
+(the client is back), `discard` (a PUBLISH that could not be sent) and `keep_readable`
+(re-authorisation). Those that take `now` leave out messages whose MQTT 5 Message Expiry
+Interval has passed [MQTT-3.3.2-5]: when they leave the queue, and from the resends of
+messages the client has not acknowledged receiving. The incoming QoS 2 and subscription
+methods answer with a plain value: they have nothing to send.
 
 Outgoing QoS 1/2 (broker -> client) follow ONE path: an in-flight entry whose `stage` says
 what acknowledgement it waits for:
@@ -27,7 +32,8 @@ what acknowledgement it waits for:
     QoS 1: AWAIT_PUBACK --PUBACK--> Completed
     QoS 2: AWAIT_PUBREC --PUBREC--> AWAIT_PUBCOMP (SendPubrel) --PUBCOMP--> Completed
 
-The in-flight window holds at most `max_inflight` entries in send order (a dict keeps
+The in-flight window holds at most `max_inflight` entries (the configured window, lowered to
+a 5.0 client's Receive Maximum [MQTT-3.3.4-9]) in send order (a dict keeps
 insertion order); messages beyond it wait in `queue`, which is bounded (`max_queued`, oldest
 dropped first). Packet ids are never reused while in flight [MQTT-2.3.1-2].
 
@@ -45,7 +51,7 @@ from enum import Enum, IntEnum
 from operator import itemgetter
 from typing import NamedTuple
 
-from core.message import Message
+from core.message import Message, is_expired
 from core.reasons import DropReason
 from core.share_origin import ShareOrigin
 
@@ -128,6 +134,7 @@ class SendPubrel:
 
     packet_id: int
     delivery: Delivery | None
+    found: bool = True  # False: the PUBREC's packet id was not in flight
 
 
 @dataclass(slots=True)
@@ -166,6 +173,9 @@ class TooManyAwaitingRelError(Exception):
 class SessionState:
     client_id: str
     persistent: bool
+    # Seconds the session is kept once detached (math.inf: until resumed); 0 while it is
+    # not persistent. Set from each CONNECT and a 5.0 DISCONNECT (`core.client.ClientInfo`).
+    expiry: float = 0.0
     max_inflight: int = 32
     max_queued: int = 1000  # 0 = unbounded
     queue_qos0: bool = False
@@ -177,6 +187,8 @@ class SessionState:
     queue: deque[Delivery] | None = None
     awaiting_rel: set[int] = field(default_factory=set)
     next_packet_id: int = 1
+    # In-flight packet ids not resent since `resume` because the window shrank; None: none.
+    unsent: deque[int] | None = None
 
     # ----- outgoing: broker -> client -------------------------------------------------
 
@@ -214,7 +226,9 @@ class SessionState:
             self._enqueue(delivery, append)
         return actions
 
-    def acknowledge(self, acks: Iterable[tuple[Ack, int]], connected: bool) -> list[Action]:
+    def acknowledge(
+        self, acks: Iterable[tuple[Ack, int]], connected: bool, now: float
+    ) -> list[Action]:
         """Apply PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order.
 
         An ack that matches the stage of its packet id advances it: PUBREC -> SendPubrel,
@@ -231,6 +245,8 @@ class SessionState:
             if entry is not None:
                 expected, next_stage = _TRANSITIONS[ack]
                 if entry.stage is expected:
+                    if self.unsent and packet_id in self.unsent:
+                        self.unsent.remove(packet_id)  # acknowledged before its resend
                     if next_stage is None:
                         del inflight[packet_id]
                         append(Completed(entry.delivery))
@@ -240,33 +256,78 @@ class SessionState:
                         append(SendPubrel(packet_id, entry.delivery))
                     continue
             if ack is Ack.PUBREC:
-                append(SendPubrel(packet_id, None))
-        if freed and connected and self.queue:
-            self._fill_window(append)
+                append(SendPubrel(packet_id, None, found=entry is not None))
+        if freed and connected:
+            if self.unsent:
+                self._resend_unsent(append)
+            if self.queue:
+                self._fill_window(append, now)
         return actions
 
-    def resume(self) -> list[Action]:
+    def resume(self, now: float) -> list[Action]:
         """The client is back: resend what is in flight, then fill the window from the queue.
 
         In-flight entries go in their original send order [MQTT-4.4.0-1]: PUBLISH with DUP
-        for those awaiting PUBACK/PUBREC, PUBREL for those awaiting PUBCOMP.
+        for those awaiting PUBACK/PUBREC, PUBREL for those awaiting PUBCOMP. A PUBLISH whose
+        message expired meanwhile is dropped instead [MQTT-3.3.2-5]. If the window is now
+        smaller than what is in flight (a 5.0 client came back with a lower Receive
+        Maximum), the PUBLISHes beyond it are resent, in order, as acknowledgements free
+        slots [MQTT-3.3.4-9].
         """
-        actions: list[Action] = [
-            SendPubrel(packet_id, None)
-            if entry.stage is Stage.AWAIT_PUBCOMP
-            else SendPublish(packet_id, entry.delivery, dup=True)
-            for packet_id, entry in self.inflight.items()
-        ]
-        if self.queue:
-            self._fill_window(actions.append)
+        actions: list[Action] = []
+        append = actions.append
+        self.unsent = None
+        sent = 0
+        for packet_id, entry in list(self.inflight.items()):
+            if entry.stage is Stage.AWAIT_PUBCOMP:
+                append(SendPubrel(packet_id, None))
+                sent += 1
+            elif is_expired(entry.delivery.message, now):
+                del self.inflight[packet_id]
+                append(Dropped(entry.delivery, DropReason.EXPIRED))
+            elif sent >= self.max_inflight:
+                if self.unsent is None:
+                    self.unsent = deque()
+                self.unsent.append(packet_id)
+            else:
+                append(SendPublish(packet_id, entry.delivery, dup=True))
+                sent += 1
+        if self.queue and not self.unsent:
+            self._fill_window(append, now)
         return actions
 
-    def _fill_window(self, append: Callable[[Action], None]) -> None:
-        """Move queued deliveries into free in-flight slots (or out as QoS 0)."""
+    def _resend_unsent(self, append: Callable[[Action], None]) -> None:
+        """Resend in-flight PUBLISHes that waited for a slot since `resume`."""
+        unsent = self.unsent
+        while unsent and len(self.inflight) - len(unsent) < self.max_inflight:
+            packet_id = unsent.popleft()
+            entry = self.inflight.get(packet_id)
+            if entry is not None and entry.stage is not Stage.AWAIT_PUBCOMP:
+                append(SendPublish(packet_id, entry.delivery, dup=True))
+        if not unsent:
+            self.unsent = None
+
+    def discard(self, packet_id: int, connected: bool, now: float) -> list[Action]:
+        """A QoS 1/2 PUBLISH could not be sent (too large for the client, expired): it leaves
+        the window as if the client had acknowledged it [MQTT-3.1.2-25], and the queue
+        moves up. The caller reports the drop."""
+        actions: list[Action] = []
+        if self.inflight.pop(packet_id, None) is not None and connected:
+            if self.unsent:
+                self._resend_unsent(actions.append)
+            if self.queue:
+                self._fill_window(actions.append, now)
+        return actions
+
+    def _fill_window(self, append: Callable[[Action], None], now: float) -> None:
+        """Move queued deliveries into free in-flight slots (or out as QoS 0); expired ones
+        are dropped [MQTT-3.3.2-5]."""
         queue = self.queue
         while queue and len(self.inflight) < self.max_inflight:
             delivery = queue.popleft()
-            if delivery.qos == 0:
+            if delivery.message.properties and is_expired(delivery.message, now):
+                append(Dropped(delivery, DropReason.EXPIRED))
+            elif delivery.qos == 0:
                 append(delivery)
             else:
                 append(SendPublish(self._send(delivery), delivery))
@@ -284,6 +345,31 @@ class SessionState:
         elif self.max_queued and len(self.queue) >= self.max_queued:
             append(Dropped(self.queue.popleft(), DropReason.QUEUE_FULL))
         self.queue.append(delivery)
+
+    def shed(self, keep: int, free_bytes: int, qos0: bool) -> list[Dropped]:
+        """Drop queued deliveries, oldest first, while more than `keep` wait (0: no bound) or
+        fewer than `free_bytes` payload bytes were freed; with `qos0` every queued QoS 0
+        delivery as well (a stuck subscriber, docs/overload.md). The in-flight window stays.
+        """
+        queue = self.queue
+        if not queue:
+            return []
+        dropped: list[Dropped] = []
+        if qos0:
+            kept: deque[Delivery] = deque()
+            for delivery in queue:
+                if delivery.qos:
+                    kept.append(delivery)
+                else:
+                    dropped.append(Dropped(delivery, DropReason.SLOW_CONSUMER))
+                    free_bytes -= len(delivery.message.payload)
+            queue = kept
+        while queue and ((keep and len(queue) > keep) or free_bytes > 0):
+            delivery = queue.popleft()
+            dropped.append(Dropped(delivery, DropReason.QUEUE_FULL))
+            free_bytes -= len(delivery.message.payload)
+        self.queue = queue or None
+        return dropped
 
     def _allocate_packet_id(self) -> int:
         packet_id = self.next_packet_id
@@ -306,9 +392,13 @@ class SessionState:
         self.awaiting_rel.add(packet_id)
         return True
 
-    def release(self, packet_id: int) -> None:
-        """PUBREL received: forget the packet id (PUBCOMP is sent whether it was known or not)."""
-        self.awaiting_rel.discard(packet_id)
+    def release(self, packet_id: int) -> bool:
+        """PUBREL received: forget the packet id; False if it was not known (PUBCOMP is sent
+        either way, in 5.0 with reason 0x92 Packet Identifier not found)."""
+        if packet_id in self.awaiting_rel:
+            self.awaiting_rel.remove(packet_id)
+            return True
+        return False
 
     # ----- subscriptions --------------------------------------------------------------
 
@@ -374,4 +464,6 @@ class SessionState:
                 else:
                     actions.append(Dropped(delivery, denied))
             self.queue = kept or None
+        if self.unsent:
+            self.unsent = deque(p for p in self.unsent if p in self.inflight) or None
         return actions

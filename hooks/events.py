@@ -16,6 +16,7 @@ from typing import Any
 
 from core.client import ClientInfo
 from core.message import Message, new_message, next_message_id, skip_message_ids, stored_message
+from core.rate_limit import RateLimits
 from core.reasons import DisconnectReason, DropReason
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ClientConnected",
     "ClientDisconnected",
     "ClientInfo",
+    "ClientRateLimit",
     "ClientSubscribe",
     "ClientUnsubscribe",
     "DisconnectReason",
@@ -34,6 +36,7 @@ __all__ = [
     "MessageAcked",
     "MessageDelivered",
     "MessageDropped",
+    "RateLimits",
     "SessionEvent",
     "SessionSubscribed",
     "SessionUnsubscribed",
@@ -82,9 +85,20 @@ class ClientConnected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClientRateLimit:
+    """client.rate_limit: the client is connected; a callback returns the `RateLimits` it
+    gets, or None to keep `limits` (`[overload] messages_rate` / `bytes_rate`, or what the
+    callbacks before it answered)."""
+
+    client: ClientInfo
+    limits: RateLimits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClientDisconnected:
     client: ClientInfo
     reason: DisconnectReason
+    properties: dict[int, Any] = field(default_factory=dict)  # of a 5.0 DISCONNECT, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,18 +115,24 @@ class TopicFilterRequest:
 
     topic_filter: str
     qos: int = 0
+    # MQTT 5 subscription options (section 3.8.3.1); their 3.x values otherwise
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientSubscribe:
     client: ClientInfo
     filters: tuple[TopicFilterRequest, ...]
+    properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 SUBSCRIBE properties
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientUnsubscribe:
     client: ClientInfo
     filters: tuple[TopicFilterRequest, ...]
+    properties: dict[int, Any] = field(default_factory=dict)  # MQTT 5 UNSUBSCRIBE properties
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,6 +11,7 @@ Run modes (docs/plugins.md has the table of points and return values):
 - `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on (an
   `AuthResult`, or for enhanced authentication an `AuthContinue`, also wins).
 - `publish`: `callback(message) -> Message | None (unchanged) | DROP`.
+- `rate_limits`: `callback(ClientRateLimit) -> RateLimits | None (unchanged)`.
 
 A callback that raises is isolated: the failure is logged with its owner's name and the
 callback counts as IGNORE (or leaves the accumulator/message unchanged); the exception never
@@ -29,8 +30,10 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from time import perf_counter
+from typing import Any, TypeVar
 
+from core.latency import LatencyHistogram
 from hooks.decisions import (
     AUTH_ALLOWED,
     AUTH_BAD_CREDENTIALS,
@@ -42,9 +45,17 @@ from hooks.decisions import (
     Decision,
     Stop,
 )
-from hooks.events import AuthenticateRequest, AuthorizeRequest, Message
+from hooks.events import (
+    AuthenticateRequest,
+    AuthorizeRequest,
+    ClientInfo,
+    ClientRateLimit,
+    Message,
+    RateLimits,
+)
 from hooks.hookpoints import HookPoint
 
+_T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 Callback = Callable[..., Any]
@@ -83,6 +94,8 @@ class HookBus:
         self._chains: dict[str, tuple[_Registration, ...]] = {}  # by HookPoint value
         self._active: set[str] = set()
         self._sequence = itertools.count()
+        # Seconds per run of a chain, by hook point value (the admin's /metrics reads it).
+        self.latency: dict[str, LatencyHistogram] = {}
 
     # -- registration -------------------------------------------------------------------
 
@@ -124,14 +137,20 @@ class HookBus:
 
     def run(self, point: HookPoint, event: object) -> None:
         """Call every callback with `event` in order; a returned `Stop` halts the chain."""
-        for entry in self._chains.get(point._value_, ()):
+        key = point._value_
+        chain = self._chains.get(key)
+        if not chain:
+            return
+        started = perf_counter()
+        for entry in chain:
             try:
                 result = entry.callback(event)
             except Exception:
                 self._log_failure(point, entry)
                 continue
             if isinstance(result, Stop):
-                return
+                break
+        self._timed(key, started)
 
     def run_fold(self, point: HookPoint, event: object, acc: Any) -> Any:
         """Thread `acc` through `callback(event, acc)`; `Stop(value)` halts with `value`."""
@@ -149,6 +168,15 @@ class HookBus:
     # -- authentication and authorisation -------------------------------------------------
 
     def authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
+        """Run client.authenticate (timed when a plugin takes part); see `_authenticate`."""
+        if _AUTHENTICATE not in self._chains:
+            return self._authenticate(request)  # no plugin: nothing to time
+        started = perf_counter()
+        result = self._authenticate(request)
+        self._timed(_AUTHENTICATE, started)
+        return result
+
+    def _authenticate(self, request: AuthenticateRequest) -> AuthResult | AuthContinue:
         """Run client.authenticate: the first ALLOW/DENY/AuthResult/AuthContinue wins.
 
         With an Authentication Method (MQTT 5.0 enhanced authentication) that nobody
@@ -189,10 +217,16 @@ class HookBus:
         No callback registered: allowed (no ACL configured). Callbacks registered but all
         IGNORE: denied (an ACL is configured and nothing in it grants the request).
         """
-        point = _AUTHORIZE_POINT
         chain = self._chains.get(_AUTHORIZE)
         if not chain:
             return True
+        started = perf_counter()
+        allowed = self._authorize(request, chain)
+        self._timed(_AUTHORIZE, started)
+        return allowed
+
+    def _authorize(self, request: AuthorizeRequest, chain: tuple[_Registration, ...]) -> bool:
+        point = _AUTHORIZE_POINT
         for entry in chain:
             try:
                 result = entry.callback(request)
@@ -219,11 +253,31 @@ class HookBus:
         chain = self._chains.get(_PUBLISH)
         if chain is None:
             return message
-        point = _PUBLISH_POINT
-        current = message
+        started = perf_counter()
+        result = self._publish(message, chain)
+        self._timed(_PUBLISH, started)
+        return result
+
+    def _publish(self, message: Message, chain: tuple[_Registration, ...]) -> Message | None:
+        return self._replace_fold(
+            _PUBLISH_POINT, chain, message, lambda current: current, "Message, None or DROP"
+        )
+
+    def _replace_fold(
+        self,
+        point: HookPoint,
+        chain: tuple[_Registration, ...],
+        current: _T,
+        event_of: Callable[[_T], object],
+        wanted: str,
+    ) -> _T | None:
+        """Hand `event_of(current)` to each callback in turn; an answer of `current`'s type
+        replaces it, None leaves it, DROP ends with None, `Stop(answer)` ends the chain after
+        that answer; any other answer is logged and ignored."""
+        kind = type(current)
         for entry in chain:
             try:
-                result = entry.callback(current)
+                result = entry.callback(event_of(current))
             except Exception:
                 self._log_failure(point, entry)
                 continue
@@ -232,13 +286,37 @@ class HookBus:
                 result = result.value
             if result is DROP:
                 return None
-            if isinstance(result, Message):
+            if isinstance(result, kind):
                 current = result
             elif result is not None:
-                self._log_bad_return(point, entry, result, "Message, None or DROP")
+                self._log_bad_return(point, entry, result, wanted)
             if stop:
                 break
         return current
+
+    def _timed(self, key: str, started: float) -> None:
+        histogram = self.latency.get(key)
+        if histogram is None:
+            histogram = self.latency[key] = LatencyHistogram()
+        histogram.observe(perf_counter() - started)
+
+    # -- client.rate_limit ----------------------------------------------------------------
+
+    def rate_limits(self, client: ClientInfo, limits: RateLimits) -> RateLimits:
+        """Run client.rate_limit: `limits` (the configured ones) as the plugins change them.
+
+        Each callback gets `ClientRateLimit(client, limits)` with the limits the previous one
+        answered, and returns new `RateLimits`, None (unchanged) or `Stop(RateLimits)`.
+        """
+        point = HookPoint.CLIENT_RATE_LIMIT
+        answer = self._replace_fold(
+            point,
+            self._chains.get(point._value_, ()),
+            limits,
+            lambda current: ClientRateLimit(client=client, limits=current),
+            "RateLimits or None",
+        )
+        return limits if answer is None else answer  # DROP means nothing for limits
 
     # -- failure logging ------------------------------------------------------------------
 

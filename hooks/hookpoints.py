@@ -20,6 +20,8 @@ class HookPoint(Enum):
     CLIENT_AUTHORIZE = "client.authorize"  # AuthorizeRequest -> Decision
     CLIENT_SUBSCRIBE = "client.subscribe"  # ClientSubscribe: SUBSCRIBE received, before ACL
     CLIENT_UNSUBSCRIBE = "client.unsubscribe"  # ClientUnsubscribe: UNSUBSCRIBE received
+    # ClientRateLimit -> RateLimits | None (unchanged): the client's limits once connected
+    CLIENT_RATE_LIMIT = "client.rate_limit"
     # Session lifecycle (run in the session actor).
     SESSION_CREATED = "session.created"  # SessionEvent
     SESSION_RESUMED = "session.resumed"  # SessionEvent

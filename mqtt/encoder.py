@@ -140,9 +140,7 @@ _ACK_HEADERS: dict[int, bytes] = {
 }
 
 
-def encode_ack(
-    packet_type: int, packet_id: int, reason_code: ReasonCode, protocol_version: int
-) -> bytes:
+def encode_ack(packet_type: int, packet_id: int, reason_code: int, protocol_version: int) -> bytes:
     """PUBACK/PUBREC/PUBREL/PUBCOMP without properties, in the shortest form (3.4.2.1).
 
     The broker's hot path: no packet object needed. Version 3/4 has no reason code.

@@ -19,6 +19,9 @@ delivery to a persistent subscriber fell by a fifth.)
 
 A failed commit is logged (naming the store and the failure) and retried with exponential
 backoff, the batch unchanged, until it succeeds; no callback of the batch runs before that.
+Meanwhile `failing` is True, so the broker refuses new work that needs the store (a full
+disk, an I/O error: docs/overload.md); the first commit that succeeds again clears it and
+is logged.
 Callbacks must not block (tell an actor, write to a socket buffer); one that raises is
 logged and skipped. The store belongs to the writer once it is started: nobody else may call
 it, and `close()` closes it.
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 import gevent
 import gevent.event
 
+from core.latency import LatencyHistogram
 from store.base import Op, Store, StoreError
 
 logger = logging.getLogger(__name__)
@@ -71,8 +75,10 @@ class StoreWriter:
         self._has_work = gevent.event.Event()
         self._commit_now = gevent.event.Event()
         self._closing = False
+        self.failing = False  # the last commit attempt failed
         self.transactions = 0  # commits made, for statistics and tests
         self.committed_ops = 0
+        self.commit_latency = LatencyHistogram()  # seconds per successful commit (metrics)
         self._greenlet = gevent.spawn(self._run)
 
     def submit(
@@ -180,9 +186,11 @@ class StoreWriter:
         delay = FIRST_RETRY_DELAY
         attempt = 1
         while True:
+            started = time.monotonic()
             try:
                 self._store.apply(ops)
             except Exception as error:  # StoreError, or a bug: either way, retry and say so
+                self.failing = True
                 logger.error(
                     "store %r: commit of %d operations failed (attempt %d), retrying in %.2f s: %s",
                     self._store,
@@ -195,8 +203,17 @@ class StoreWriter:
                 delay = min(delay * 2, MAX_RETRY_DELAY)
                 attempt += 1
                 continue
+            self.commit_latency.observe(time.monotonic() - started)
             self.transactions += 1
             self.committed_ops += len(ops)
+            if self.failing:
+                self.failing = False
+                logger.warning(
+                    "store %r: commits succeed again after %d failed attempts: QoS 1/2 "
+                    "publishes to persistent sessions are accepted again",
+                    self._store,
+                    attempt - 1,
+                )
             return
 
     def _run_callback(self, on_commit: Callback) -> None:

@@ -10,11 +10,9 @@ the broker SIGHUP to make it re-read the file.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from plugins.account_files import read_password, write_atomically
+from plugins.account_files import AccountTool
 from plugins.auth_file import (
     DEFAULT_ITERATIONS,
     PasswordFileError,
@@ -22,57 +20,17 @@ from plugins.auth_file import (
     parse_password_file,
 )
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m plugins.auth_file",
-        description="Manage a Mosquitto-format password file for the auth_file plugin.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    add = commands.add_parser("add", help="add a user, or change the password of one")
-    add.add_argument("file", type=Path, help="password file (created if missing)")
-    add.add_argument("user", help="user name (no ':')")
-    source = add.add_mutually_exclusive_group()
-    source.add_argument("--password", help="the password itself (shows in `ps`)")
-    source.add_argument(
-        "--password-stdin", action="store_true", help="read the password from standard input"
-    )
-    add.add_argument(
-        "--iterations",
-        type=int,
-        default=DEFAULT_ITERATIONS,
-        help=f"PBKDF2 iterations (default {DEFAULT_ITERATIONS}, like mosquitto_passwd)",
-    )
-    return parser
-
-
-def add_user(path: Path, user: str, password: str, iterations: int) -> None:
-    """Set `user`'s password in `path`, keeping every other line as it is."""
-    if not user or ":" in user or any(c in user for c in "\r\n"):
-        raise ValueError(f"user name {user!r} must be non-empty, without ':' or line breaks")
-    if not password:
-        raise ValueError("the password is empty")
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    parse_password_file("\n".join(lines), str(path))  # refuse to edit a broken file
-    entry = f"{user}:{hash_password(password.encode('utf-8'), iterations).encode()}"
-    for index, line in enumerate(lines):
-        if line.partition(":")[0].strip() == user:
-            lines[index] = entry
-            break
-    else:
-        lines.append(entry)
-    write_atomically(path, "".join(f"{line}\n" for line in lines))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    try:
-        add_user(args.file, args.user, read_password(args), args.iterations)
-    except (ValueError, OSError, PasswordFileError) as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    return 0
-
+TOOL = AccountTool(
+    prog="python -m plugins.auth_file",
+    description="Manage a Mosquitto-format password file for the auth_file plugin.",
+    file_kind="password file",
+    default_iterations=DEFAULT_ITERATIONS,
+    iterations_help="PBKDF2 iterations, like mosquitto_passwd",
+    check_file=parse_password_file,
+    make_entry=lambda password, iterations: hash_password(password, iterations).encode(),
+    file_error=PasswordFileError,
+)
+main = TOOL.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,11 +9,11 @@ from tests.support.clients import connect_raw, unique
 from tests.support.raw_client import RawClient
 
 
-def test_topic_alias_without_announced_maximum_is_refused_mqtt_3_3_2_8(
+def test_topic_alias_above_the_announced_maximum_is_refused_mqtt_3_3_2_9(
     broker: BrokerProcess,
 ) -> None:
-    client = connect_raw(broker, unique("alias"), version=5)
-    client.send(Publish("a/b", b"x", properties={0x23: 1}))
+    client = connect_raw(broker, unique("alias"), version=5)  # CONNACK allows 10 aliases
+    client.send(Publish("a/b", b"x", properties={0x23: 11}))
     answer = client.expect()
     assert answer == Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
     assert client.is_closed_by_broker()

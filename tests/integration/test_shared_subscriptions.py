@@ -16,6 +16,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mqtt.packets import Disconnect, PubAck, Publish, SubAck, Subscribe, Subscription
+from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
@@ -212,13 +213,17 @@ def test_offline_persistent_member_gets_nothing_while_another_can_take_it(
 ) -> None:
     topic = unique("offline")
     away_id = unique("away")
-    away = connect_raw(round_robin, away_id, version=5, clean=False)
+    # A 5.0 session outlives its connection only with a Session Expiry Interval [MQTT-3.1.2-11].
+    kept = {PropertyId.SESSION_EXPIRY_INTERVAL: 60}
+    away = connect_raw(round_robin, away_id, version=5, clean=False, properties=kept)
     assert raw_subscribe(away, f"$share/g/{topic}").reason_codes == [1]
     away.send(Disconnect())
     (online,) = members(round_robin, f"$share/g/{topic}", 1, protocol=V5)
     sent = publish_numbered(round_robin, topic, 4)
     assert sorted(drain(online)) == sorted(sent)
-    back = connect_raw(round_robin, away_id, version=5, clean=False, session_present=True)
+    back = connect_raw(
+        round_robin, away_id, version=5, clean=False, session_present=True, properties=kept
+    )
     back.expect_nothing(within=0.5)
     back.close()
     online.close()

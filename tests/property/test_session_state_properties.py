@@ -307,8 +307,9 @@ class SessionModel:
                     stages[packet_id] = next_stage
                     expected.append(SendPubrel(packet_id, delivery))
             elif ack is Ack.PUBREC:
-                expected.append(SendPubrel(packet_id, None))
-        actions = self.state.acknowledge(resolved, self.connected)
+                # 5.0 answers a PUBREC of an id not in flight with 0x92
+                expected.append(SendPubrel(packet_id, None, found=packet_id in stages))
+        actions = self.state.acknowledge(resolved, self.connected, now=0.0)
         assert actions[: len(expected)] == expected
         refill = actions[len(expected) :]
         freed = any(type(a) is Completed for a in expected)
@@ -326,7 +327,7 @@ class SessionModel:
     def resume(self) -> None:
         entries = list(self.state.inflight.items())
         queue_before = list(self.state.queue or ())
-        actions = self.state.resume()
+        actions = self.state.resume(now=0.0)
         resent = actions[: len(entries)]
         assert len(resent) == len(entries)
         for action, (packet_id, entry) in zip(resent, entries, strict=True):

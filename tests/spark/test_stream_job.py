@@ -99,6 +99,7 @@ def test_corrupt_lines_are_counted_and_skipped_not_fatal(
             b'{"event": "message.publish", "ts": "2023-11-14T22:14:00.000000Z", "qos": "high"}\n'
         )
         stream.write(b'{"event": "message.publish", "ts": null, "topic": "sensors/a"}\n')
+        stream.write(b"\n")  # a blank line is not a line of input: not read, not corrupt
     run(spark, StreamOptions(input_dir=str(events), output_dir=str(output), once=True))
     assert batch_totals(output) == (len(good) + 3, 3, 0)
     assert every_reader(spark, output, TOPIC_TRAFFIC) == expected_topic_traffic(good)

@@ -69,6 +69,14 @@ def start_broker(
     args += list(extra_args)
     if pass_workers and "--workers" not in extra_args:
         args += ["--workers", str(pool_mode.workers)]
+    if "--http-port" not in extra_args and "[http]" not in (config_text or ""):
+        # Brokers of parallel tests would all bind the default 18083: no admin listener
+        # unless the test configures one (tests.support.admin).
+        args += ["--http-port", "0"]
+    if "--sys-interval" not in extra_args and "[sys]" not in (config_text or ""):
+        # Tests that watch $SYS/# for forged messages expect the broker's own to be off too
+        # (tests/integration/test_metrics_and_sys.py turns them on).
+        args += ["--sys-interval", "0"]
     if "--data-dir" not in extra_args:
         args += ["--data-dir", str(tmp_dir / "data")]
     log_path = tmp_dir / f"broker-{time.monotonic_ns()}.log"

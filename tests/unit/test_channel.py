@@ -6,10 +6,12 @@ connection lost, a server close) and checks the exact actions it answers with.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
+from channel.acks import encode_pubacks
 from channel.actions import (
     Acknowledged,
     Drop,
@@ -25,6 +27,7 @@ from channel.actions import (
     UnsubscribeRequest,
 )
 from channel.channel import Channel, ChannelSettings, Phase
+from channel.negotiation import Offer
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import Ack
 from hooks.decisions import Decision
@@ -58,8 +61,13 @@ def new_channel(hooks: HookBus | None = None, **settings: Any) -> Channel:
     return Channel("127.0.0.1:5000", hooks or HookBus(), ChannelSettings(**settings))
 
 
-def connected(version: int = 4, hooks: HookBus | None = None, **connect: Any) -> Channel:
-    channel = new_channel(hooks)
+def connected(
+    version: int = 4,
+    hooks: HookBus | None = None,
+    settings: ChannelSettings | None = None,
+    **connect: Any,
+) -> Channel:
+    channel = Channel("127.0.0.1:5000", hooks or HookBus(), settings or ChannelSettings())
     channel.handle_in([Connect(client_id="c1", protocol_version=version, **connect)], 20)
     channel.session_attached(session_present=False)
     assert channel.phase is Phase.CONNECTED
@@ -134,7 +142,7 @@ def test_empty_client_id_assigned_in_v5() -> None:
     actions = channel.handle_in([Connect(client_id="", protocol_version=5)], 12)
     (opened,) = of_type(actions, OpenSession)
     assert opened.client.client_id.startswith("auto-")
-    assert opened.connack_properties == {0x12: opened.client.client_id}
+    assert opened.connack_properties[0x12] == opened.client.client_id
 
 
 def test_client_id_too_long_refused() -> None:
@@ -253,7 +261,7 @@ def test_qos2_goes_to_the_session_with_its_pubrec() -> None:
     ((packet_id, message, pubrec),) = inbound.publishes
     assert (packet_id, message.topic, pubrec) == (7, "t", bytes((0x50, 2, 0, 7)))
     (released,) = of_type(actions, Released)
-    assert released.packet_ids == [7] and released.pubcomps == bytes((0x70, 2, 0, 7))
+    assert released.packet_ids == [7]  # the session answers with PUBCOMP (0x92 if unknown)
     # The PUBLISH reaches the session before its PUBREL.
     assert actions.index(inbound) < actions.index(released)
 
@@ -292,7 +300,7 @@ def test_sys_publish_refused_without_any_acl(topic: str) -> None:
 
 def test_topic_alias_is_a_protocol_error_when_none_is_allowed() -> None:
     # Topic Alias Maximum is 0 [MQTT-3.2.2-17], so a Topic Alias is invalid [MQTT-3.3.2-8].
-    channel = connected(version=5)
+    channel = connected(version=5, settings=ChannelSettings(offer=Offer(topic_alias_maximum=0)))
     packet = PublishPacket(topic="t", payload=b"", properties={0x23: 1})
     actions = channel.handle_in([packet], 9)
     assert actions[0] == Send(encode(Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID), 5))
@@ -455,3 +463,371 @@ def test_unsuback_codes_are_the_sessions_and_not_chosen_here() -> None:
     actions = channel.handle_in([Unsubscribe(packet_id=9, topic_filters=["a", "b"])], 12)
     assert of_type(actions, UnsubscribeRequest) == [UnsubscribeRequest(9, ["a", "b"])]
     assert not of_type(actions, Send)
+
+
+# ----- MQTT 5.0: CONNECT terms, limits the broker announced, reason codes ---------------
+
+
+def v5_channel(offer: Offer | None = None, hooks: HookBus | None = None, **connect: Any) -> Channel:
+    settings = ChannelSettings(offer=offer or Offer())
+    return connected(version=5, hooks=hooks, settings=settings, **connect)
+
+
+def opened_client(offer: Offer, version: int = 5, **connect: Any) -> OpenSession:
+    channel = Channel("127.0.0.1:5000", HookBus(), ChannelSettings(offer=offer))
+    actions = channel.handle_in([Connect(client_id="c1", protocol_version=version, **connect)], 9)
+    (opened,) = of_type(actions, OpenSession)
+    return opened
+
+
+@pytest.mark.parametrize(
+    ("version", "clean_start", "properties", "offer", "expiry", "connack"),
+    [
+        # 5.0: absent means 0, the session ends with the connection [MQTT-3.1.2-11]
+        (5, False, {}, Offer(), 0.0, None),
+        (5, True, {0x11: 60}, Offer(), 60.0, None),
+        (5, False, {0x11: 0xFFFFFFFF}, Offer(), math.inf, None),  # never expires
+        # the server maximum lowers it, and CONNACK says so (3.2.2.3.2)
+        (5, False, {0x11: 0xFFFFFFFF}, Offer(max_session_expiry=30), 30.0, 30),
+        (5, False, {0x11: 10}, Offer(max_session_expiry=30), 10.0, None),
+        # 3.x: clean session 0 keeps it limits.session_expiry (0 = forever), capped too
+        (4, False, {}, Offer(session_expiry_3x=7200), 7200.0, None),
+        (4, False, {}, Offer(session_expiry_3x=0), math.inf, None),
+        (4, False, {}, Offer(session_expiry_3x=0, max_session_expiry=5), 5.0, None),
+        (4, True, {}, Offer(), 0.0, None),
+    ],
+)
+def test_session_expiry_is_negotiated_at_connect(  # noqa: PLR0917 - one row of the table
+    version: int,
+    clean_start: bool,
+    properties: dict[int, Any],
+    offer: Offer,
+    expiry: float,
+    connack: int | None,
+) -> None:
+    opened = opened_client(offer, version, clean_start=clean_start, properties=properties)
+    assert opened.client.session_expiry == expiry
+    assert opened.client.keeps_session is (expiry > 0)
+    assert opened.connack_properties.get(0x11) == connack
+
+
+def test_connack_announces_what_the_config_offers() -> None:
+    offer = Offer(
+        receive_maximum=20,
+        maximum_packet_size=5000,
+        maximum_qos=1,
+        retain_available=False,
+        wildcard_subscriptions=False,
+        subscription_identifiers=False,
+        shared_subscriptions=False,
+        topic_alias_maximum=3,
+    )
+    assert opened_client(offer).connack_properties == {
+        0x21: 20,  # Receive Maximum
+        0x27: 5000,  # Maximum Packet Size
+        0x22: 3,  # Topic Alias Maximum
+        0x24: 1,  # Maximum QoS (absent would mean 2)
+        0x25: 0,  # Retain Available
+        0x28: 0,  # Wildcard Subscription Available
+        0x29: 0,  # Subscription Identifier Available
+        0x2A: 0,  # Shared Subscription Available
+    }
+    assert opened_client(offer, version=4).connack_properties == {}  # 3.x: no properties
+
+
+def test_client_limits_from_connect_reach_the_session() -> None:
+    properties = {0x21: 5, 0x27: 300, 0x22: 4, 0x17: 0}
+    client = opened_client(Offer(), properties=properties).client
+    assert (client.receive_maximum, client.maximum_packet_size) == (5, 300)
+    assert client.topic_alias_maximum == 4
+    assert client.request_problem_information is False
+    assert client.properties == properties  # hooks see every CONNECT property
+
+
+@pytest.mark.parametrize(
+    ("requested", "maximum", "enforced", "announced"),
+    [
+        (60, 0, 60, None),
+        (600, 120, 120, 120),  # Server Keep Alive replaces the client's [MQTT-3.2.2-21]
+        (0, 120, 120, 120),  # 0 (no keep-alive) is more than any maximum
+        (30, 120, 30, None),
+    ],
+)
+def test_server_keep_alive(requested: int, maximum: int, enforced: int, announced: int) -> None:
+    channel = Channel("p", HookBus(), ChannelSettings(offer=Offer(max_keepalive=maximum)))
+    actions = channel.handle_in(
+        [Connect(client_id="c1", protocol_version=5, keepalive=requested)], 9
+    )
+    assert actions[0] == SetReadTimeout(enforced * 1.5)
+    (opened,) = of_type(actions, OpenSession)
+    assert opened.connack_properties.get(0x13) == announced
+
+
+@pytest.mark.parametrize(
+    ("asked", "configured", "sent"), [(1, "r/", "r/"), (0, "r/", None), (1, "", None)]
+)
+def test_response_information_only_when_asked_and_configured(
+    asked: int, configured: str, sent: str | None
+) -> None:
+    offer = Offer(response_information=configured)
+    opened = opened_client(offer, properties={0x19: asked})
+    assert opened.connack_properties.get(0x1A) == sent
+
+
+def test_v5_puback_waits_for_routing_to_say_0x10() -> None:
+    channel = v5_channel(hooks=acl({"secret"}))
+    actions = channel.handle_in(
+        [
+            PublishPacket(topic="a", payload=b"x", qos=1, packet_id=1),
+            PublishPacket(topic="secret", payload=b"x", qos=1, packet_id=2),
+            PublishPacket(topic="b", payload=b"x", qos=1, packet_id=3),
+        ],
+        30,
+    )
+    (publish,) = of_type(actions, Publish)
+    assert [m.topic for m in publish.messages] == ["a", "b"] and publish.acks is None
+    assert publish.v5_acks is not None
+    assert [(pid, code) for pid, _m, code in publish.v5_acks] == [(1, 0), (2, 0x87), (3, 0)]
+    # Routing found nobody for "b": its PUBACK says 0x10; order kept [MQTT-4.6.0-2].
+    unmatched = {publish.messages[1].message_id}
+    assert encode_pubacks(publish.v5_acks, unmatched) == bytes(
+        (0x40, 2, 0, 1, 0x40, 3, 0, 2, 0x87, 0x40, 3, 0, 3, 0x10)
+    )
+
+
+@pytest.mark.parametrize(
+    ("offer", "packet", "code"),
+    [
+        (Offer(maximum_qos=1), PublishPacket("t", b"", qos=2, packet_id=1), 0x9B),
+        (Offer(maximum_qos=0), PublishPacket("t", b"", qos=1, packet_id=1), 0x9B),
+        (Offer(retain_available=False), PublishPacket("t", b"", retain=True), 0x9A),
+        (Offer(topic_alias_maximum=2), PublishPacket("t", b"", properties={0x23: 3}), 0x94),
+        # an alias used before it was set is a Protocol Error (section 3.3.4)
+        (Offer(), PublishPacket("", b"", properties={0x23: 1}), 0x82),
+    ],
+)
+def test_publish_beyond_what_connack_allowed_closes_with_its_code(
+    offer: Offer, packet: PublishPacket, code: int
+) -> None:
+    channel = v5_channel(offer)
+    actions = channel.handle_in([packet], 9)
+    assert actions[0] == Send(encode(Disconnect(reason_code=code), 5))
+    assert channel.phase is Phase.CLOSED
+    assert not of_type(actions, Publish)
+
+
+def test_incoming_topic_aliases_are_resolved_per_connection() -> None:
+    channel = v5_channel(Offer(topic_alias_maximum=2))
+    actions = channel.handle_in(
+        [
+            PublishPacket("sensors/1", b"a", properties={0x23: 1}),
+            PublishPacket("", b"b", properties={0x23: 1}),
+            PublishPacket("sensors/2", b"c", properties={0x23: 1}),  # re-mapped (3.3.2.3.4)
+            PublishPacket("", b"d", properties={0x23: 1}),
+        ],
+        40,
+    )
+    (publish,) = of_type(actions, Publish)
+    assert [(m.topic, m.payload) for m in publish.messages] == [
+        ("sensors/1", b"a"),
+        ("sensors/1", b"b"),
+        ("sensors/2", b"c"),
+        ("sensors/2", b"d"),
+    ]
+    # A new connection starts with no aliases.
+    fresh = v5_channel(Offer(topic_alias_maximum=2))
+    assert fresh.handle_in([PublishPacket("", b"", properties={0x23: 1})], 9)[0] == Send(
+        encode(Disconnect(reason_code=0x82), 5)
+    )
+
+
+def test_receive_maximum_exceeded_gets_disconnect_0x93() -> None:
+    # The client may have at most Receive Maximum unacknowledged QoS 1/2 PUBLISHes
+    # [MQTT-3.3.4-7]: QoS 2 ones count until their PUBREL.
+    channel = v5_channel(Offer(receive_maximum=2))
+    first = channel.handle_in(
+        [PublishPacket("t", b"", qos=2, packet_id=1), PublishPacket("t", b"", qos=2, packet_id=2)],
+        20,
+    )
+    assert channel.phase is Phase.CONNECTED and of_type(first, InboundQos2)
+    # a resend of one already counted is no new one
+    channel.handle_in([PublishPacket("t", b"", qos=2, packet_id=2, dup=True)], 10)
+    assert channel.phase is Phase.CONNECTED
+    channel.handle_in([PubRel(packet_id=1)], 4)  # one slot free again
+    channel.handle_in([PublishPacket("t", b"", qos=2, packet_id=3)], 10)
+    assert channel.phase is Phase.CONNECTED
+    actions = channel.handle_in([PublishPacket("t", b"", qos=1, packet_id=4)], 10)
+    assert actions[0] == Send(encode(Disconnect(reason_code=0x93), 5))
+    assert channel.phase is Phase.CLOSED
+
+
+def test_utf8_payload_validation_refuses_with_0x99() -> None:
+    channel = v5_channel(Offer(validate_utf8_payloads=True))
+    actions = channel.handle_in(
+        [
+            PublishPacket("t", b"\xff\xfe", qos=1, packet_id=1, properties={0x01: 1}),
+            PublishPacket("t", "ünïcode".encode(), qos=1, packet_id=2, properties={0x01: 1}),
+            PublishPacket("t", b"\xff", qos=1, packet_id=3),  # not marked UTF-8: not checked
+        ],
+        30,
+    )
+    (drop,) = of_type(actions, Drop)
+    assert drop.reason is DropReason.PAYLOAD_FORMAT_INVALID
+    (publish,) = of_type(actions, Publish)
+    assert [m.payload for m in publish.messages] == ["ünïcode".encode(), b"\xff"]
+    assert publish.v5_acks is not None
+    assert [code for _pid, _m, code in publish.v5_acks] == [0x99, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("offer", "subscription", "properties", "code"),
+    [
+        (Offer(shared_subscriptions=False), Subscription("$share/g/t", 1), {}, 0x9E),
+        (Offer(wildcard_subscriptions=False), Subscription("a/+", 1), {}, 0xA2),
+        (Offer(wildcard_subscriptions=False), Subscription("a/#", 1), {}, 0xA2),
+        (Offer(subscription_identifiers=False), Subscription("a", 1), {0x0B: [5]}, 0xA1),
+    ],
+)
+def test_subscribe_refusals_for_what_is_not_offered(
+    offer: Offer, subscription: Subscription, properties: dict[int, Any], code: int
+) -> None:
+    channel = v5_channel(offer)
+    actions = channel.handle_in([Subscribe(1, [subscription], properties=properties)], 9)
+    (request,) = of_type(actions, SubscribeRequest)
+    assert request.refused == {0: code}
+
+
+def test_subscription_qos_is_granted_at_most_the_maximum_qos() -> None:
+    channel = v5_channel(Offer(maximum_qos=1))
+    actions = channel.handle_in([Subscribe(1, [Subscription("a", 2), Subscription("b", 0)])], 9)
+    (request,) = of_type(actions, SubscribeRequest)
+    assert [s.qos for s in request.subscriptions] == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("connect_expiry", "disconnect_expiry", "detach_with", "violation"),
+    [
+        (60, 0, 0.0, False),  # may end the session now
+        (60, 3600, 3600.0, False),
+        (60, 0xFFFFFFFF, math.inf, False),
+        (60, None, None, False),  # unchanged
+        (0, 60, None, True),  # 0 at CONNECT cannot become non-zero (section 3.14.2.2.2)
+    ],
+)
+def test_disconnect_may_change_the_session_expiry(
+    connect_expiry: int, disconnect_expiry: int | None, detach_with: float | None, violation: bool
+) -> None:
+    channel = v5_channel(properties={0x11: connect_expiry})
+    properties = {} if disconnect_expiry is None else {0x11: disconnect_expiry}
+    actions = channel.handle_in([Disconnect(properties=properties)], 9)
+    (end,) = of_type(actions, End)
+    if violation:
+        assert actions[0] == Send(encode(Disconnect(reason_code=0x82), 5))
+        assert end.reason is DisconnectReason.PROTOCOL_ERROR
+    else:
+        assert end.reason is DisconnectReason.CLIENT_DISCONNECT
+        assert end.session_expiry == detach_with
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [
+        (DisconnectReason.TAKEN_OVER, 0x8E),
+        (DisconnectReason.SERVER_SHUTDOWN, 0x8B),
+        (DisconnectReason.SERVER_ERROR, 0x83),
+    ],
+)
+def test_server_close_tells_a_v5_client_why(reason: DisconnectReason, code: int) -> None:
+    channel = v5_channel()
+    assert channel.close(reason)[0] == Send(encode(Disconnect(reason_code=code), 5))
+    quiet = connected(version=4)
+    assert not of_type(quiet.close(reason), Send)  # 3.x has no server DISCONNECT
+
+
+def test_keepalive_timeout_tells_a_v5_client_0x8d() -> None:
+    channel = v5_channel()
+    actions = channel.connection_lost(DisconnectReason.KEEPALIVE_TIMEOUT)
+    assert actions[0] == Send(encode(Disconnect(reason_code=0x8D), 5))
+
+
+@pytest.mark.parametrize(
+    ("will_delay", "session_expiry", "delay"),
+    [
+        (10, 60, 10.0),  # the session waits 10 s before publishing it
+        (100, 60, 60.0),  # the session ends first: then [MQTT-3.1.3-9]
+        (10, 0, 0.0),  # no session left: published now
+        (0, 60, 0.0),
+    ],
+)
+def test_will_delay_hands_the_will_to_the_session(
+    will_delay: int, session_expiry: int, delay: float
+) -> None:
+    will = Will("w", b"gone", properties={0x18: will_delay} if will_delay else {})
+    channel = v5_channel(will=will, properties={0x11: session_expiry})
+    actions = channel.connection_lost(DisconnectReason.SOCKET_CLOSED)
+    (end,) = of_type(actions, End)
+    if delay:
+        assert not of_type(actions, Publish)
+        assert end.will is not None and end.will.topic == "w" and end.will_delay == delay
+    else:
+        (publish,) = of_type(actions, Publish)
+        assert publish.messages[0].payload == b"gone" and end.will is None
+
+
+def test_hooks_get_the_properties_of_subscribe_and_disconnect() -> None:
+    hooks = HookBus()
+    seen: list[Any] = []
+    hooks.register(HookPoint.CLIENT_SUBSCRIBE, seen.append)
+    hooks.register(HookPoint.CLIENT_DISCONNECTED, seen.append)
+    channel = v5_channel(hooks=hooks, properties={0x11: 10})
+    user = [("k", "v")]
+    channel.handle_in(
+        [
+            Subscribe(1, [Subscription("a", 1, no_local=True, retain_handling=2)], {0x26: user}),
+            Disconnect(properties={0x26: user}),
+        ],
+        20,
+    )
+    subscribe, disconnected = seen
+    assert subscribe.properties == {0x26: user}
+    assert subscribe.filters[0].no_local is True and subscribe.filters[0].retain_handling == 2
+    assert disconnected.properties == {0x26: user}
+    assert disconnected.client.protocol_version == 5
+
+
+@pytest.mark.parametrize(
+    ("offer", "will", "code_v5", "code_v3"),
+    [
+        (Offer(maximum_qos=1), Will("w", b"", qos=2), 0x9B, 0x03),
+        (Offer(retain_available=False), Will("w", b"", retain=True), 0x9A, 0x03),
+    ],
+)
+def test_will_beyond_what_is_offered_refuses_the_connect(
+    offer: Offer, will: Will, code_v5: int, code_v3: int
+) -> None:
+    for version, code in ((5, code_v5), (4, code_v3)):
+        channel = Channel("p", HookBus(), ChannelSettings(offer=offer))
+        actions = channel.handle_in(
+            [Connect(client_id="c", protocol_version=version, will=will)], 9
+        )
+        assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
+        assert channel.phase is Phase.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("reason", "session_ended", "delayed"),
+    [
+        (DisconnectReason.TAKEN_OVER, False, True),  # resumed elsewhere: the session decides
+        (DisconnectReason.TAKEN_OVER, True, False),  # a clean start ends the session: now
+        (DisconnectReason.SERVER_SHUTDOWN, False, False),  # timers do not survive a restart
+    ],
+)
+def test_a_delayed_will_goes_out_at_once_when_the_session_ends_too(
+    reason: DisconnectReason, session_ended: bool, delayed: bool
+) -> None:
+    will = Will("w", b"gone", properties={0x18: 30})
+    channel = v5_channel(will=will, properties={0x11: 60})
+    actions = channel.close(reason, session_ended=session_ended)
+    (end,) = of_type(actions, End)
+    assert (end.will is not None) is delayed
+    assert bool(of_type(actions, Publish)) is not delayed

@@ -78,7 +78,7 @@ def busy_session() -> SessionState:
         65535,
         1,
     ]
-    state.acknowledge([(Ack.PUBREC, 65535)], connected=True)
+    state.acknowledge([(Ack.PUBREC, 65535)], connected=True, now=0.0)
     assert state.deliver([delivery(4, 1, ids=(9, 4)), delivery(5, 2)], connected=True) == []
     assert len(state.queue or ()) == 2  # both queued behind the full window
     assert {entry.stage for entry in state.inflight.values()} == set(Stage)
@@ -93,7 +93,8 @@ def stored_form(state: SessionState, expiry: float = 0.0) -> StoredSession:
     ]
     messages += [(queued.seq, stored_delivery(queued)) for queued in state.queue or ()]
     messages.sort(key=lambda item: item[0])
-    return StoredSession(session_meta(state, 4, expiry, disconnected_at=1700000000.0), messages)
+    state.expiry = expiry
+    return StoredSession(session_meta(state, 4, disconnected_at=1700000000.0), messages)
 
 
 def through_columns(stored: StoredSession) -> StoredSession:
@@ -142,11 +143,11 @@ def test_a_restored_session_continues_where_it_stopped() -> None:
     original = busy_session()
     restored = restored_state("c1", stored_form(original), fresh_base())
     first_queued = next(iter(original.queue or ()))
-    assert restored.acknowledge([(Ack.PUBCOMP, 65535)], connected=True) == [
+    assert restored.acknowledge([(Ack.PUBCOMP, 65535)], connected=True, now=0.0) == [
         Completed(original.inflight[65535].delivery),
         SendPublish(2, first_queued),  # the freed slot takes the next id
     ]
-    assert restored.acknowledge([(Ack.PUBREC, 1)], connected=True) == [
+    assert restored.acknowledge([(Ack.PUBREC, 1)], connected=True, now=0.0) == [
         SendPubrel(1, original.inflight[1].delivery)
     ]
     assert restored.inflight[1].stage is Stage.AWAIT_PUBCOMP
@@ -163,19 +164,21 @@ def test_an_empty_session_round_trips_without_a_queue() -> None:
 
 def test_session_meta_carries_version_and_disconnect_time_and_expiry() -> None:
     state = busy_session()
-    meta = session_meta(state, 5, 7200.0, disconnected_at=1700000000.5)
+    state.expiry = 7200.0
+    meta = session_meta(state, 5, disconnected_at=1700000000.5)
     assert meta.protocol_version == 5
     assert meta.expiry_interval == 7200.0
     assert meta.disconnected_at == 1700000000.5
     assert meta.awaiting_rel == frozenset({3, 700})
     assert meta.next_packet_id == 2
-    assert session_meta(state, 4, 0.0, None).expiry_interval == math.inf  # 0 = never expires
-    assert session_meta(state, 4, 0.0, None).disconnected_at is None
+    state.expiry = math.inf  # a session that never expires (0xFFFFFFFF, or session_expiry 0)
+    assert session_meta(state, 4, None).expiry_interval == math.inf
+    assert session_meta(state, 4, None).disconnected_at is None
 
 
 def test_session_meta_is_a_snapshot_not_a_view() -> None:
     state = busy_session()
-    meta = session_meta(state, 4, 0.0, None)
+    meta = session_meta(state, 4, None)
     state.receive_qos2(800)
     state.subscribe("c", SubscriptionOptions(qos=0))
     assert 800 not in meta.awaiting_rel

@@ -64,7 +64,7 @@ def deliver(state: SessionState, message: Delivery, connected: bool = True) -> l
 
 
 def ack(state: SessionState, kind: Ack, packet_id: int, connected: bool = True) -> list[Action]:
-    return state.acknowledge([(kind, packet_id)], connected)
+    return state.acknowledge([(kind, packet_id)], connected, now=0.0)
 
 
 def sent_id(actions: list[Action]) -> int:
@@ -123,7 +123,7 @@ def test_qos0_to_an_offline_session_is_queued_with_queue_qos0_and_sent_on_resume
     message = delivery(0)
     assert deliver(state, message, connected=False) == []
     assert queued(state) == [message]
-    assert state.resume() == [message]
+    assert state.resume(now=0.0) == [message]
     assert state.inflight == {}
     assert state.queue is None
 
@@ -133,7 +133,7 @@ def test_qos0_does_not_overtake_queued_qos0_of_the_same_topic() -> None:
     state = session(max_inflight=1, queue_qos0=True)
     blocker, older, newer = delivery(1), delivery(0, "older"), delivery(0, "newer")
     state.deliver([blocker, older], connected=False)
-    assert state.resume() == [SendPublish(1, blocker)]  # reconnect: the window is full again
+    assert state.resume(now=0.0) == [SendPublish(1, blocker)]  # reconnect: the window is full again
     sent_now = deliver(state, newer)
     sent_after_ack = ack(state, Ack.PUBACK, 1)
     assert [*sent_now, *sent_after_ack] == [Completed(blocker), older, newer]
@@ -189,7 +189,7 @@ def test_acks_that_free_slots_send_queued_deliveries_in_order() -> None:
     waiting = [delivery(1), delivery(2), delivery(1)]
     state.deliver(in_flight + waiting, connected=True)
     assert ack(state, Ack.PUBACK, 999) == []  # a stray ack frees no slot: nothing sent
-    assert state.acknowledge([(Ack.PUBACK, 1), (Ack.PUBACK, 2)], connected=True) == [
+    assert state.acknowledge([(Ack.PUBACK, 1), (Ack.PUBACK, 2)], connected=True, now=0.0) == [
         Completed(in_flight[0]),
         Completed(in_flight[1]),
         SendPublish(3, waiting[0]),
@@ -208,7 +208,7 @@ def test_an_ack_while_disconnected_frees_the_slot_but_sends_nothing() -> None:
     assert ack(state, Ack.PUBACK, 1, connected=False) == [Completed(first)]
     assert state.inflight == {}
     assert queued(state) == [second]
-    assert state.resume() == [SendPublish(2, second)]
+    assert state.resume(now=0.0) == [SendPublish(2, second)]
 
 
 def test_packet_ids_in_flight_are_never_reused() -> None:
@@ -307,7 +307,9 @@ def test_pubrec_and_pubcomp_in_one_batch_complete_the_delivery() -> None:
     state = session()
     message = delivery(2)
     packet_id = sent_id(deliver(state, message))
-    assert state.acknowledge([(Ack.PUBREC, packet_id), (Ack.PUBCOMP, packet_id)], True) == [
+    assert state.acknowledge(
+        [(Ack.PUBREC, packet_id), (Ack.PUBCOMP, packet_id)], True, now=0.0
+    ) == [
         SendPubrel(packet_id, message),
         Completed(message),
     ]
@@ -350,7 +352,7 @@ def test_an_ack_for_an_unknown_or_completed_packet_id_changes_nothing(kind: Ack)
     ack(state, Ack.PUBACK, packet_id)
     # duplicate or stray: ignored, but a PUBREC still gets its PUBREL [MQTT-4.3.3-1]
     for unknown in (packet_id, 999):
-        expected = [SendPubrel(unknown, None)] if kind is Ack.PUBREC else []
+        expected = [SendPubrel(unknown, None, found=False)] if kind is Ack.PUBREC else []
         assert ack(state, kind, unknown) == expected
     assert state.inflight == {}
 
@@ -371,7 +373,7 @@ def test_resume_resends_in_flight_entries_in_original_send_order_then_fills_the_
     waiting = delivery(1)
     deliver(state, waiting)  # the window is full: queued
     ack(state, Ack.PUBACK, 65535, connected=False)  # frees a slot while the client is away
-    assert state.resume() == [
+    assert state.resume(now=0.0) == [
         SendPubrel(65534, None),
         SendPublish(1, messages[2], dup=True),
         SendPublish(2, messages[3], dup=True),
@@ -387,7 +389,7 @@ def test_resume_resends_in_flight_entries_in_original_send_order_then_fills_the_
 
 def test_resume_of_an_empty_session_does_nothing() -> None:
     state = session()
-    assert state.resume() == []
+    assert state.resume(now=0.0) == []
     assert state.inflight == {} and state.queue is None
 
 
@@ -498,3 +500,91 @@ def test_keep_readable_that_empties_the_queue_leaves_no_deque() -> None:
     state.deliver([on_topic("x/1", 1), on_topic("x/2", 1)], connected=True)
     state.keep_readable(lambda _topic, _qos: False)
     assert state.queue is None and state.inflight == {}
+
+
+# ----- MQTT 5.0: message expiry, packets that cannot be sent, 0x92 -------------------------
+
+
+def expiring(qos: int, interval: int, published_at: float) -> Delivery:
+    message = Message(
+        topic="t/x", payload=b"e", qos=qos, timestamp=published_at, properties={0x02: interval}
+    )
+    return Delivery(message, qos, False, seq=next(_numbers))
+
+
+def test_expired_messages_leave_the_queue_as_dropped_mqtt_3_3_2_5() -> None:
+    state = session(max_inflight=1)
+    blocker = delivery(1)
+    stale, fresh = expiring(1, 10, published_at=1000.0), expiring(1, 10, published_at=1005.0)
+    blocker_id = sent_id(deliver(state, blocker))
+    assert state.deliver([stale, fresh], connected=True) == []  # queued behind the window
+    # At 1012 the first has expired (10 s from 1000), the second has 3 s left.
+    actions = state.acknowledge([(Ack.PUBACK, blocker_id)], True, 1012.0)
+    assert actions[0] == Completed(blocker)
+    assert actions[1] == Dropped(stale, DropReason.EXPIRED)
+    assert type(actions[2]) is SendPublish and actions[2].delivery is fresh
+
+
+def test_expired_in_flight_messages_are_not_resent_on_resume() -> None:
+    state = session()
+    stale = expiring(1, 5, published_at=1000.0)
+    packet_id = sent_id(deliver(state, stale))
+    pubrec_pending = delivery(2)
+    other_id = sent_id(deliver(state, pubrec_pending))
+    ack(state, Ack.PUBREC, other_id)  # awaiting PUBCOMP: the client has it, PUBREL follows
+    assert state.resume(now=1010.0) == [
+        Dropped(stale, DropReason.EXPIRED),
+        SendPubrel(other_id, None),
+    ]
+    assert packet_id not in state.inflight
+
+
+def test_messages_without_expiry_never_expire() -> None:
+    state = session()
+    message = delivery(1)
+    packet_id = sent_id(deliver(state, message))
+    assert state.resume(now=1e12) == [SendPublish(packet_id, message, dup=True)]
+
+
+def test_discard_frees_the_slot_as_if_delivered_mqtt_3_1_2_25() -> None:
+    state = session(max_inflight=1)
+    too_big, waiting = delivery(1), delivery(1)
+    packet_id = sent_id(deliver(state, too_big))
+    deliver(state, waiting)
+    (send,) = state.discard(packet_id, connected=True, now=0.0)
+    assert type(send) is SendPublish and send.delivery is waiting and not send.dup
+    assert [entry.delivery for entry in state.inflight.values()] == [waiting]
+
+
+def test_release_says_whether_the_packet_id_was_known() -> None:
+    state = session()
+    assert state.receive_qos2(7)
+    assert state.release(7) is True
+    assert state.release(7) is False  # 5.0 PUBCOMP 0x92 Packet Identifier not found
+
+
+def test_a_smaller_window_on_resume_holds_back_resends_mqtt_3_3_4_9() -> None:
+    # A 5.0 client back with Receive Maximum 2 while 4 of its messages are in flight.
+    state = session(max_inflight=4)
+    sent = [delivery(1) for _ in range(4)]
+    ids = [sent_id(deliver(state, each)) for each in sent]
+    later = delivery(1)
+    deliver(state, later)  # queued behind the full window
+    state.max_inflight = 2
+    assert state.resume(now=0.0) == [
+        SendPublish(ids[0], sent[0], dup=True),
+        SendPublish(ids[1], sent[1], dup=True),
+    ]
+    # Each acknowledgement frees one slot: the held-back resends go first, in order.
+    assert ack(state, Ack.PUBACK, ids[0]) == [
+        Completed(sent[0]),
+        SendPublish(ids[2], sent[2], dup=True),
+    ]
+    assert ack(state, Ack.PUBACK, ids[1]) == [
+        Completed(sent[1]),
+        SendPublish(ids[3], sent[3], dup=True),
+    ]
+    (completed, refill) = ack(state, Ack.PUBACK, ids[2])
+    assert completed == Completed(sent[2])
+    assert type(refill) is SendPublish and refill.delivery is later and not refill.dup
+    assert state.unsent is None

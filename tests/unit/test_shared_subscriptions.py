@@ -10,6 +10,7 @@ import pytest
 
 from channel.actions import OpenSession, SubscribeRequest
 from channel.channel import Channel, ChannelSettings, Phase
+from channel.negotiation import Offer
 from core.message import new_message
 from core.session_state import Ack, Delivery, SendPublish, SessionState, SubscriptionOptions
 from core.share_origin import ShareOrigin
@@ -127,7 +128,7 @@ def test_take_shared_hands_over_queued_and_only_qos1_in_flight() -> None:
     assert state.take_shared(in_flight=True) == [qos1]
     assert [entry.delivery for entry in state.inflight.values()] == [qos2]
     # The packet id of the moved delivery is free: its PUBACK now is a stray.
-    assert state.acknowledge([(Ack.PUBACK, 1)], connected=True) == []
+    assert state.acknowledge([(Ack.PUBACK, 1)], connected=True, now=0.0) == []
 
 
 # ----- the channel's answers to SUBSCRIBE ---------------------------------------------------
@@ -162,16 +163,15 @@ def test_invalid_share_names_get_topic_filter_invalid() -> None:
 
 
 def test_shared_subscriptions_off_get_0x9e_and_connack_says_so() -> None:
-    channel, connack_properties = connect(shared_subscriptions=False)
+    channel, connack_properties = connect(offer=Offer(shared_subscriptions=False))
     assert connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] == 0
     request = subscribe(channel, "$share/g/a", "a")
     assert request.refused == {0: ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED}
 
 
-def test_connack_announces_nothing_when_shared_subscriptions_are_on() -> None:
-    # Absent means available (3.2.2.3.13).
+def test_connack_announces_shared_subscriptions_when_they_are_on() -> None:
     _channel, connack_properties = connect()
-    assert PropertyId.SHARED_SUBSCRIPTION_AVAILABLE not in connack_properties
+    assert connack_properties[PropertyId.SHARED_SUBSCRIPTION_AVAILABLE] == 1
 
 
 def test_the_acl_is_asked_about_the_filter_after_the_share_name() -> None:

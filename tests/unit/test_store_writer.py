@@ -210,6 +210,24 @@ def test_flush_times_out_while_the_store_keeps_failing() -> None:
     writer.close()
 
 
+def test_failing_is_set_while_commits_fail_and_cleared_by_the_next_success(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RecordingStore(failures=10**9)
+    writer = StoreWriter(store)
+    assert not writer.failing
+    writer.submit([PutSession("c", META)])
+    with pytest.raises(StoreError):
+        writer.flush(timeout=0.05)
+    assert writer.failing
+    store.failures_left = 0
+    with caplog.at_level(logging.WARNING, logger="store.writer"):
+        writer.flush(timeout=5)
+    assert not writer.failing
+    assert any("commits succeed again" in r.getMessage() for r in caplog.records)
+    writer.close()
+
+
 def test_a_failing_callback_is_logged_and_the_next_ones_still_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -2,10 +2,12 @@
 
 Every hook point is recorded except client.authorize: a callback there answering IGNORE
 would turn the broker's "no ACL configured, allow" into "deny". Each line is
-`{"point", "client_id", "username", "topic", "qos", "reason", "filters"}` (null when the
-event has no such field): for message events `client_id` is the subscriber (delivered,
-acked, dropped) or the publisher (message.publish), as in the event sink. Lines are written
-and flushed one by one (a blocking write on the broker's loop: acceptable in tests only).
+`{"point", "client_id", "username", "topic", "qos", "reason", "filters",
+"protocol_version", "properties"}` (null when the event has no such field; `properties` are
+the MQTT 5 property ids of the event's packet, or of its message, as strings). For message
+events `client_id` is the subscriber (delivered, acked, dropped) or the publisher
+(message.publish), as in the event sink. Lines are written and flushed one by one (a
+blocking write on the broker's loop: acceptable in tests only).
 """
 
 from __future__ import annotations
@@ -52,7 +54,16 @@ def summary(point: HookPoint, event: Any) -> dict[str, Any]:
         "qos": getattr(event, "qos", None),
         "reason": reason.value if isinstance(reason, Enum) else reason,
         "filters": [f.topic_filter for f in filters] if filters is not None else None,
+        "protocol_version": client.protocol_version if client is not None else None,
+        "properties": _property_ids(event, message),
     }
+
+
+def _property_ids(event: Any, message: Message | None) -> list[str] | None:
+    properties = getattr(event, "properties", None)
+    if properties is None and message is not None:
+        properties = message.properties
+    return sorted(f"0x{key:02x}" for key in properties) if properties is not None else None
 
 
 class Plugin:

@@ -1,0 +1,120 @@
+"""Admission at CONNECT: the banned table and flapping detection, with the clock and the file.
+
+`Admission.check` is what every channel calls for a CONNECT (`ChannelSettings.admit`) once
+its client id is known, before authentication: it records the connect for flapping detection
+(banning a flapping client id for `[flapping] ban_time`) and answers why the CONNECT is
+refused, or None. The admin API adds and removes bans here.
+
+Bans are kept in `bans.json` in the store's data directory, rewritten whole (write, fsync,
+rename) on every change, and read at start-up. Not in the store itself: the store is an
+ordered log of message and session operations with its own process, codec and migrations,
+written in group commits on the publish path; bans change a few times a day, are read
+once at start, and a JSON file keeps them readable and editable by an operator. With
+`[store] kind = "none"` bans live in memory only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import orjson
+
+from actors.config import FlappingConfig
+from core.bans import Ban, BanError, BanKind, BanTable, FlappingDetector, ban_from_dict
+from core.client import ClientInfo
+
+logger = logging.getLogger(__name__)
+
+BANS_FILE = "bans.json"
+FORGET_EVERY = 1000  # connects between sweeps of idle flapping histories
+
+
+class Admission:
+    def __init__(self, flapping: FlappingConfig, path: Path | None) -> None:
+        self.table = BanTable()
+        self._flapping = FlappingDetector(flapping.max_connects, flapping.window)
+        self._ban_time = flapping.ban_time
+        self._path = path  # None: bans are not kept across restarts
+        self._connects = 0
+        self.refused = 0  # CONNECTs refused by a ban (a counter for the metrics)
+        if path is not None:
+            self._load(path)
+
+    def check(self, client: ClientInfo) -> str | None:
+        """Why this CONNECT is refused (banned), or None; records it for flapping detection."""
+        if not self.table and not self._flapping.max_connects:
+            return None  # no bans, no flapping detection (the default): nothing to look at
+        now = time.time()
+        self._connects += 1
+        if self._connects % FORGET_EVERY == 0:
+            self._flapping.forget_idle(now)
+        if self._flapping.connect(client.client_id, now):
+            logger.warning(
+                "client %r flapping: %d CONNECTs within %g s; banned for %g s ([flapping])",
+                client.client_id,
+                self._flapping.max_connects,
+                self._flapping.window,
+                self._ban_time,
+            )
+            self.add(
+                Ban(BanKind.CLIENT_ID, client.client_id, now + self._ban_time, "flapping", now)
+            )
+        ban = self.table.match(client.client_id, client.username, client.peer, now)
+        if ban is None:
+            return None
+        self.refused += 1
+        return f"banned ({ban.kind.value} {ban.value}{': ' + ban.reason if ban.reason else ''})"
+
+    def add(self, ban: Ban) -> None:
+        self.table.add(ban)
+        logger.info("ban added: %s %s until %s", ban.kind.value, ban.value, ban.until or "lifted")
+        self._save()
+
+    def remove(self, kind: BanKind, value: str) -> bool:
+        removed = self.table.remove(kind, value)
+        if removed:
+            logger.info("ban removed: %s %s", kind.value, value)
+            self._save()
+        return removed
+
+    def _load(self, path: Path) -> None:
+        try:
+            raw = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as error:
+            logger.error("cannot read the bans in %s: %s; starting with no bans", path, error)
+            return
+        now = time.time()
+        for entry in raw if isinstance(raw, list) else []:
+            try:
+                ban = ban_from_dict(entry)
+            except (BanError, TypeError, AttributeError) as error:
+                logger.error("%s: skipped a malformed ban %r: %s", path, entry, error)
+                continue
+            if not ban.expired(now):
+                self.table.add(ban)
+        logger.info("bans: %d in force, from %s", len(self.table), path)
+
+    def _save(self) -> None:
+        path = self._path
+        if path is None:
+            return
+        bans = [ban.as_dict() for ban in self.table.bans(time.time())]
+        temporary = path.with_suffix(".tmp")
+        try:
+            with temporary.open("wb") as file:
+                file.write(orjson.dumps(bans, option=orjson.OPT_INDENT_2))
+                file.flush()
+                os.fsync(file.fileno())
+            temporary.replace(path)
+        except OSError as error:
+            logger.error(
+                "cannot write the bans to %s: %s; they hold until a restart (check the data "
+                "directory's permissions and free space)",
+                path,
+                error,
+            )

@@ -1,0 +1,371 @@
+"""`/api/v1/...`: the admin API's handlers (JSON in and out; docs/operations.md has examples).
+
+Lists are paged (`?page=1&limit=100`, answered as `{"data": [...], "meta": {...}}`) and
+filtered by query parameters. Handlers read the broker's tables in place (they run in the
+event loop between two yields, like any actor) and change things only by telling actors
+(a kick is a `CloseConnection` to the client actor, a retained delete a `StoreRetained` to
+the retainer) or through the objects that own them (the dispatcher, the admission table).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from actors.context import ConnectedClient
+from actors.figures import read_figures, session_state
+from actors.messages import CloseConnection, StoreRetained
+from actors.runtime import tell_if_alive
+from admin.routing import ApiError, Request, Response, Router
+from core.bans import BanError, BanKind, ban_from_dict
+from core.message import Message
+from core.reasons import DisconnectReason
+from mqtt.topics import TopicError, matches, validate_topic_filter, validate_topic_name
+from store.base import DeleteRetained
+
+if TYPE_CHECKING:
+    from actors.broker import Broker
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 10_000
+TOP_TOPICS = 10
+
+
+def paged(request: Request, items: list[Any]) -> dict[str, Any]:
+    """One page of `items` as `{"data": [...], "meta": {page, limit, count, hasnext}}`."""
+    try:
+        page = int(request.query.get("page", "1"))
+        limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
+    except ValueError as error:
+        raise ApiError(400, "page and limit must be integers") from error
+    if page < 1 or not 1 <= limit <= MAX_LIMIT:
+        raise ApiError(400, f"page must be at least 1 and limit 1..{MAX_LIMIT}")
+    start = (page - 1) * limit
+    return {
+        "data": items[start : start + limit],
+        "meta": {
+            "page": page,
+            "limit": limit,
+            "count": len(items),
+            "hasnext": start + limit < len(items),
+        },
+    }
+
+
+def payload_fields(payload: bytes) -> dict[str, Any]:
+    """A payload as text when it is UTF-8, else base64 (`payload_encoding` says which)."""
+    try:
+        return {"payload": payload.decode("utf-8"), "payload_encoding": "plain"}
+    except UnicodeDecodeError:
+        return {"payload": base64.b64encode(payload).decode(), "payload_encoding": "base64"}
+
+
+class Api:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._context = broker.context
+
+    # ----- health -------------------------------------------------------------------------
+
+    def health(self, _request: Request) -> Any:
+        return {"status": "ok"}
+
+    def ready(self, _request: Request) -> Any:
+        if self._broker.ready:
+            return {"ready": True}
+        return Response(503, b'{"ready":false}')
+
+    def stats(self, _request: Request) -> Any:
+        figures = asdict(read_figures(self._broker))
+        figures.pop("store_commits")
+        figures.pop("hook_latency")
+        figures["time"] = time.time()
+        figures["node"] = self._broker.config.node_name
+        figures["top_topics"] = [
+            {"topic": topic, "messages": count}  # sampled: one batch in TOPIC_SAMPLE
+            for topic, count in self._context.stats.top_topics(TOP_TOPICS)
+        ]
+        return figures
+
+    def config(self, _request: Request) -> Any:
+        config = self._broker.config
+        return {
+            "node_name": config.node_name,
+            "listeners": [endpoint.name for endpoint in self._broker.endpoints],
+            "limits": asdict(config.limits),
+            "auth": asdict(config.auth),
+            "store": {"kind": config.store.kind, "data_dir": config.store.data_dir},
+            "http": {"host": config.http.host, "port": config.http.port},
+            "sys": asdict(config.sys),
+            "flapping": asdict(config.flapping),
+            "plugins": [loaded.name for loaded in self._broker.plugins],
+        }
+
+    # ----- clients ------------------------------------------------------------------------
+
+    def _client_view(self, entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
+        client = entry.client
+        state = session_state(entry.session)
+        view: dict[str, Any] = {
+            "clientid": client.client_id,
+            "username": client.username,
+            "peer": client.peer,
+            "listener": entry.listener,
+            "proto_ver": client.protocol_version,
+            "keepalive": client.keepalive,
+            "clean_start": client.clean_start,
+            "connected_at": entry.connected_at,
+            "inflight": len(state.inflight) if state else 0,
+            "queue": len(state.queue) if state and state.queue else 0,
+            "subscriptions": len(state.subscriptions) if state else 0,
+        }
+        if detail and state is not None:
+            view["subscriptions"] = {f: o.qos for f, o in state.subscriptions.items()}
+        return view
+
+    def clients(self, request: Request) -> Any:
+        query = request.query
+        search = query.get("clientid", "").lower()
+        entries = [
+            entry
+            for client_id, entry in sorted(self._context.clients.items())
+            if search in client_id.lower()
+            and query.get("username", entry.client.username) == entry.client.username
+            and query.get("listener", entry.listener) == entry.listener
+            and query.get("proto_ver", str(entry.client.protocol_version))
+            == str(entry.client.protocol_version)
+        ]
+        page = paged(request, entries)
+        page["data"] = [self._client_view(entry) for entry in page["data"]]
+        return page
+
+    def _connected(self, client_id: str) -> ConnectedClient:
+        entry = self._context.clients.get(client_id)
+        if entry is None:
+            raise ApiError(404, f"client {client_id!r} is not connected")
+        return entry
+
+    def client(self, request: Request) -> Any:
+        return self._client_view(self._connected(request.params["clientid"]), detail=True)
+
+    def kick(self, request: Request) -> Any:
+        """Close the client's connection: DISCONNECT 0x98 to a 5.0 client, its will fires."""
+        entry = self._connected(request.params["clientid"])
+        tell_if_alive(
+            entry.client_ref,
+            CloseConnection(DisconnectReason.ADMINISTRATIVE_ACTION, "(kicked by an operator)"),
+        )
+        return None
+
+    # ----- sessions and subscriptions -----------------------------------------------------
+
+    def sessions(self, request: Request) -> Any:
+        search = request.query.get("clientid", "").lower()
+        connected = request.query.get("connected")
+        views = []
+        registry = self._context.registry
+        for client_id, session in sorted(registry.sessions.items()):
+            state = session_state(session)
+            is_connected = client_id in self._context.clients
+            if state is None or search not in client_id.lower():
+                continue
+            if connected is not None and (connected == "true") != is_connected:
+                continue
+            views.append(
+                {
+                    "clientid": client_id,
+                    "connected": is_connected,
+                    "persistent": state.persistent,
+                    "subscriptions": len(state.subscriptions),
+                    "inflight": len(state.inflight),
+                    "queue": len(state.queue) if state.queue else 0,
+                    "awaiting_rel": len(state.awaiting_rel),
+                }
+            )
+        return paged(request, views)
+
+    def subscriptions(self, request: Request) -> Any:
+        client_filter = request.query.get("clientid")
+        topic = request.query.get("topic")  # a topic name: the filters that match it
+        rows = []
+        for client_id, session in sorted(self._context.registry.sessions.items()):
+            if client_filter is not None and client_id != client_filter:
+                continue
+            state = session_state(session)
+            if state is None:
+                continue
+            for topic_filter, options in sorted(state.subscriptions.items()):
+                if topic is not None and not matches(topic_filter, topic):
+                    continue
+                rows.append({"clientid": client_id, "topic": topic_filter, "qos": options.qos})
+        return paged(request, rows)
+
+    def routes(self, request: Request) -> Any:
+        """Topic filters and how many sessions subscribe to each."""
+        counts: dict[str, int] = {}
+        for session in self._context.registry.sessions.values():
+            state = session_state(session)
+            for topic_filter in state.subscriptions if state else ():
+                counts[topic_filter] = counts.get(topic_filter, 0) + 1
+        rows = [{"topic": t, "subscribers": n} for t, n in sorted(counts.items())]
+        return paged(request, rows)
+
+    # ----- retained messages --------------------------------------------------------------
+
+    def _retained_view(self, message: Message) -> dict[str, Any]:
+        return {
+            "topic": message.topic,
+            "qos": message.qos,
+            "size": len(message.payload),
+            "publisher": message.publisher,
+            "timestamp": message.timestamp,
+            **payload_fields(message.payload),
+        }
+
+    def retained_list(self, request: Request) -> Any:
+        index = self._broker.retained_index
+        assert index is not None
+        topic_filter = request.query.get("topic")
+        if topic_filter is not None:
+            try:
+                validate_topic_filter(topic_filter)
+            except TopicError as error:
+                raise ApiError(400, str(error)) from error
+        items = sorted(index.match(topic_filter) if topic_filter else index.items())
+        page = paged(request, [message for _topic, message in items])
+        page["data"] = [self._retained_view(message) for message in page["data"]]
+        return page
+
+    def retained_get(self, request: Request) -> Any:
+        index = self._broker.retained_index
+        assert index is not None
+        message = index.get(request.params["topic"])
+        if message is None:
+            raise ApiError(404, f"no retained message on {request.params['topic']!r}")
+        return self._retained_view(message)
+
+    def retained_delete(self, request: Request) -> Any:
+        topic = request.params["topic"]
+        index = self._broker.retained_index
+        assert index is not None
+        if index.get(topic) is None:
+            raise ApiError(404, f"no retained message on {topic!r}")
+        # An empty retained message clears the topic [MQTT-3.3.1-10]: told to the retainer,
+        # and deleted from the store. Subscribers get nothing: nothing was published.
+        self._context.retainer.tell(StoreRetained([Message(topic=topic, payload=b"", retain=True)]))
+        self._context.persistence.submit([DeleteRetained(topic)])
+        return None
+
+    # ----- publish ------------------------------------------------------------------------
+
+    def publish(self, request: Request) -> Any:
+        body = request.json()
+        topic = body.get("topic")
+        if not isinstance(topic, str):
+            raise ApiError(400, "topic must be a string")
+        try:
+            validate_topic_name(topic)
+        except TopicError as error:
+            raise ApiError(400, str(error)) from error
+        if topic.startswith("$"):
+            raise ApiError(400, "topics starting with '$' are the broker's [MQTT-4.7.2-1]")
+        qos, retain = body.get("qos", 0), body.get("retain", False)
+        if qos not in (0, 1, 2) or not isinstance(retain, bool):
+            raise ApiError(400, "qos must be 0, 1 or 2 and retain true or false")
+        payload = body.get("payload", "")
+        if not isinstance(payload, str):
+            raise ApiError(400, "payload must be a string")
+        if body.get("encoding", "plain") == "base64":
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except binascii.Error as error:
+                raise ApiError(400, f"payload is not base64: {error}") from error
+        else:
+            data = payload.encode()
+        message = Message(topic=topic, payload=data, qos=qos, retain=retain)
+        self._context.dispatcher.publish([message])
+        return {"id": message.message_id}
+
+    # ----- plugins ------------------------------------------------------------------------
+
+    def plugins(self, _request: Request) -> Any:
+        return [
+            {"name": loaded.name, "reloadable": hasattr(loaded.plugin, "reload")}
+            for loaded in self._broker.plugins
+        ]
+
+    def plugins_reload(self, _request: Request) -> Any:
+        """SIGHUP's reload: plugin files, TLS certificates, sessions re-authorised."""
+        self._broker.reload()
+        return self.plugins(_request)
+
+    # ----- bans ---------------------------------------------------------------------------
+
+    def bans(self, request: Request) -> Any:
+        admission = self._context.admission
+        assert admission is not None
+        return paged(request, [ban.as_dict() for ban in admission.table.bans(time.time())])
+
+    def ban_add(self, request: Request) -> Any:
+        """Body: {"kind": "clientid"|"username"|"peerhost", "value": ..., "duration": seconds
+        (or "until": epoch seconds; neither: until lifted), "reason": ...}."""
+        body = request.json()
+        now = time.time()
+        duration = body.pop("duration", None)
+        if duration is not None:
+            if not isinstance(duration, int | float) or duration <= 0:
+                raise ApiError(400, "duration must be a number of seconds above 0")
+            body["until"] = now + duration
+        body["created_at"] = now
+        try:
+            ban = ban_from_dict(body)
+        except BanError as error:
+            raise ApiError(400, str(error)) from error
+        admission = self._context.admission
+        assert admission is not None
+        admission.add(ban)
+        return Response(201, orjson.dumps(ban.as_dict()))
+
+    def ban_remove(self, request: Request) -> Any:
+        admission = self._context.admission
+        assert admission is not None
+        try:
+            kind = BanKind(request.params["kind"])
+            removed = admission.remove(kind, request.params["value"])
+        except (ValueError, BanError) as error:
+            raise ApiError(400, str(error)) from error
+        if not removed:
+            raise ApiError(404, f"no ban of {request.params['kind']} {request.params['value']!r}")
+        return None
+
+
+def add_api_routes(router: Router, broker: Broker) -> None:
+    api = Api(broker)
+    routes = [
+        ("GET", "/api/v1/stats", api.stats),
+        ("GET", "/api/v1/config", api.config),
+        ("GET", "/api/v1/clients", api.clients),
+        ("GET", "/api/v1/clients/{clientid...}", api.client),
+        ("DELETE", "/api/v1/clients/{clientid...}", api.kick),
+        ("GET", "/api/v1/sessions", api.sessions),
+        ("GET", "/api/v1/subscriptions", api.subscriptions),
+        ("GET", "/api/v1/routes", api.routes),
+        ("GET", "/api/v1/retained", api.retained_list),
+        ("GET", "/api/v1/retained/{topic...}", api.retained_get),
+        ("DELETE", "/api/v1/retained/{topic...}", api.retained_delete),
+        ("POST", "/api/v1/publish", api.publish),
+        ("GET", "/api/v1/plugins", api.plugins),
+        ("POST", "/api/v1/plugins/reload", api.plugins_reload),
+        ("GET", "/api/v1/banned", api.bans),
+        ("POST", "/api/v1/banned", api.ban_add),
+        ("DELETE", "/api/v1/banned/{kind}/{value...}", api.ban_remove),
+    ]
+    router.add("GET", "/api/v1/health", api.health, public=True)
+    router.add("GET", "/api/v1/ready", api.ready, public=True)
+    for method, pattern, handler in routes:
+        router.add(method, pattern, handler)

@@ -1,0 +1,120 @@
+"""Who may use the admin API: API keys (stored as SHA-256 hashes) or Basic auth against a
+Mosquitto password file.
+
+A request is accepted with `Authorization: Bearer <key>` (or `X-API-Key: <key>`) for a key
+whose hash is configured, or `Authorization: Basic` with a user and password from
+`[http] password_file`, or with any user name and an API key as the password (so that a
+browser's login prompt works with keys too). The keys are random strings made by
+`python -m actors.ctl new-key`: high in entropy, so one SHA-256 is enough to keep the
+configuration from holding them in clear. Password-file checks are PBKDF2, slow on purpose;
+a successful check is remembered (by a SHA-256 of user and password) until the file is
+reloaded, so a dashboard polling every second does not pay it each time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import secrets
+from pathlib import Path
+
+from actors.config import ConfigError, HttpConfig
+from plugins.auth_file import PasswordFileError, PasswordHash, load_password_file
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "sha256:"
+
+
+class AuthSetupError(ConfigError):
+    """The configured keys or password file are unusable; the message says which."""
+
+
+def hash_key(key: str) -> str:
+    """What `[http] api_keys` holds for `key`."""
+    return KEY_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class Authenticator:
+    def __init__(self, config: HttpConfig) -> None:
+        self._key_hashes = {self._checked(entry, "[http] api_keys") for entry in config.api_keys}
+        if config.api_key_file:
+            self._key_hashes |= _read_key_file(Path(config.api_key_file))
+        self._users: dict[str, PasswordHash] = {}
+        if config.password_file:
+            try:
+                self._users = load_password_file(Path(config.password_file))
+            except PasswordFileError as error:
+                raise AuthSetupError(f"[http] password_file: {error}") from error
+        self._verified: set[bytes] = set()
+        if not self._key_hashes and not self._users:
+            logger.warning(
+                "admin HTTP: no [http] api_keys, api_key_file or password_file: every API "
+                "request is refused (make a key with `python -m actors.ctl new-key`)"
+            )
+
+    @staticmethod
+    def _checked(entry: str, where: str) -> str:
+        entry = entry.strip()
+        digest = entry.removeprefix(KEY_PREFIX)
+        if not entry.startswith(KEY_PREFIX) or len(digest) != 64:
+            raise AuthSetupError(
+                f"{where}: {entry[:12]!r}... is not 'sha256:<64 hex digits>' (make one with "
+                "`python -m actors.ctl hash-key KEY`)"
+            )
+        return entry.lower()
+
+    def allowed(self, authorization: str | None, api_key: str | None) -> bool:
+        """Whether the request's `Authorization` or `X-API-Key` header admits it."""
+        if api_key:
+            return self._key_ok(api_key)
+        if not authorization:
+            return False
+        scheme, _, credentials = authorization.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer":
+            return self._key_ok(credentials.strip())
+        if scheme != "basic":
+            return False
+        try:
+            user, colon, password = (
+                base64.b64decode(credentials.strip(), validate=True).decode().partition(":")
+            )
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return bool(colon) and (self._key_ok(password) or self._password_ok(user, password))
+
+    def _key_ok(self, key: str) -> bool:
+        candidate = hash_key(key)
+        return any(hmac.compare_digest(candidate, known) for known in self._key_hashes)
+
+    def _password_ok(self, user: str, password: str) -> bool:
+        stored = self._users.get(user)
+        if stored is None:
+            return False
+        token = hashlib.sha256(f"{user}\0{password}".encode()).digest()
+        if token in self._verified:
+            return True
+        if stored.verify(password.encode()):
+            self._verified.add(token)
+            return True
+        return False
+
+
+def _read_key_file(path: Path) -> set[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise AuthSetupError(f"[http] api_key_file {path}: {error}") from error
+    return {
+        Authenticator._checked(line, f"{path} line {number}")
+        for number, line in enumerate(lines, 1)
+        if line.strip() and not line.startswith("#")
+    }

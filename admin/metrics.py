@@ -1,0 +1,158 @@
+"""`GET /metrics`: a prometheus-client collector over one `Figures` read per scrape.
+
+Nothing is counted for Prometheus on the publish path: the broker's own plain counters
+(`actors.stats`) are turned into metric families when a scrape comes (a custom collector, as
+prometheus-client recommends for values another system keeps). Every family carries the
+`worker` label, so a pool's workers can be told apart or summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from actors.figures import Figures, read_figures
+from core.latency import LatencyHistogram
+
+if TYPE_CHECKING:
+    from actors.broker import Broker
+
+PREFIX = "mqtt_broker"
+
+
+class BrokerCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(metric_families(read_figures(self._broker)))
+
+
+def new_registry(broker: Broker) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    return registry
+
+
+def _gauge(name: str, doc: str, worker: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["worker"])
+    family.add_metric([worker], value)
+    return family
+
+
+def _counter(name: str, doc: str, worker: str, value: float) -> CounterMetricFamily:
+    family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["worker"])
+    family.add_metric([worker], value)
+    return family
+
+
+def _histogram(
+    family: HistogramMetricFamily, labels: list[str], histogram: LatencyHistogram
+) -> None:
+    family.add_metric(labels, histogram.cumulative(), sum_value=histogram.total)
+
+
+def metric_families(figures: Figures) -> list[Metric]:
+    worker = str(figures.worker)
+    families: list[Metric] = [
+        _gauge("uptime_seconds", "Seconds since the worker started.", worker, figures.uptime),
+        _gauge("connections", "Clients connected now.", worker, figures.connections),
+        _gauge(
+            "connections_max", "Most clients connected at once.", worker, figures.connections_max
+        ),
+        _counter(
+            "connections_accepted",
+            "CONNECTs accepted (session attached).",
+            worker,
+            figures.connections_total,
+        ),
+        _counter(
+            "connections_banned",
+            "CONNECTs refused by a ban (CONNACK 0x8A).",
+            worker,
+            figures.connects_banned,
+        ),
+        _gauge("sessions", "Sessions, connected and kept offline.", worker, figures.sessions),
+        _gauge(
+            "subscriptions", "Subscriptions (route table entries).", worker, figures.subscriptions
+        ),
+        _gauge(
+            "topic_filters", "Distinct subscribed topic filters.", worker, figures.topic_filters
+        ),
+        _gauge("retained_messages", "Retained messages held.", worker, figures.retained),
+        _gauge("queued_messages", "Messages in the sessions' queues.", worker, figures.queued),
+        _gauge(
+            "inflight_messages",
+            "QoS 1/2 messages awaiting acknowledgement.",
+            worker,
+            figures.inflight,
+        ),
+        _gauge("bans", "Bans in force.", worker, figures.banned),
+        _counter(
+            "messages_sent",
+            "PUBLISH packets written to subscribers.",
+            worker,
+            figures.messages_sent,
+        ),
+        _counter("bytes_received", "MQTT bytes read.", worker, figures.bytes_received),
+        _counter("bytes_sent", "MQTT bytes written.", worker, figures.bytes_sent),
+        _gauge("store_bytes", "Size of the store's files.", worker, figures.store_bytes),
+        _counter(
+            "process_cpu_seconds", "CPU time of the worker process.", worker, figures.cpu_seconds
+        ),
+        _gauge(
+            "process_resident_memory_bytes", "RSS of the worker process.", worker, figures.rss_bytes
+        ),
+    ]
+    by_listener = GaugeMetricFamily(
+        f"{PREFIX}_listener_connections",
+        "Open connections per listener.",
+        labels=["worker", "listener"],
+    )
+    for listener, count in figures.connections_by_listener.items():
+        by_listener.add_metric([worker, listener], count)
+    by_version = GaugeMetricFamily(
+        f"{PREFIX}_connections_by_protocol",
+        "Clients connected per MQTT protocol level.",
+        labels=["worker", "protocol_version"],
+    )
+    for version, count in sorted(figures.connected_by_version.items()):
+        by_version.add_metric([worker, str(version)], count)
+    received = CounterMetricFamily(
+        f"{PREFIX}_messages_received",
+        "Application messages accepted from publishers.",
+        labels=["worker", "qos"],
+    )
+    for qos, count in enumerate(figures.received_by_qos):
+        received.add_metric([worker, str(qos)], count)
+    dropped = CounterMetricFamily(
+        f"{PREFIX}_messages_dropped",
+        "Messages or deliveries dropped, by reason.",
+        labels=["worker", "reason"],
+    )
+    for reason, count in sorted(figures.dropped_by_reason.items()):
+        dropped.add_metric([worker, reason], count)
+    families += [by_listener, by_version, received, dropped]
+    if figures.store_commits is not None:
+        commits = HistogramMetricFamily(
+            f"{PREFIX}_store_commit_seconds", "Store commit latency.", labels=["worker"]
+        )
+        _histogram(commits, [worker], figures.store_commits)
+        families.append(commits)
+    hooks = HistogramMetricFamily(
+        f"{PREFIX}_hook_seconds",
+        "Time to run a hook point's chain of callbacks.",
+        labels=["worker", "hook"],
+    )
+    for point, histogram in sorted(figures.hook_latency.items()):
+        _histogram(hooks, [worker, point], histogram)
+    families.append(hooks)
+    return families

@@ -1,0 +1,90 @@
+"""The admin listener's HTTP vocabulary: requests, responses, errors and the path router.
+
+Plain objects, no I/O: `admin.server` turns WSGI calls into `Request`s and `Response`s into
+WSGI answers; `admin.api` handlers take the one and return the other (or a JSON-able value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+class ApiError(Exception):
+    """An answer other than success: `status` (404, 400, ...) and a message for the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: bytes
+    params: dict[str, str] = field(default_factory=dict)  # from the route's pattern
+
+    def json(self) -> dict[str, Any]:
+        try:
+            value = orjson.loads(self.body or b"{}")
+        except orjson.JSONDecodeError as error:
+            raise ApiError(400, f"the body is not JSON: {error}") from error
+        if not isinstance(value, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return value
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+Handler = Callable[[Request], Any]  # returns a JSON-able value or a Response
+STATUS_TEXT = {
+    200: "200 OK",
+    201: "201 Created",
+    204: "204 No Content",
+    400: "400 Bad Request",
+    401: "401 Unauthorized",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    409: "409 Conflict",
+    413: "413 Payload Too Large",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
+
+
+class Router:
+    """Routes `METHOD /path/{name}` patterns to handlers; `{name...}` takes the rest of the
+    path, slashes included (topics, CIDR blocks)."""
+
+    def __init__(self) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler, bool]] = []
+
+    def add(self, method: str, pattern: str, handler: Handler, public: bool = False) -> None:
+        regex = re.sub(r"\{(\w+)\.\.\.\}", r"(?P<\1>.+)", pattern)
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
+        self._routes.append((method, re.compile(f"^{regex}$"), handler, public))
+
+    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str], bool]:
+        allowed = False
+        for route_method, regex, handler, public in self._routes:
+            match = regex.match(path)
+            if match is None:
+                continue
+            if route_method != method:
+                allowed = True
+                continue
+            # PATH_INFO is already percent-decoded (WSGI): "a%2Fb" arrives as "a/b".
+            return handler, match.groupdict(), public
+        raise ApiError(405 if allowed else 404, f"no route for {method} {path}")

@@ -1,0 +1,171 @@
+"""The admin HTTP listener: gevent's pywsgi with a small router, inside the broker worker.
+
+Why pywsgi: gevent is already the broker's loop, so the listener is a few more greenlets on
+it (no thread, no second event loop, no new dependency); a request handler reads the
+broker's tables in place between two yields, and whatever waits (a plugin reload asking the
+sessions) waits with pykka futures and timeouts in its own greenlet while MQTT traffic goes
+on. A framework (Flask, Bottle) would bring routing we need a dozen lines for. HTTPS with
+`[http] certfile`.
+
+Routes: `/metrics` (Prometheus), `/api/v1/...` (JSON, `admin.api`), `/` and `/static/...`
+(the dashboard). Everything needs credentials (`admin.auth`) except `/api/v1/health`,
+`/api/v1/ready` and, unless `[http] metrics_auth`, `/metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import orjson
+from gevent import pywsgi
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from admin.api import add_api_routes
+from admin.auth import Authenticator
+from admin.metrics import new_registry
+from admin.routing import STATUS_TEXT, ApiError, Request, Response, Router
+
+if TYPE_CHECKING:
+    from actors.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+MAX_BODY = 1_048_576  # bytes of a request body
+# Requests served at once (one greenlet each); more wait in the accept backlog, so a flood of
+# HTTP clients cannot fill the event loop the MQTT connections share.
+MAX_CONCURRENT_REQUESTS = 64
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+REALM = 'Basic realm="actor-mqtt-broker", charset="UTF-8"'
+
+
+class AdminServer:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._config = broker.config.http
+        self._auth = Authenticator(self._config)
+        self._registry = new_registry(broker)
+        self.router = Router()
+        self.router.add("GET", "/metrics", self._metrics, public=not self._config.metrics_auth)
+        self.router.add("GET", "/", self._dashboard)
+        self.router.add("GET", "/static/{name}", self._static)
+        add_api_routes(self.router, broker)
+        self._server: pywsgi.WSGIServer | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        """Bind and serve; raises OSError if the address is taken."""
+        config = self._config
+        error_log = logging.getLogger("admin.http")
+        address = (config.host, config.port)
+        if config.certfile:
+            server = pywsgi.WSGIServer(
+                address,
+                self.application,
+                log=None,
+                error_log=error_log,
+                spawn=MAX_CONCURRENT_REQUESTS,
+                certfile=config.certfile,
+                keyfile=config.keyfile or config.certfile,
+            )
+        else:
+            server = pywsgi.WSGIServer(
+                address,
+                self.application,
+                log=None,
+                error_log=error_log,
+                spawn=MAX_CONCURRENT_REQUESTS,
+            )
+        server.start()
+        self._server = server
+        self.port = server.server_port or 0
+        scheme = "https" if config.certfile else "http"
+        logger.info(
+            "admin HTTP: listening on %s://%s:%d (API, /metrics, dashboard)",
+            scheme,
+            config.host,
+            self.port,
+        )
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(timeout=1)
+            self._server = None
+
+    # ----- WSGI ---------------------------------------------------------------------------
+
+    def application(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        method = environ["REQUEST_METHOD"]
+        path = environ.get("PATH_INFO") or "/"
+        try:
+            response = self._respond(method, path, environ)
+        except ApiError as error:
+            response = Response(error.status, orjson.dumps({"error": error.message}))
+        except Exception:
+            logger.exception("admin HTTP: %s %s failed (a broker bug)", method, path)
+            response = Response(500, orjson.dumps({"error": "internal error, see the log"}))
+        headers = [
+            ("Content-Type", response.content_type),
+            ("Content-Length", str(len(response.body))),
+            ("Cache-Control", "no-store"),
+        ]
+        if response.status == 401:
+            headers.append(("WWW-Authenticate", REALM))
+        start_response(STATUS_TEXT.get(response.status, str(response.status)), headers)
+        return [response.body]
+
+    def _respond(self, method: str, path: str, environ: dict[str, Any]) -> Response:
+        handler, params, public = self.router.find(method, path)
+        if not public and not self._auth.allowed(
+            environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_API_KEY")
+        ):
+            logger.info(
+                "admin HTTP: refused %s %s from %s: no valid credentials",
+                method,
+                path,
+                environ.get("REMOTE_ADDR"),
+            )
+            raise ApiError(401, "credentials needed: an API key or a password-file user")
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError as error:
+            raise ApiError(400, "Content-Length is not a number") from error
+        if length > MAX_BODY:
+            raise ApiError(413, f"the body is over {MAX_BODY} bytes")
+        body = environ["wsgi.input"].read(length) if length else b""
+        query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+        result = handler(Request(method, path, query, body, params))
+        if isinstance(result, Response):
+            return result
+        if result is None:
+            return Response(204, b"")
+        return Response(200, orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))
+
+    # ----- metrics and static files ------------------------------------------------------
+
+    def _metrics(self, _request: Request) -> Response:
+        return Response(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+
+    def _dashboard(self, _request: Request) -> Response:
+        return self._file("index.html")
+
+    def _static(self, request: Request) -> Response:
+        return self._file(request.params["name"])
+
+    @staticmethod
+    def _file(name: str) -> Response:
+        path = STATIC_DIR / name
+        if path.parent != STATIC_DIR or path.suffix not in CONTENT_TYPES or not path.is_file():
+            raise ApiError(404, f"no file {name!r}")
+        return Response(200, path.read_bytes(), CONTENT_TYPES[path.suffix])

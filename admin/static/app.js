@@ -1,0 +1,196 @@
+// The dashboard: polls the admin API once a second (same origin, the browser's credentials)
+// and draws the last HISTORY samples on canvases; no library, no build step.
+"use strict";
+
+const HISTORY = 300; // samples kept: five minutes at one a second
+const samples = []; // {time, connections, received, sent, dropped}
+let clientSearch = "";
+
+async function api(path, options) {
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  if (!response.ok && response.status !== 204) {
+    throw new Error(`${path}: ${response.status}`);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+function text(value) {
+  return value === null || value === undefined ? "" : String(value);
+}
+
+function setStatus(ok, message) {
+  const element = document.getElementById("status");
+  element.textContent = message;
+  element.className = "status " + (ok ? "ok" : "error");
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement("td");
+    if (cell instanceof Node) td.appendChild(cell);
+    else td.textContent = text(cell);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function fill(tableId, rows) {
+  const body = document.querySelector(`#${tableId} tbody`);
+  body.replaceChildren(...rows);
+}
+
+function duration(seconds) {
+  const s = Math.floor(seconds);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
+}
+
+function rates() {
+  // messages per second between consecutive samples
+  const result = [];
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1], b = samples[i];
+    const dt = Math.max(b.time - a.time, 0.001);
+    result.push({
+      in: (b.received - a.received) / dt,
+      out: (b.sent - a.sent) / dt,
+      dropped: (b.dropped - a.dropped) / dt,
+    });
+  }
+  return result;
+}
+
+function draw(canvasId, series) {
+  // series: [{values: [...], color}], drawn on a shared y scale from 0
+  const canvas = document.getElementById(canvasId);
+  const ctx = canvas.getContext("2d");
+  const width = canvas.width, height = canvas.height, left = 44, bottom = 16;
+  ctx.clearRect(0, 0, width, height);
+  const max = Math.max(1, ...series.flatMap((s) => s.values));
+  ctx.fillStyle = "#667";
+  ctx.font = "11px sans-serif";
+  ctx.strokeStyle = "#e4e6ea";
+  for (let i = 0; i <= 4; i++) {
+    const y = (height - bottom) * (1 - i / 4);
+    ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(width, y); ctx.stroke();
+    const label = (max * i) / 4;
+    ctx.fillText(label >= 100 ? label.toFixed(0) : label.toFixed(1), 2, Math.max(y, 10));
+  }
+  // The x axis spans the samples held, at least a minute, at most HISTORY seconds.
+  const span = Math.min(HISTORY, Math.max(60, samples.length));
+  ctx.fillText(span >= 120 ? `last ${Math.round(span / 60)} min` : `last ${span} s`, left, height - 2);
+  for (const s of series) {
+    ctx.strokeStyle = s.color;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    s.values.forEach((value, i) => {
+      const x = left + ((width - left) * (i + span - s.values.length)) / span;
+      const y = (height - bottom) * (1 - value / max);
+      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+    });
+    ctx.stroke();
+  }
+}
+
+async function refreshStats() {
+  const stats = await api("/api/v1/stats");
+  document.getElementById("node").textContent = stats.node;
+  const dropped = stats.messages_dropped + stats.deliveries_dropped;
+  const figures = {
+    connections: stats.connections, sessions: stats.sessions,
+    subscriptions: stats.subscriptions, retained: stats.retained,
+    received: stats.messages_received, sent: stats.messages_sent, dropped,
+    uptime: duration(stats.uptime),
+  };
+  for (const [name, value] of Object.entries(figures)) {
+    document.getElementById(`f-${name}`).textContent = text(value);
+  }
+  samples.push({
+    time: stats.time, connections: stats.connections,
+    received: stats.messages_received, sent: stats.messages_sent, dropped,
+  });
+  if (samples.length > HISTORY) samples.shift();
+  draw("chart-connections", [{ values: samples.map((s) => s.connections), color: "#6a1b9a" }]);
+  const r = rates();
+  draw("chart-rates", [
+    { values: r.map((x) => x.in), color: "#1565c0" },
+    { values: r.map((x) => x.out), color: "#2e7d32" },
+    { values: r.map((x) => x.dropped), color: "#c62828" },
+  ]);
+  fill("topics", stats.top_topics.map((t) => row([t.topic, t.messages])));
+}
+
+async function kick(clientId) {
+  await api(`/api/v1/clients/${encodeURIComponent(clientId)}`, { method: "DELETE" });
+  await refreshClients();
+}
+
+async function refreshClients() {
+  const query = new URLSearchParams({ limit: "100", clientid: clientSearch });
+  const page = await api(`/api/v1/clients?${query}`);
+  fill("clients", page.data.map((c) => {
+    const button = document.createElement("button");
+    button.className = "kick";
+    button.textContent = "kick";
+    button.dataset.clientid = c.clientid;
+    button.addEventListener("click", () => kick(c.clientid).catch(showError));
+    return row([c.clientid, c.username, c.peer, c.listener, c.proto_ver, c.keepalive,
+      c.inflight, c.queue, c.subscriptions, button]);
+  }));
+  document.getElementById("clients-count").textContent =
+    `${page.data.length} of ${page.meta.count} connected clients`;
+}
+
+async function refreshRetained() {
+  // "#" leaves out the $SYS topics [MQTT-4.7.2-1]: the figures above show those.
+  const page = await api("/api/v1/retained?limit=50&topic=%23");
+  fill("retained", page.data.map((m) => {
+    const tr = row([m.topic, m.qos, m.payload_encoding === "plain" ? m.payload : "(binary)"]);
+    tr.lastChild.className = "payload";
+    return tr;
+  }));
+}
+
+async function loadConfig() {
+  const config = await api("/api/v1/config");
+  const list = document.getElementById("config");
+  const entries = [
+    ["node", config.node_name], ["listeners", config.listeners.join(", ")],
+    ["store", `${config.store.kind} (${config.store.data_dir})`],
+    ["plugins", config.plugins.join(", ") || "none"],
+    ["max packet size", config.limits.max_packet_size],
+    ["max in-flight", config.limits.max_inflight],
+    ["max queued", config.limits.max_queued_messages],
+    ["anonymous", config.auth.allow_anonymous],
+    ["$SYS interval", `${config.sys.interval} s`],
+    ["flapping", config.flapping.max_connects
+      ? `${config.flapping.max_connects} in ${config.flapping.window} s` : "off"],
+  ];
+  list.replaceChildren(...entries.flatMap(([name, value]) => {
+    const dt = document.createElement("dt"); dt.textContent = name;
+    const dd = document.createElement("dd"); dd.textContent = text(value);
+    return [dt, dd];
+  }));
+}
+
+function showError(error) {
+  setStatus(false, `error: ${error.message}`);
+}
+
+async function tick() {
+  try {
+    await Promise.all([refreshStats(), refreshClients(), refreshRetained()]);
+    setStatus(true, `live · ${new Date().toLocaleTimeString()}`);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+document.getElementById("client-search").addEventListener("input", (event) => {
+  clientSearch = event.target.value;
+  refreshClients().catch(showError);
+});
+loadConfig().catch(showError);
+tick();
+setInterval(tick, 1000);

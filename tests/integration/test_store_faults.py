@@ -1,0 +1,125 @@
+"""A full disk under the store (a small tmpfs, mounted by the test: it needs root) never stops
+the broker (docs/overload.md): QoS 1/2 publishes that a persistent session would have to
+store are refused (MQTT 5: PUBACK/PUBREC 0x97; MQTT 3.1.1: the publisher is disconnected),
+everything else is served, and once space is freed the store commits again by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+
+from mqtt.packets import PubAck, Publish, PubRec
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess
+from tests.support.clients import PahoCollector, connect_raw, unique
+
+DISK_BYTES = 8 * 1024 * 1024
+PAYLOAD = bytes(64 * 1024)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 8 MiB (skipped where the test may not mount one)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; return it."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(bytes(4096))
+        except OSError as error:
+            assert error.errno == errno.ENOSPC, error
+    return filler
+
+
+def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
+    broker_factory: Callable[..., BrokerProcess], small_disk: Path
+) -> None:
+    broker = broker_factory(None, "--data-dir", str(small_disk), "--store", "sqlite")
+    kept_topic, free_topic = unique("kept"), unique("free")
+    keeper_id = unique("keeper")
+    keeper = PahoCollector(broker, keeper_id, clean_session=False)
+    assert keeper.subscribe(kept_topic, 1)[0].value == 1
+    keeper.close()  # offline: its QoS 1 messages must be stored
+    free = PahoCollector(broker, unique("free-sub"))
+    assert free.subscribe(free_topic, 1)[0].value == 1
+
+    filler = fill(small_disk)
+    v5 = connect_raw(broker, unique("pub5"), version=5)
+    answers: dict[int, int] = {}
+    packet_id = 0
+    deadline = time.monotonic() + 20
+    while 0x97 not in answers.values():  # until the store fails and publishes are refused
+        assert time.monotonic() < deadline, answers
+        packet_id += 1
+        v5.send(Publish(kept_topic, PAYLOAD, qos=1, packet_id=packet_id))
+        with contextlib.suppress(TimeoutError):
+            while True:
+                ack = v5.expect(timeout=0.3)
+                assert isinstance(ack, PubAck), ack
+                answers[ack.packet_id] = ack.reason_code
+    wait_for_log(broker, "commit of")
+    wait_for_log(broker, "refused QoS 1/2 publishes to persistent sessions")
+    withheld = [n for n in range(1, packet_id + 1) if n not in answers]  # stuck in the commit
+
+    # QoS 2 from a 5.0 client: PUBREC 0x97.
+    v5.send(Publish(kept_topic, b"two", qos=2, packet_id=60000))
+    pubrec = v5.expect(timeout=5)
+    assert isinstance(pubrec, PubRec) and pubrec.reason_code == 0x97, pubrec
+    # A 3.1.1 client has no reason code: it is disconnected.
+    v4 = connect_raw(broker, unique("pub4"))
+    v4.send(Publish(kept_topic, b"durable?", qos=1, packet_id=1))
+    assert v4.is_closed_by_broker(timeout=5)
+    # Everything else goes on: QoS 1 to a clean subscriber, and new connections.
+    other = PahoCollector(broker, unique("other-pub"))
+    other.publish(free_topic, b"still served", qos=1)
+    assert free.next_message(timeout=5).payload == b"still served"
+    other.close()
+    assert broker.process.poll() is None
+
+    filler.unlink()  # space again: the store recovers by itself
+    wait_for_log(broker, "commits succeed again", timeout=30)
+    with contextlib.suppress(TimeoutError):  # the publishes caught in the failed commit
+        while True:
+            ack = v5.expect(timeout=1)
+            answers[ack.packet_id] = ack.reason_code
+    assert all(answers.get(n) == 0 for n in withheld), (withheld, answers)
+    v5.send(Publish(kept_topic, b"after", qos=1, packet_id=packet_id + 1))
+    assert v5.expect(timeout=5) == PubAck(packet_id + 1)
+    accepted = sum(1 for code in answers.values() if code == 0) + 1
+    v5.close()
+
+    # Every publish that was acknowledged reached the persistent session.
+    keeper = PahoCollector(broker, keeper_id, clean_session=False)
+    payloads = [keeper.next_message(timeout=10).payload for _ in range(accepted)]
+    assert payloads[-1] == b"after"
+    keeper.assert_no_message(within=0.5)
+    keeper.client.disconnect()
+    keeper.client.loop_stop()
+    free.close()
+    assert broker.stop() == 0
+    assert "Traceback" not in broker.log()
+    assert paho.MQTT_ERR_SUCCESS == 0  # paho's constant the helpers rely on

@@ -1,0 +1,82 @@
+"""The admin HTTP listener in tests: a broker config with `[http]` on a free port, and
+requests to it with the test's API key."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from admin.auth import hash_key
+from tests.support.broker_process import BrokerProcess
+
+API_KEY = "test-key-0123456789"
+
+
+def free_port() -> int:
+    """A port nobody listens on now (the broker binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def http_config(port: int, extra: str = "") -> str:
+    """A `[http]` table with API_KEY; `extra` adds keys to it."""
+    return f'[http]\nport = {port}\napi_keys = ["{hash_key(API_KEY)}"]\n{extra}\n'
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+    headers: Any
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Admin:
+    """Requests to one broker's admin listener; `auth` None: no credentials."""
+
+    broker: BrokerProcess
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        key: str | None = API_KEY,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        all_headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        all_headers.update(headers or {})
+        data = orjson.dumps(body) if body is not None else None
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request(method, path, body=data, headers=all_headers)
+            response = connection.getresponse()
+            return Answer(response.status, response.read(), response.headers)
+        finally:
+            connection.close()
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        """GET `path`, which must succeed; its JSON."""
+        answer = self.request("GET", path, **kwargs)
+        assert answer.status == 200, (path, answer.status, answer.body)
+        return answer.json()
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
