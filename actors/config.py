@@ -55,9 +55,7 @@ class ListenerConfig:
         return f"{self.type} {self.host}:{self.port}"
 
 
-_NETWORK_KEYS = frozenset(
-    {"type", "host", "port", "max_connections", "max_connection_rate"}
-)
+_NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections", "max_connection_rate"})
 _TLS_KEYS = frozenset(
     {
         "certfile",

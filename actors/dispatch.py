@@ -161,14 +161,19 @@ class Dispatcher:
             self._deliver_with_flow(per_session, publisher)
         if retained:
             self._retainer.tell(StoreRetained(retained))
+        return self._submit(ops, retained, on_durable)
+
+    def _submit(
+        self, ops: list[Op], retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> bool:
+        """Submit a batch's store ops (`on_durable` runs after their commit); in a pool, first
+        send the other workers what the forwarder collected (and the retained messages)."""
+        remote = self.remote
         if remote is not None:
             local_part = remote.flush(retained, on_durable)
             if local_part is not None:  # the acks wait for other workers' commits too
                 self._persistence.submit(ops, local_part)
                 return True
-        return self._submit(ops, on_durable)
-
-    def _submit(self, ops: list[Op], on_durable: Callable[[], object] | None) -> bool:
         if ops:
             self._persistence.submit(ops, on_durable)
             return True

@@ -84,9 +84,7 @@ class PoolBroker(Broker):
         self.context.persistence.interleave(self.worker_id, self.workers, max(seqs, default=0))
         low = self.worker_id * MESSAGE_ID_SPACE
         mine = [
-            m.message_id
-            for m in snapshot.retained
-            if low <= m.message_id < low + MESSAGE_ID_SPACE
+            m.message_id for m in snapshot.retained if low <= m.message_id < low + MESSAGE_ID_SPACE
         ]
         core.message.skip_message_ids(max(mine, default=low))
         return snapshot
