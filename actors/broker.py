@@ -145,7 +145,7 @@ class Broker:
 
             self._http = AdminServer(self)
             try:
-                self._http.start()
+                self._http.start(self._http_listener())
             except OSError as error:
                 raise ListenError(
                     f"cannot listen for the admin HTTP API on {self.config.http.host}:"
@@ -161,6 +161,10 @@ class Broker:
 
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
         return SessionRegistry(self.context, sessions)
+
+    def _http_listener(self) -> Any:
+        """A socket already listening for the admin HTTP API, or None: bind `[http]`."""
+        return None
 
     def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
         """What `endpoint`'s listener is given: (an address and the backlog to bind it

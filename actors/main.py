@@ -73,6 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pool-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir=args.pool_dir,
             listen_fds=[int(fd) for fd in args.listen_fds.split(",") if fd],
             ready_fd=args.ready_fd,
+            http_fd=args.http_fd,
         )
     status = _start(broker)
     if status:

@@ -1,10 +1,11 @@
 """`python -m actors.main --workers N` (N > 1): the pool's supervisor process (docs/pool.md).
 
-It binds every configured listener once, starts the pool's one store process (unless
-`[store] kind = "none"`), then runs N workers (`python -m actors.main ... --worker-id I`)
-under `actors.supervisor.Supervisor`, which restarts the ones that die, forwards SIGHUP and
-SIGTERM, and makes the workers end with it. Each worker inherits the listening sockets and
-accepts on them; the kernel spreads the connections.
+It binds every configured listener once (and the admin HTTP listener, which worker 0
+serves), starts the pool's one store process (unless `[store] kind = "none"`), then runs N
+workers (`python -m actors.main ... --worker-id I`) under `actors.supervisor.Supervisor`,
+which restarts the ones that die, forwards SIGHUP and SIGTERM, and makes the workers end
+with it. Each worker inherits the listening sockets and accepts on them; the kernel spreads
+the connections.
 
 It logs "ready: accepting MQTT connections on HOST:PORT" once every worker has said, on the
 ready pipe, that it accepts: then every worker is linked to the others and has restored
@@ -63,9 +64,15 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
         threading.Thread(
             target=_announce_ready, args=(ready_r, workers, address), daemon=True
         ).start()
-        fds = [sock.fileno() for sock in sockets]
+        fds = [sock.fileno() for sock in sockets[: len(config.listeners)]]
+        # Worker 0 serves the admin HTTP API on the socket bound last by _listen; the others
+        # run without one.
+        http_fd = sockets[-1].fileno() if config.http.port else None
 
         def command(worker_id: int) -> list[str]:
+            admin = []
+            if http_fd is not None:
+                admin = ["--http-fd", str(http_fd)] if worker_id == 0 else ["--http-port", "0"]
             return [
                 sys.executable,
                 "-m",
@@ -81,11 +88,13 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
                 ",".join(map(str, fds)),
                 "--ready-fd",
                 str(ready_w),
+                *admin,
             ]
 
         logger.info("pool: starting %d workers (run directory %s)", workers, run_dir)
         # A worker exiting with 2 (a configuration error: plugins, TLS) stops the pool.
-        status = Supervisor(command, workers, pass_fds=[*fds, ready_w], fatal_status=2).run()
+        passed = [sock.fileno() for sock in sockets]
+        status = Supervisor(command, workers, pass_fds=[*passed, ready_w], fatal_status=2).run()
         os.close(ready_w)
         return status
     finally:
@@ -156,8 +165,9 @@ def _start_store(
 
 
 def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
-    """Check the listeners' TLS files and bind each listener into `sockets`, logging as one
-    broker would; 0, or the exit status (2: TLS configuration, 1: an address in use)."""
+    """Check the listeners' TLS files and bind each listener into `sockets`, then the admin
+    HTTP listener (unless `[http] port` is 0), logging as one broker would; 0, or the exit
+    status (2: TLS configuration, 1: an address in use)."""
     try:
         endpoints = [Endpoint(listener) for listener in config.listeners]
     except TlsSetupError as error:
@@ -170,6 +180,19 @@ def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
             logger.error(
                 "cannot listen for %s: %s (is another broker running? change the port)",
                 endpoint.name,
+                error.strerror or error,
+            )
+            return 1
+    http = config.http
+    if http.port:
+        try:
+            sockets.append(_bind(ListenerConfig(host=http.host, port=http.port)))
+        except OSError as error:
+            logger.error(
+                "cannot listen for the admin HTTP API on %s:%d: %s (change [http] port; 0 "
+                "turns it off)",
+                http.host,
+                http.port,
                 error.strerror or error,
             )
             return 1

@@ -9,6 +9,7 @@ It is the single-process `Broker` with the pool's parts put in (docs/pool.md):
   owns, and announces their routes;
 - the dispatcher forwards to the other workers through the `PoolNode`, the router reports
   route changes to it, and the `PoolRegistry` claims every client id from its home;
+- worker 0 serves the admin HTTP API on the socket the supervisor bound (`--http-fd`);
 - once ready it writes its id to the supervisor's ready pipe.
 """
 
@@ -59,12 +60,14 @@ class PoolBroker(Broker):
         run_dir: Path,
         listen_fds: list[int],
         ready_fd: int | None,
+        http_fd: int | None = None,
     ) -> None:
         super().__init__(config, worker_id)
         self.workers = workers
         self._run_dir = run_dir
         self._listen_fds = list(listen_fds)
         self._ready_fd = ready_fd
+        self._http_fd = http_fd
         self.node = PoolNode(worker_id, workers, self.context)
         self.route_replica = self.node
         self._store: ProcessStore | None = None
@@ -135,6 +138,13 @@ class PoolBroker(Broker):
         """The socket the supervisor bound for this endpoint (listeners keep their order)."""
         index = self.endpoints.index(endpoint)
         return gevent.socket.socket(fileno=self._listen_fds[index]), None
+
+    def _http_listener(self) -> Any:
+        """The admin HTTP socket the supervisor bound: worker 0 serves the API (the others
+        run with `--http-port 0`, docs/pool.md)."""
+        if self._http_fd is None:
+            return None
+        return gevent.socket.socket(fileno=self._http_fd)
 
     def _log_ready(self, address: str) -> None:
         logger.info("worker %d: accepting MQTT connections on %s", self.worker_id, address)

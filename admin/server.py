@@ -62,11 +62,12 @@ class AdminServer:
         self._server: pywsgi.WSGIServer | None = None
         self.port = 0
 
-    def start(self) -> None:
-        """Bind and serve; raises OSError if the address is taken."""
+    def start(self, listener: Any = None) -> None:
+        """Bind and serve; raises OSError if the address is taken. `listener`: a socket
+        already listening to serve on instead (a pool's worker 0 gets the supervisor's)."""
         config = self._config
         error_log = logging.getLogger("admin.http")
-        address = (config.host, config.port)
+        address = (config.host, config.port) if listener is None else listener
         if config.certfile:
             server = pywsgi.WSGIServer(
                 address,

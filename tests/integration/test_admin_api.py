@@ -26,7 +26,7 @@ OPERATOR, OPERATOR_PASSWORD = "operator", "s3cret-pass"
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admin]:
+def admin(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Admin]:
     directory = tmp_path_factory.mktemp("admin")
     password_file = directory / "admin.passwd"
     password_file.write_text(f"{OPERATOR}:{hash_password(OPERATOR_PASSWORD.encode()).encode()}\n")

@@ -20,7 +20,7 @@ from tests.support.raw_client import RawClient
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admin]:
+def admin(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Admin]:
     port = free_port()
     with running_broker(tmp_path_factory.mktemp("ctl"), http_config(port)) as broker:
         yield Admin(broker, port)

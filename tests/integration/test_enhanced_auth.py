@@ -50,7 +50,7 @@ def scram_tool_add(path: Path, user: str, password: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("enhanced-auth")
     scram_tool_add(directory / "scram-users", USER, PASSWORD)
     assert PASSWORD not in (directory / "scram-users").read_text()

@@ -32,7 +32,7 @@ V5 = paho.MQTTv5
 
 
 @pytest.fixture(scope="module")
-def round_robin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def round_robin(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     config = '[store]\nkind = "memory"\n[shared_subscriptions]\nstrategy = "round_robin"\n'
     with running_broker(tmp_path_factory.mktemp("share"), config) as broker:
         yield broker
