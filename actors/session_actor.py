@@ -228,8 +228,7 @@ class SessionActor(GeventActor):
         client = attach.client
         self._version = client.protocol_version
         self._outbound = Outbound(client) if self._version >= 5 else None
-        self.state.persistent = client.keeps_session
-        self.state.expiry = client.session_expiry
+        self._keep(client.keeps_session, client.session_expiry)
         # Never more unacknowledged PUBLISHes than the client's Receive Maximum [MQTT-3.3.4-9]
         self.state.max_inflight = min(self._context.limits.max_inflight, client.receive_maximum)
         self._load.enabled = self._flow.enabled
@@ -311,8 +310,7 @@ class SessionActor(GeventActor):
         self._transport = None
         self._outbound = None
         if detach.session_expiry is not None:  # a 5.0 DISCONNECT changed it (section 3.14.2.2.2)
-            self.state.expiry = detach.session_expiry
-            self.state.persistent = detach.session_expiry > 0
+            self._keep(detach.session_expiry > 0, detach.session_expiry)
         if detach.will is not None:
             self._will = detach.will
             self._will_timer = gevent.spawn_later(
@@ -328,6 +326,16 @@ class SessionActor(GeventActor):
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
         self.start_expiry_timer(self.state.expiry)
+
+    def _keep(self, persistent: bool, expiry: float) -> None:
+        """Set whether the session outlives its connection, and for how long. A stored
+        session that no longer does is deleted from the store now: once not persistent it
+        writes nothing more, and a stale record would bring it back after a restart, or to
+        the worker of a pool that resumes the id from the store."""
+        if self._stored and not persistent:
+            self._ops.append(DeleteSession(self.state.client_id))
+        self.state.persistent = persistent
+        self.state.expiry = expiry
 
     def start_expiry_timer(self, seconds: float) -> None:
         """Terminate this detached session after `seconds` (math.inf: never expires)."""

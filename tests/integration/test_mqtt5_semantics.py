@@ -111,6 +111,26 @@ def test_session_expiry_survives_a_broker_restart(
     v5(broker, brief, clean=False, session_present=False).close()
 
 
+def test_a_session_ended_by_its_client_stays_gone_after_a_restart(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """A stored session that stops being kept (DISCONNECT with Session Expiry Interval 0,
+    or a resume without one) is deleted from the store, not only from memory."""
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory(None, "--data-dir", data_dir)
+    by_disconnect, by_resume = unique("end-disc"), unique("end-resume")
+    client = v5(broker, by_disconnect, clean=False, properties={0x11: 600})
+    client.send(Disconnect(properties={0x11: 0}))
+    client.close()
+    leave(v5(broker, by_resume, clean=False, properties={0x11: 600}))
+    leave(v5(broker, by_resume, clean=False, session_present=True))  # now expiry 0
+    time.sleep(0.3)  # the connections' ends are handled
+    assert broker.stop() == 0
+    broker = broker_factory(None, "--data-dir", data_dir)
+    v5(broker, by_disconnect, clean=False, session_present=False).close()
+    v5(broker, by_resume, clean=False, session_present=False).close()
+
+
 # ----- Receive Maximum ------------------------------------------------------------------
 
 
