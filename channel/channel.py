@@ -910,11 +910,13 @@ class Channel:
             # The will goes out on any close but a DISCONNECT, which discarded it unless it
             # asked for it (5.0 reason 0x04) [MQTT-3.1.2-8]; only if the client may publish
             # it now (the ACL may have changed since CONNECT). Its Message Expiry Interval
-            # counts from now.
-            will = replace(will, timestamp=time.time())
+            # counts from now. Its Will Delay Interval is the broker's to keep, not a PUBLISH
+            # property (section 3.3.2.3): subscribers and a pool's other workers never see it.
+            delay = 0.0 if will_now else self._will_delay(will, client)
+            will = replace(will, timestamp=time.time(), properties=_publish_properties(will))
             if not may_publish(self._hooks, client, will.topic, will.qos):
                 actions.append(Drop(will, DropReason.NOT_AUTHORIZED))
-            elif not will_now and (delay := self._will_delay(will, client)):
+            elif delay:
                 # The session publishes it after the delay unless it is resumed first, or
                 # when it ends, whichever comes first [MQTT-3.1.3-9].
                 end.will, end.will_delay = will, delay
@@ -945,6 +947,14 @@ class Channel:
         if self.client is not None:
             return f"client {self.client.client_id!r} ({self.peer})"
         return f"connection {self.peer}"
+
+
+def _publish_properties(will: Message) -> dict[int, Any]:
+    """The will's properties without Will Delay Interval, which PUBLISH may not carry."""
+    properties = will.properties
+    if PropertyId.WILL_DELAY_INTERVAL not in properties:
+        return properties
+    return {k: v for k, v in properties.items() if k != PropertyId.WILL_DELAY_INTERVAL}
 
 
 def _shared_refusal(topic_filter: str) -> tuple[int, str, str] | None:
