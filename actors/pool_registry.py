@@ -118,6 +118,16 @@ class PoolRegistry(SessionRegistry):
         self.sessions[client_id] = session
 
     def ended(self, client_id: str, session: Any) -> None:
+        """The session of `client_id` ended: the id is released once the store has
+        committed what the session submitted before (its deletion, or its state when it is
+        handed off), so the next owner, which loads the id's session from the store, never
+        finds a session that ended."""
         if self.sessions.get(client_id) is session:
             del self.sessions[client_id]
+            self._context.persistence.submit((), lambda: self._release(client_id))
+
+    def _release(self, client_id: str) -> None:
+        # A CONNECT for the id on this worker meanwhile claimed it again (its claim finds
+        # this worker the owner) or holds it: that claim settles or releases the id.
+        if client_id not in self.sessions and client_id not in self._turns:
             self._node.release(client_id)
