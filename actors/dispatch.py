@@ -324,6 +324,13 @@ class Dispatcher:
         if self._hooks.has(_MESSAGE_DROPPED):
             self._hooks.run(_MESSAGE_DROPPED, MessageDropped(message=message, reason=reason))
 
+    def clear_retained(self, topic: str) -> None:
+        """Clear `topic`'s retained message without publishing anything (the admin API): in
+        the retainer, the store and, in a pool, every worker's replica."""
+        clear = Message(topic=topic, payload=b"", retain=True)
+        self._retainer.tell(StoreRetained([clear]))
+        self._submit([DeleteRetained(topic)], [clear], None)
+
     def publish_internal(self, message: Message) -> None:
         """Route a message the broker makes itself ($SYS) to the current subscribers, at QoS 0.
 

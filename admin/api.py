@@ -3,8 +3,8 @@
 Lists are paged (`?page=1&limit=100`, answered as `{"data": [...], "meta": {...}}`) and
 filtered by query parameters. Handlers read the broker's tables in place (they run in the
 event loop between two yields, like any actor) and change things only by telling actors
-(a kick is a `CloseConnection` to the client actor, a retained delete a `StoreRetained` to
-the retainer) or through the objects that own them (the dispatcher, the admission table).
+(a kick is a `CloseConnection` to the client actor) or through the objects that own them
+(the dispatcher, which publishes and clears retained messages; the admission table).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import orjson
 
 from actors.context import ConnectedClient
 from actors.figures import read_figures, session_state
-from actors.messages import CloseConnection, StoreRetained
+from actors.messages import CloseConnection
 from actors.runtime import tell_if_alive
 from admin.routing import ApiError, Request, Response, Router
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from core.reasons import DisconnectReason
 from mqtt.topics import TopicError, matches, validate_topic_filter, validate_topic_name
-from store.base import DeleteRetained
 
 if TYPE_CHECKING:
     from actors.broker import Broker
@@ -257,8 +256,7 @@ class Api:
             raise ApiError(404, f"no retained message on {topic!r}")
         # An empty retained message clears the topic [MQTT-3.3.1-10]: told to the retainer,
         # and deleted from the store. Subscribers get nothing: nothing was published.
-        self._context.retainer.tell(StoreRetained([Message(topic=topic, payload=b"", retain=True)]))
-        self._context.persistence.submit([DeleteRetained(topic)])
+        self._context.dispatcher.clear_retained(topic)
         return None
 
     # ----- publish ------------------------------------------------------------------------
