@@ -23,6 +23,15 @@ from tests.support.listeners import Certificates
 from tests.support.raw_client import RawClient
 
 OPERATOR, OPERATOR_PASSWORD = "operator", "s3cret-pass"
+WORKER_0_ONLY = (
+    "the admin API is served by worker 0 and sees only the clients and sessions of worker 0: "
+    "one the kernel gave to another worker is not listed, and a kick of it answers 404 "
+    "(a pool-wide client table and kick forwarding are not built)"
+)
+BANS_PER_WORKER = (
+    "bans are per worker: a ban added through the admin API (served by worker 0) refuses "
+    "CONNECTs only on worker 0 (ban replication is not built)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +101,7 @@ def test_unknown_route_and_wrong_method(admin: Admin) -> None:
 # ----- clients -------------------------------------------------------------------------------
 
 
+@pytest.mark.pool_gap(WORKER_0_ONLY)
 def test_clients_are_listed_paged_and_filtered(admin: Admin) -> None:
     prefix = unique("page")
     clients = [connect_raw(admin.broker, f"{prefix}-{n}", keepalive=30 + n) for n in range(5)]
@@ -115,6 +125,7 @@ def test_clients_are_listed_paged_and_filtered(admin: Admin) -> None:
             client.close()
 
 
+@pytest.mark.pool_gap(WORKER_0_ONLY)
 def test_kick_a_5_0_client_sends_disconnect_0x98_and_fires_its_will(admin: Admin) -> None:
     topic = unique("will-kick5")
     watcher = connect_raw(admin.broker, unique("watch"))
@@ -133,6 +144,7 @@ def test_kick_a_5_0_client_sends_disconnect_0x98_and_fires_its_will(admin: Admin
     watcher.close()
 
 
+@pytest.mark.pool_gap(WORKER_0_ONLY)
 def test_kick_a_3_1_1_client_closes_it_and_fires_its_will(admin: Admin) -> None:
     topic = unique("will-kick4")
     watcher = connect_raw(admin.broker, unique("watch"))
@@ -148,6 +160,7 @@ def test_kick_a_3_1_1_client_closes_it_and_fires_its_will(admin: Admin) -> None:
 # ----- sessions and subscriptions ----------------------------------------------------------
 
 
+@pytest.mark.pool_gap(WORKER_0_ONLY)
 def test_sessions_include_offline_ones_and_subscriptions_are_listed(admin: Admin) -> None:
     client_id = unique("offline")
     client = connect_raw(admin.broker, client_id, clean=False)
@@ -259,6 +272,7 @@ def refused_with(broker: BrokerProcess, client_id: str, version: int, **kwargs: 
     return connack.reason_code
 
 
+@pytest.mark.pool_gap(BANS_PER_WORKER)
 def test_a_ban_refuses_the_next_connect_until_it_is_removed(admin: Admin) -> None:
     client_id = unique("banned")
     body = {"kind": "clientid", "value": client_id, "reason": "test", "duration": 60}
@@ -275,6 +289,7 @@ def test_a_ban_refuses_the_next_connect_until_it_is_removed(admin: Admin) -> Non
     assert admin.request("DELETE", f"/api/v1/banned/clientid/{client_id}").status == 404
 
 
+@pytest.mark.pool_gap(BANS_PER_WORKER)
 def test_bans_by_username_and_by_cidr(admin: Admin) -> None:
     user = unique("user")
     admin.request("POST", "/api/v1/banned", {"kind": "username", "value": user})
@@ -308,6 +323,11 @@ def test_bans_survive_a_restart(tmp_path: Path) -> None:
         assert refused_with(broker, "kept", 5) == ReasonCode.BANNED
 
 
+@pytest.mark.pool_gap(
+    "flapping is counted per worker: one client id's CONNECTs spread over the workers, so "
+    "no worker may see max_connects of them within the window (pool-wide counting is not "
+    "built)"
+)
 def test_flapping_bans_the_client_id_and_the_ban_expires(tmp_path: Path) -> None:
     port = free_port()
     config = http_config(port) + "[flapping]\nmax_connects = 4\nwindow = 10\nban_time = 1.5\n"

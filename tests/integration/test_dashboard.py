@@ -72,6 +72,11 @@ def admin(tmp_path: Path) -> Iterator[Admin]:
         yield Admin(broker, port)
 
 
+@pytest.mark.pool_gap(
+    "the dashboard is served by worker 0 and shows its figures and clients only: the "
+    "connection count and the clients table miss other workers' clients, and a kick "
+    "reaches worker 0's only (pool-wide figures and kick forwarding are not built)"
+)
 def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin) -> None:
     traffic = Traffic(admin)
     victim = connect_raw(admin.broker, "dash-victim")
