@@ -207,7 +207,9 @@ class BrokerConfig:
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
     config_dir: Path = Path()
-    workers: int | None = None  # [broker] workers: processes in the pool; None: "auto"
+    # [broker] workers: processes in the pool; None: "auto" (the CPU cores). 1 by default:
+    # a pool does not yet do everything one process does (docs/pool.md, "Gaps").
+    workers: int | None = 1
 
     @property
     def listener(self) -> ListenerConfig:
@@ -500,10 +502,11 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
 
 
 def _broker_section(values: Any) -> int | None:
-    """`[broker] workers`: a number of worker processes, or "auto" (None: the CPU cores)."""
+    """`[broker] workers`: a number of worker processes (default 1), or "auto" (None: the
+    CPU cores)."""
     if not isinstance(values, dict) or set(values) - {"workers"}:
         raise ConfigError("[broker] must be a table with the one key workers")
-    return parse_workers(values.get("workers", "auto"), "[broker] workers")
+    return parse_workers(values.get("workers", 1), "[broker] workers")
 
 
 def parse_workers(value: Any, where: str) -> int | None:

@@ -4,9 +4,10 @@ Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-
                             [--data-dir DIR] [--store sqlite|memory|none] [--workers N|auto]
                             [--http-port PORT] [--sys-interval SECONDS]
 
-`--workers` (or `[broker] workers`; default "auto", the number of CPU cores) above 1 runs a
-process pool: this process becomes its supervisor (actors.pool_main) and starts the workers,
-which run this module again with `--worker-id` (docs/pool.md). With 1 it is one process.
+`--workers` (or `[broker] workers`) above 1 runs a process pool: this process becomes its
+supervisor (actors.pool_main) and starts the workers, which run this module again with
+`--worker-id` (docs/pool.md). The default, 1, is one process; "auto" is one worker per CPU
+core. 1 is the default until a pool does all that one process does (docs/pool.md, "Gaps").
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -60,7 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--store", choices=("sqlite", "memory", "none"), help="persistence backend (default sqlite)"
     )
     parser.add_argument(
-        "--workers", help='worker processes: a number, or "auto" (the CPU cores; the default)'
+        "--workers",
+        help='worker processes: a number (default 1: one process), or "auto" (the CPU cores)',
     )
     parser.add_argument(
         "--http-port", type=int, help="port of the admin HTTP listener (default 18083; 0: none)"

@@ -228,9 +228,10 @@ def _children(pid: int) -> list[int]:
 def _worker_pid(broker: BrokerProcess, worker: int) -> int:
     for child in _children(broker.process.pid):
         command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        if b"--worker-id" in command and command[command.index(b"--worker-id") + 1] == str(
-            worker
-        ).encode():
+        if (
+            b"--worker-id" in command
+            and command[command.index(b"--worker-id") + 1] == str(worker).encode()
+        ):
             return child
     raise AssertionError(f"worker {worker} is not running")
 
@@ -301,9 +302,11 @@ def test_workers_1_is_one_process_without_a_supervisor(tmp_path: Path) -> None:
         client = connect_raw(broker, unique("single"))
         client.close()
         assert "supervisor" not in broker.log()
-        assert [c for c in _children(broker.process.pid) if b"--worker-id" in Path(
-            f"/proc/{c}/cmdline"
-        ).read_bytes()] == []
+        assert [
+            c
+            for c in _children(broker.process.pid)
+            if b"--worker-id" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ] == []
     finally:
         assert broker.stop() == 0
 
@@ -315,5 +318,33 @@ def test_config_workers_key_starts_a_pool(tmp_path: Path) -> None:
     try:
         assert "ready: accepting MQTT connections on" in broker.log()
         assert "(2 workers)" in broker.log()
+    finally:
+        assert broker.stop(timeout=10) == 0
+
+
+def test_the_default_is_one_process_without_a_supervisor(tmp_path: Path) -> None:
+    """No --workers and no [broker] workers: one process (docs/pool.md says why)."""
+    broker = start_broker(tmp_path, None, pass_workers=False)
+    try:
+        connect_raw(broker, unique("default")).close()
+        assert "supervisor" not in broker.log()
+        assert "workers)" not in broker.log()  # the pool's ready line names its workers
+    finally:
+        assert broker.stop() == 0
+
+
+def test_workers_auto_runs_one_worker_per_cpu_core(tmp_path: Path) -> None:
+    cores = os.cpu_count() or 1
+    if cores > 8:
+        pytest.skip(f"{cores} CPU cores: a pool that size is too heavy for a test run")
+    broker = start_broker(
+        tmp_path, '[store]\nkind = "memory"\n', ("--workers", "auto"), pass_workers=False
+    )
+    try:
+        connect_raw(broker, unique("auto")).close()
+        if cores > 1:
+            assert f"({cores} workers)" in broker.log()
+        else:
+            assert "supervisor" not in broker.log()
     finally:
         assert broker.stop(timeout=10) == 0
