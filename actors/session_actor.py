@@ -410,6 +410,8 @@ class SessionActor(GeventActor):
             self._terminate(Terminate(reason="clean_start"))  # deletes it [MQTT-3.1.2-4]
         else:
             self._cancel_expiry()
+            # Leaving this worker: publishers it holds resume, and the load is not kept.
+            self._flow.forget(self.actor_ref)
             if self._stored:
                 self._ops.append(self._meta_op(disconnected_at=time.time()))
             self.after_drain()

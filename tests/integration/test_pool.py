@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mqtt.packets import PubAck, Will
+from mqtt.packets import PubAck, Publish, Will
+from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import (
     PahoCollector,
@@ -348,3 +349,62 @@ def test_workers_auto_runs_one_worker_per_cpu_core(tmp_path: Path) -> None:
             assert "supervisor" not in broker.log()
     finally:
         assert broker.stop(timeout=10) == 0
+
+
+HELD_CONFIG = "[overload]\nhigh_water_messages = 5\nlow_water_messages = 2\nmax_stall = 60.0\n"
+
+
+def test_a_session_handed_to_another_worker_releases_the_publishers_it_held(
+    tmp_path: Path,
+) -> None:
+    """Flow control: a session over its high-water mark holds its local publishers; when a
+    connection on the other worker takes it over, they resume at once, not after
+    max_stall (60 s here)."""
+    broker = start_broker(tmp_path, HELD_CONFIG, ("--workers", "2"))
+    try:
+        for _attempt in range(10):
+            if _held_then_handed_over(broker):
+                return
+        pytest.fail("10 reconnects in a row landed on the subscriber's own worker")
+    finally:
+        assert broker.stop(timeout=10) == 0, broker.log()
+
+
+def _held_then_handed_over(broker: BrokerProcess) -> bool:
+    """One try; False if the subscriber's reconnect landed on its own worker."""
+    client_id, topic = unique("held-sub"), unique("held")
+    subscriber = connect_raw(broker, client_id, clean=False)  # acknowledges nothing
+    subscribe_raw(subscriber, 1, (topic, 1))
+    home = worker_of(broker, client_id)
+    publisher = _connect_on(broker, "held-pub", home)
+    packet_id = 0
+    while True:  # one QoS 1 message at a time, until the publisher's reads are paused
+        packet_id += 1
+        assert packet_id <= 30, "the publisher was never held"
+        publisher.send(Publish(topic, b"x", qos=1, packet_id=packet_id))
+        try:
+            assert publisher.expect(timeout=1.0) == PubAck(packet_id)
+        except TimeoutError:
+            break
+    wait_for_log(broker, f"flow: session {client_id!r}")
+    seen = connections_of(broker, client_id)
+    again = connect_raw(broker, client_id, clean=False, session_present=True)
+    while connections_of(broker, client_id) == seen:
+        time.sleep(0.01)
+    handed_over = worker_of(broker, client_id) != home
+    if handed_over:
+        assert publisher.expect(timeout=5.0) == PubAck(packet_id)
+    for client in (subscriber, publisher, again):
+        client.close()
+    return handed_over
+
+
+def _connect_on(broker: BrokerProcess, prefix: str, worker: int) -> RawClient:
+    """A client (a fresh id each try) that the given worker accepted."""
+    for _attempt in range(30):
+        client_id = unique(prefix)
+        client = connect_raw(broker, client_id)
+        if worker_of(broker, client_id) == worker:
+            return client
+        client.close()
+    raise AssertionError(f"30 connections in a row missed worker {worker}")
