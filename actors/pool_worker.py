@@ -40,7 +40,7 @@ from fabric.ownership import home_of
 from router.fan_out import Route
 from router.shared import is_shared
 from store import SQLITE_FILE_NAME, ProcessStore
-from store.base import Snapshot, Store, StoredSession
+from store.base import Snapshot, Store, StoredSession, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,9 @@ class PoolBroker(Broker):
             self._ready_fd = None
 
     def stop(self, timeout: float = 3.0) -> None:
+        # Going down: no re-hosting of the sessions of workers that leave meanwhile (the
+        # store closes under it); their homes restore them from the store when they start.
+        self.node.rehost = None
         self.node.leave()
         super().stop(timeout)
         if self.node.fabric is not None:
@@ -191,7 +194,16 @@ class PoolBroker(Broker):
         assert isinstance(registry, PoolRegistry)
         session = None
         if client_id not in registry.sessions:
-            session = self._resume(client_id)
+            try:
+                session = self._resume(client_id)
+            except StoreError as error:
+                logger.warning(
+                    "worker %d: cannot re-host the session of %r: %s; it is restored from "
+                    "the store when its client comes back",
+                    self.worker_id,
+                    client_id,
+                    error,
+                )
             if session is not None:
                 registry.adopt_restored(client_id, session)
                 logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
