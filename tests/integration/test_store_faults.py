@@ -55,6 +55,13 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+@pytest.mark.pool_gap(
+    "store faults are seen per worker: the publisher's worker refuses (0x97) only when its "
+    "own store writer fails and its own subscribers need the store; with the persistent "
+    "subscriber on the other worker it writes nothing, never refuses, and its PUBACKs wait "
+    "for that worker's commit, which waits for the disk (a pool-wide store state is not "
+    "built)"
+)
 def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
     broker_factory: Callable[..., BrokerProcess], small_disk: Path
 ) -> None:
