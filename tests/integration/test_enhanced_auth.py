@@ -33,6 +33,7 @@ from tests.support.raw_client import RawClient
 
 METHOD = PropertyId.AUTHENTICATION_METHOD
 DATA = PropertyId.AUTHENTICATION_DATA
+REASON = PropertyId.REASON_STRING
 SCRAM = "SCRAM-SHA-256"
 USER, PASSWORD = "alice", "correct horse battery staple"
 
@@ -111,7 +112,8 @@ def test_scram_user_name_must_match(broker: BrokerProcess) -> None:
     connack = client.connect(
         unique("scram"), username="bob", properties={METHOD: SCRAM, DATA: scram.first()}
     )
-    assert connack == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    assert connack.reason_code == ReasonCode.NOT_AUTHORIZED
+    assert connack.properties[REASON].startswith("authentication failed")  # [MQTT-3.2.2-19]
     client.close()
 
 
@@ -123,7 +125,11 @@ def test_publish_before_connack_is_a_protocol_error(broker: BrokerProcess) -> No
         client.connect(unique("eager"), properties={METHOD: SCRAM, DATA: scram.first()}), Auth
     )
     client.send(Publish("t", b"too early", qos=0))
-    assert client.expect() == ConnAck(False, ReasonCode.PROTOCOL_ERROR)
+    assert client.expect() == ConnAck(
+        False,
+        ReasonCode.PROTOCOL_ERROR,
+        {REASON: "Publish before CONNACK of an enhanced authentication [MQTT-3.1.2-30]"},
+    )
     assert client.is_closed_by_broker()
 
 
@@ -156,14 +162,21 @@ def test_reauthentication_failure_disconnects_0x87(broker: BrokerProcess) -> Non
     client, connack, _scram = scram_connect(broker, PASSWORD)
     assert connack.reason_code == ReasonCode.SUCCESS
     answer = reauthenticate(client, "not the password")
-    assert answer == Disconnect(reason_code=ReasonCode.NOT_AUTHORIZED)  # [MQTT-4.12.1-2]
+    assert answer == Disconnect(  # [MQTT-4.12.1-2], saying why [MQTT-3.14.2-3]
+        reason_code=ReasonCode.NOT_AUTHORIZED,
+        properties={REASON: "re-authentication failed: bad_credentials"},
+    )
     assert client.is_closed_by_broker()
 
 
 def test_raw_unknown_method_is_0x8c(broker: BrokerProcess) -> None:
     client = RawClient(broker.host, broker.port, version=5)
     connack = client.connect(unique("kerberos"), properties={METHOD: "GSSAPI", DATA: b"x"})
-    assert connack == ConnAck(False, ReasonCode.BAD_AUTHENTICATION_METHOD)
+    assert connack == ConnAck(
+        False,
+        ReasonCode.BAD_AUTHENTICATION_METHOD,
+        {REASON: "authentication failed: bad_authentication_method"},
+    )
     assert client.is_closed_by_broker()
 
 
@@ -203,5 +216,7 @@ def test_clients_without_a_method_are_still_decided_by_allow_anonymous(
 ) -> None:
     # Both plugins IGNORE a CONNECT without a method; [auth] allow_anonymous is false.
     client = RawClient(broker.host, broker.port, version=5)
-    assert client.connect(unique("anon")) == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    assert client.connect(unique("anon")) == ConnAck(
+        False, ReasonCode.NOT_AUTHORIZED, {REASON: "authentication failed: not_authorized"}
+    )
     client.close()
