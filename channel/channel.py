@@ -73,6 +73,7 @@ from channel.problems import (
     problems_allowed,
     reason_string,
     refusal_ack,
+    user_properties,
     with_properties,
 )
 from core.client import NO_LIMIT, ClientInfo
@@ -789,17 +790,35 @@ class Channel:
             if not result.allowed:
                 assert result.reason is not None
                 self._refuse(
-                    result.reason.connack_v5, f"authentication failed: {result.reason.value}"
+                    result.reason.connack_v5,
+                    f"authentication failed: {result.reason.value}",
+                    result.user_properties,
                 )
                 return
+            self._accept(packet, connack_properties, result.user_properties)
+            return
         self._accept(packet, connack_properties)
 
-    def _accept(self, packet: Connect, connack_properties: dict[int, Any]) -> None:
-        """The client is authenticated: check its will, then open its session."""
+    def _accept(
+        self,
+        packet: Connect,
+        connack_properties: dict[int, Any],
+        pairs: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """The client is authenticated: check its will, then open its session. `pairs`: the
+        authentication's User Properties for a 5.0 CONNACK, if they fit [MQTT-3.2.2-20]."""
         client = self.client
         assert client is not None
         if packet.will is not None and not self._accept_will(packet.will, client):
             return
+        if pairs and self.version >= 5:
+            # The session writes this CONNACK; its Session Present flag does not change the size.
+            connack, _data = with_properties(
+                ConnAck(properties=connack_properties),
+                (user_properties(pairs),),
+                self._packet_limit,
+            )
+            connack_properties = connack.properties
         self.phase = Phase.CONNECTING
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
@@ -848,7 +867,11 @@ class Channel:
             return
         if not result.allowed:
             assert result.reason is not None
-            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
+            self._refuse(
+                result.reason.connack_v5,
+                f"authentication failed: {result.reason.value}",
+                result.user_properties,
+            )
             return
         packet, connack_properties = exchange.pending, exchange.connack_properties
         connack_properties[AUTHENTICATION_METHOD] = exchange.method
@@ -857,7 +880,7 @@ class Channel:
         exchange.pending, exchange.connack_properties, exchange.state = None, {}, None
         if result.username is not None and self.client is not None:
             self.client = replace(self.client, username=result.username)
-        self._accept(packet, connack_properties)
+        self._accept(packet, connack_properties, result.user_properties)
 
     def _auth_before_connack(self, packet: Packet) -> None:
         """A packet of a client whose CONNECT started an enhanced authentication."""
@@ -956,16 +979,18 @@ class Channel:
         )
         return True
 
-    def _refuse(self, reason_code: int, why: str) -> None:
-        """CONNACK `reason_code` and close. A 5.0 client is told `why` in a Reason String
-        whatever its Request Problem Information (CONNACK is exempt, [MQTT-3.1.2-29]), if it
-        fits [MQTT-3.2.2-19]."""
+    def _refuse(self, reason_code: int, why: str, pairs: tuple[tuple[str, str], ...] = ()) -> None:
+        """CONNACK `reason_code` and close. A 5.0 client is told `why` in a Reason String,
+        and gets the authentication's User Properties `pairs`, whatever its Request Problem
+        Information (CONNACK is exempt, [MQTT-3.1.2-29]), each only if it fits [MQTT-3.2.2-19]
+        [MQTT-3.2.2-20]."""
         logger.info(
             "refused CONNECT from %s: %s (CONNACK reason 0x%02x)", self._name(), why, reason_code
         )
         connack = ConnAck(session_present=False, reason_code=reason_code)
         if self.version >= 5:
-            data = with_properties(connack, (reason_string(why),), self._packet_limit)[1]
+            additions = (reason_string(why), user_properties(pairs))
+            data = with_properties(connack, additions, self._packet_limit)[1]
         else:
             data = encode(connack, self.version)
         self._actions.append(Send(data))

@@ -180,14 +180,19 @@ def test_raw_unknown_method_is_0x8c(broker: BrokerProcess) -> None:
     assert client.is_closed_by_broker()
 
 
-def paho_connack(broker: BrokerProcess, method: str, data: bytes) -> tuple[Any, Any]:
-    """(reason, CONNACK properties) paho 2.x reports for a CONNECT with this method."""
+def paho_connack(
+    broker: BrokerProcess, method: str, data: bytes, **connect: Any
+) -> tuple[Any, Any]:
+    """(reason, CONNACK properties) paho 2.x reports for a CONNECT with this method (and
+    the CONNECT properties `connect`)."""
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, unique("paho"), protocol=paho.MQTTv5)
     client.on_connect = lambda _c, _u, _f, reason, properties: answers.put((reason, properties))
     properties = Properties(PacketTypes.CONNECT)
     properties.AuthenticationMethod = method
     properties.AuthenticationData = data
+    for name, value in connect.items():
+        setattr(properties, name, value)
     client.connect(broker.host, broker.port, properties=properties)
     client.loop_start()
     try:
@@ -204,6 +209,19 @@ def test_paho_one_step_method_success_and_failure(broker: BrokerProcess) -> None
     assert properties.AuthenticationData == b"token accepted"
     reason, _properties = paho_connack(broker, "TOKEN", b"guess")
     assert reason == "Bad user name or password"
+
+
+def test_paho_gets_the_plugins_user_properties_on_connack(broker: BrokerProcess) -> None:
+    # AuthResult.user_properties reach the CONNACK, in order; the plugin (token_auth) saw
+    # the CONNECT's own User Properties and echoes the one named "echo".
+    sent = [("echo", "hello"), ("other", "x")]
+    reason, properties = paho_connack(broker, "TOKEN", b"let-me-in", UserProperty=sent)
+    assert reason == "Success"
+    assert properties.UserProperty == [("granted-by", "token_auth"), ("echo", "hello")]
+    reason, properties = paho_connack(broker, "TOKEN", b"guess")
+    assert reason == "Bad user name or password"
+    assert properties.ReasonString == "authentication failed: bad_credentials"
+    assert properties.UserProperty == [("hint", "ask the operator for a new token")]
 
 
 def test_paho_unsupported_method_gets_bad_authentication_method(broker: BrokerProcess) -> None:

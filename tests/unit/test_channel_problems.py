@@ -9,7 +9,8 @@ Each test names the MQTT 5.0 rule it checks:
 - successful acknowledgements are unchanged: the shortest form, no properties;
 - a Reason String or User Property that would make a packet larger than the client's Maximum
   Packet Size is left out, the packet still goes [MQTT-3.2.2-19/20] [MQTT-3.4.2-2]
-  [MQTT-3.5.2-2] [MQTT-3.6.2-2] [MQTT-3.7.2-2] [MQTT-3.9.2-1] [MQTT-3.14.2-3].
+  [MQTT-3.5.2-2] [MQTT-3.6.2-2] [MQTT-3.7.2-2] [MQTT-3.9.2-1] [MQTT-3.14.2-3];
+- an authentication result's `user_properties` reach a 5.0 CONNACK.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Any
 import pytest
 
 from channel.acks import encode_pubacks
-from channel.actions import InboundQos2, Publish, Send, SubscribeRequest
+from channel.actions import InboundQos2, OpenSession, Publish, Send, SubscribeRequest
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.negotiation import Offer
 from channel.problems import reason_string, refusal_ack, with_properties
 from core.client import NO_LIMIT, ClientInfo
 from core.reasons import DisconnectReason
-from hooks.decisions import Decision
-from hooks.events import AuthorizeRequest
+from hooks.decisions import AuthFailure, AuthResult, Decision
+from hooks.events import AuthenticateRequest, AuthorizeRequest
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from mqtt import PacketDecoder
@@ -338,3 +339,71 @@ def test_a_property_that_cannot_be_encoded_is_left_out() -> None:
     connack = ConnAck(False, 0)
     packet, data = with_properties(connack, ({USER: [("k", "v" * 70_000)]},), NO_LIMIT)
     assert packet == connack and data == encode(connack, 5)
+
+
+# ----- User Properties from authentication ------------------------------------------------
+
+
+def authenticating(result: AuthResult, seen: list[AuthenticateRequest] | None = None) -> HookBus:
+    hooks = HookBus(allow_anonymous=False)
+
+    def authenticate(request: AuthenticateRequest) -> AuthResult:
+        if seen is not None:
+            seen.append(request)
+        return result
+
+    hooks.register(HookPoint.CLIENT_AUTHENTICATE, authenticate)
+    return hooks
+
+
+PAIRS = (("tier", "gold"), ("region", "eu"), ("tier", "again"))
+
+
+def test_auth_result_user_properties_reach_the_connack_in_order() -> None:
+    seen: list[AuthenticateRequest] = []
+    hooks = authenticating(AuthResult(allowed=True, user_properties=PAIRS), seen)
+    channel = Channel("p", hooks, ChannelSettings())
+    user = [("app", "1")]
+    actions = channel.handle_in(
+        [Connect(client_id="c1", protocol_version=5, properties={USER: user})], 20
+    )
+    (opened,) = [a for a in actions if type(a) is OpenSession]
+    assert opened.connack_properties[USER] == list(PAIRS)
+    # ... and the plugin saw the CONNECT's own User Properties.
+    assert seen[0].client.properties[USER] == user
+
+
+def test_auth_result_user_properties_go_on_a_refusal_too() -> None:
+    refusal = AuthResult(
+        allowed=False, reason=AuthFailure.BAD_CREDENTIALS, user_properties=(("retry", "no"),)
+    )
+    channel = Channel("p", authenticating(refusal), ChannelSettings())
+    actions = channel.handle_in([Connect(client_id="c1", protocol_version=5)], 20)
+    assert decoded(actions[0]) == ConnAck(
+        False,
+        ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+        {REASON: "authentication failed: bad_credentials", USER: [("retry", "no")]},
+    )
+
+
+def test_auth_result_user_properties_are_left_out_beyond_the_maximum_packet_size() -> None:
+    # [MQTT-3.2.2-20]; a 3.x client gets no properties at all.
+    hooks = authenticating(AuthResult(allowed=True, user_properties=(("k", "v" * 100),)))
+    small = Channel("p", hooks, ChannelSettings())
+    actions = small.handle_in(
+        [Connect(client_id="c1", protocol_version=5, properties={MAX_PACKET: 64})], 20
+    )
+    (opened,) = [a for a in actions if type(a) is OpenSession]
+    assert USER not in opened.connack_properties
+    old = Channel("p", hooks, ChannelSettings())
+    (opened,) = [
+        a
+        for a in old.handle_in([Connect(client_id="c1", protocol_version=4)], 20)
+        if type(a) is OpenSession
+    ]
+    assert opened.connack_properties == {}
+
+
+def test_auth_result_user_properties_must_be_string_pairs() -> None:
+    with pytest.raises(ValueError, match="not a"):
+        AuthResult(allowed=True, user_properties=(("k", 1),))  # type: ignore[arg-type]
