@@ -38,7 +38,7 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
-from channel.acks import encode_pubacks
+from channel.acks import PubackEntry, encode_pubacks
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
 from channel.store_refusal import refused_acks
@@ -211,7 +211,7 @@ class ClientActor(GeventActor):
     def _publish_v5(
         self,
         messages: list[Message],
-        v5_acks: list[tuple[int, Message | None, int]],
+        v5_acks: list[PubackEntry],
         publisher: Intake | None,
     ) -> None:
         """As `_publish`, with PUBACKs whose reason codes depend on who matched (0x10)."""
@@ -247,7 +247,8 @@ class ClientActor(GeventActor):
             logging.WARNING,
         )
         if version >= 5:
-            self._out.append(refused_acks(acks))
+            assert self._channel.client is not None
+            self._out.append(refused_acks(acks, self._channel.client))
         else:
             tell_if_alive(
                 self.actor_ref,

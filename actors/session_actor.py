@@ -84,7 +84,8 @@ from channel.actions import (
 )
 from channel.authorization import may_read
 from channel.outbound import Outbound
-from channel.store_refusal import REFUSED
+from channel.problems import refusal_ack
+from channel.store_refusal import refused_pubrec
 from core.client import ClientInfo
 from core.flow import Transition
 from core.message import Message
@@ -582,8 +583,18 @@ class SessionActor(GeventActor):
         delivery = action.delivery
         if delivery is not None and delivery.seq and self._stored:
             self._store_in_flight(packet_id, delivery, _AWAIT_PUBCOMP)
-        code = ReasonCode.SUCCESS if action.found else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-        self._out.append(encode_ack(_PUBREL, packet_id, code, self._version))
+        if action.found:
+            self._out.append(encode_ack(_PUBREL, packet_id, ReasonCode.SUCCESS, self._version))
+        else:
+            self._out.append(self._unknown_packet_id(_PUBREL, packet_id))
+
+    def _unknown_packet_id(self, packet_type: int, packet_id: int) -> bytes:
+        """PUBREL/PUBCOMP 0x92 Packet Identifier not found, saying so to a 5.0 client that
+        asked for problem information (3.x: the plain acknowledgement)."""
+        assert self._client is not None
+        why = f"packet identifier {packet_id} not found"
+        code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        return refusal_ack(packet_type, packet_id, code, why, self._client)
 
     def _completed(self, action: Completed) -> None:
         delivery = action.delivery
@@ -690,7 +701,16 @@ class SessionActor(GeventActor):
             except TooManyAwaitingRelError as error:
                 if v5:  # 5.0 can refuse the one message instead (section 3.5.2.1)
                     logger.warning("%s: refused with PUBREC 0x97", error)
-                    pubrecs.append(encode_ack(_PUBREC, packet_id, ReasonCode.QUOTA_EXCEEDED, 5))
+                    assert self._client is not None
+                    pubrecs.append(
+                        refusal_ack(
+                            _PUBREC,
+                            packet_id,
+                            ReasonCode.QUOTA_EXCEEDED,
+                            f"quota exceeded: {error}",
+                            self._client,
+                        )
+                    )
                     continue
                 logger.warning("closing %s: %s", self.state.client_id, error)
                 tell_if_alive(
@@ -743,20 +763,16 @@ class SessionActor(GeventActor):
             if packet_id in self.state.awaiting_rel:
                 self._out.append(pubrec)  # accepted before the store failed: still true
             else:
-                self._out.append(encode_ack(PacketType.PUBREC, packet_id, REFUSED, 5))
+                assert self._client is not None
+                self._out.append(refused_pubrec(packet_id, self._client))
 
     def _released(self, released: Released) -> None:
         version = self._version
         pubcomps = b"".join(
-            encode_ack(
-                _PUBCOMP,
-                packet_id,
-                # 5.0: 0x92 Packet Identifier not found for an id not awaiting PUBREL
-                ReasonCode.SUCCESS
-                if self.state.release(packet_id)
-                else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
-                version,
-            )
+            encode_ack(_PUBCOMP, packet_id, ReasonCode.SUCCESS, version)
+            if self.state.release(packet_id)
+            # 5.0: 0x92 Packet Identifier not found for an id not awaiting PUBREL
+            else self._unknown_packet_id(_PUBCOMP, packet_id)
             for packet_id in released.packet_ids
         )
         if self._stored:
@@ -805,7 +821,7 @@ class SessionActor(GeventActor):
                         qos=subscription.qos,
                     ),
                 )
-        suback = SubAck(request.packet_id, codes)
+        suback = SubAck(request.packet_id, codes, request.suback_properties or {})
         token = (suback, retained_for)
         if routes:
             self._context.router.tell(

@@ -23,7 +23,8 @@ Session inputs (told to the session actor):
   PUBREC, which the session sends once it knows the packet id is recorded [MQTT-4.3.3-2].
 - `Acknowledged`: PUBACK/PUBREC/PUBCOMP for messages the session delivered.
 - `Released`: PUBREL packet ids, answered with PUBCOMP once the release is recorded.
-- `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused.
+- `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused (and
+  for a 5.0 client the SUBACK properties that say why).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from channel.acks import PubackEntry
 from channel.intake import Intake
 from core.client import ClientInfo
 from core.message import Message
@@ -48,9 +50,10 @@ class Send:
 class Publish:
     messages: list[Message]
     acks: bytes | None = None  # written once the messages are durable
-    # A 5.0 batch's PUBACKs instead: (packet id, routed message or None, reason code), made
-    # by `channel.acks.encode_pubacks` once routing tells which messages matched nobody.
-    v5_acks: list[tuple[int, Message | None, int]] | None = None
+    # A 5.0 batch's PUBACKs instead: (packet id, routed message, None) or (packet id, None,
+    # the refusal's PUBACK), made by `channel.acks.encode_pubacks` once routing tells which
+    # messages matched nobody.
+    v5_acks: list[PubackEntry] | None = None
 
 
 @dataclass(slots=True)
@@ -125,6 +128,8 @@ class SubscribeRequest(SessionInput):
     subscriptions: list[Subscription]
     refused: dict[int, int]  # index in `subscriptions` -> failure reason code (5.0)
     subscription_id: int | None = None  # MQTT 5 Subscription Identifier property
+    # The SUBACK's properties (5.0): a Reason String for the refusals (`channel.problems`).
+    suback_properties: dict[int, Any] | None = None
 
 
 @dataclass(slots=True)

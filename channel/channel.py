@@ -27,7 +27,9 @@ Phases, and what each accepts:
   `client.disconnected` hook runs if the client had connected; `End` is the last action.
 
 Every reason code is chosen here, in 5.0 terms (`mqtt.reason_codes.ReasonCode`); the encoder
-maps it down for 3.1/3.1.1 clients.
+maps it down for 3.1/3.1.1 clients. A 5.0 client is also told why in a Reason String: on a
+refused CONNACK and a server DISCONNECT always, on a refused PUBACK/PUBREC and SUBACK when it
+asked for problem information; `channel.problems` keeps the rules (which packets, what size).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, cast
 
-from channel.acks import encode_pubacks
+from channel.acks import PubackEntry, encode_pubacks
 from channel.actions import (
     Acknowledged,
     Action,
@@ -67,7 +69,14 @@ from channel.enhanced_auth import (
     auth_packet,
 )
 from channel.negotiation import Offer, disconnect_session_expiry, negotiate
-from core.client import ClientInfo
+from channel.problems import (
+    problems_allowed,
+    reason_string,
+    refusal_ack,
+    user_properties,
+    with_properties,
+)
+from core.client import NO_LIMIT, ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import Ack
@@ -97,7 +106,9 @@ from mqtt.packets import (
     PubComp,
     PubRec,
     PubRel,
+    SubAck,
     Subscribe,
+    Subscription,
     Unsubscribe,
     Will,
 )
@@ -118,6 +129,7 @@ ACK_OF_PACKET: dict[type, Ack] = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubCom
 _PUBACK, _PUBREC = PacketType.PUBACK, PacketType.PUBREC
 _CLIENT_AUTHORIZE = HookPoint.CLIENT_AUTHORIZE  # Enum member lookups cost ~0.2 µs
 _TOPIC_ALIAS = PropertyId.TOPIC_ALIAS
+_MAXIMUM_PACKET_SIZE = PropertyId.MAXIMUM_PACKET_SIZE
 _PAYLOAD_FORMAT_INDICATOR = PropertyId.PAYLOAD_FORMAT_INDICATOR
 _SUCCESS = ReasonCode.SUCCESS
 _NOT_AUTHORIZED = ReasonCode.NOT_AUTHORIZED
@@ -160,6 +172,27 @@ _CLOSE_CODES: dict[DisconnectReason, int] = {
     DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION,
 }
 
+# The Reason String of a server close (with the close's detail, if any, after a colon).
+_CLOSE_TEXTS: dict[DisconnectReason, str] = {
+    DisconnectReason.TAKEN_OVER: "session taken over by another connection",
+    DisconnectReason.SERVER_SHUTDOWN: "server shutting down",
+    DisconnectReason.KEEPALIVE_TIMEOUT: "keep-alive timeout",
+    DisconnectReason.PROTOCOL_ERROR: "protocol error",
+    DisconnectReason.SERVER_ERROR: "server error",
+    DisconnectReason.ADMINISTRATIVE_ACTION: "administrative action",
+}
+
+# The Reason String of a SUBACK refusal, per filter, when the channel has no more to say.
+_SUBSCRIBE_REFUSALS: dict[int, str] = {
+    ReasonCode.NOT_AUTHORIZED: "not authorised",
+    ReasonCode.TOPIC_FILTER_INVALID: "topic filter invalid",
+    ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED: "shared subscriptions are not supported",
+    ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED: "wildcard subscriptions are not supported",
+    ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED: (
+        "subscription identifiers are not supported"
+    ),
+}
+
 
 class Channel:
     """The protocol state of one connection; see the module docstring for the phases."""
@@ -176,6 +209,7 @@ class Channel:
         "_hooks",
         "_identity",
         "_inbound_qos2",
+        "_packet_limit",
         "_pubacks",
         "_qos1_in_batch",
         "_qos2",
@@ -222,11 +256,14 @@ class Channel:
         self._aliases: dict[int, str] | None = None  # the client's topic aliases
         self._inbound_qos2: set[int] | None = None  # QoS 2 packet ids awaiting PUBREL
         self._qos1_in_batch = 0  # QoS 1 PUBLISHes of this batch (their PUBACKs not yet sent)
-        # PUBACKs of a 5.0 batch: (packet id, the routed message or None, reason code);
-        # 0x10 is decided once routing knows who matched (`channel.acks`).
-        self._v5_pubacks: list[tuple[int, Message | None, int]] = _IDLE
+        # PUBACKs of a 5.0 batch: (packet id, the routed message, None) or (packet id, None,
+        # a refusal's PUBACK); 0x10 is decided once routing knows who matched (`channel.acks`).
+        self._v5_pubacks: list[PubackEntry] = _IDLE
         self._session_expiry: float | None = None  # set by a 5.0 DISCONNECT
         self._disconnect_properties: dict[int, Any] | None = None
+        # The 5.0 client's Maximum Packet Size, which a Reason String must not break (from
+        # CONNECT on; `channel.problems`).
+        self._packet_limit = NO_LIMIT
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -308,11 +345,11 @@ class Channel:
             return actions
         if error is not None:
             logger.warning("closing %s: %s", self._name(), error)
-            self._last_words(error.reason_code)
+            self._last_words(error.reason_code, str(error))
         elif reason is not DisconnectReason.SOCKET_CLOSED:
             logger.info("closing %s: %s (%s)", self._name(), reason.value, detail)
-            if reason is DisconnectReason.KEEPALIVE_TIMEOUT:
-                self._last_words(ReasonCode.KEEP_ALIVE_TIMEOUT)  # 5.0 section 4.13
+            if reason is DisconnectReason.KEEPALIVE_TIMEOUT:  # 5.0 section 4.13
+                self._last_words(ReasonCode.KEEP_ALIVE_TIMEOUT, _close_text(reason, detail))
         self._close(reason)
         return actions
 
@@ -333,7 +370,7 @@ class Channel:
             logger.info("closing %s: %s %s", self._name(), reason.value, detail)
             code = _CLOSE_CODES.get(reason) if reason_code is None else reason_code
             if code is not None:
-                self._last_words(code)
+                self._last_words(code, _close_text(reason, detail))
             will_now = session_ended or reason is DisconnectReason.SERVER_SHUTDOWN
             self._close(reason, will_now=will_now)
         return actions
@@ -441,18 +478,37 @@ class Channel:
         packet_id = packet.packet_id
         assert packet_id is not None
         if qos == 1:
-            if allowed:
+            if not allowed:
+                refusal = self._refused_publish(_PUBACK, packet_id, code, topic)
+                if self.version >= 5:
+                    self._v5_pubacks.append((packet_id, None, refusal))
+                else:
+                    self._pubacks.append(refusal)
+            elif self.version >= 5:
                 self._to_route.append(message)
-            if self.version >= 5:
                 # PUBACK says 0x10 if nobody matched: decided once the batch is routed.
-                self._v5_pubacks.append((packet_id, message if allowed else None, code))
+                self._v5_pubacks.append((packet_id, message, None))
             else:
+                self._to_route.append(message)
                 self._pubacks.append(encode_ack(_PUBACK, packet_id, code, self.version))
-        else:
+        elif allowed:
             # The session records the packet id and routes a new message once (method B of
             # [MQTT-4.3.3-2]); a denied one completes its flow without being routed.
             pubrec = encode_ack(_PUBREC, packet_id, code, self.version)
-            self._qos2.append((packet_id, message if allowed else None, pubrec))
+            self._qos2.append((packet_id, message, pubrec))
+        else:
+            pubrec = self._refused_publish(_PUBREC, packet_id, code, topic)
+            self._qos2.append((packet_id, None, pubrec))
+
+    def _refused_publish(self, packet_type: int, packet_id: int, code: int, topic: str) -> bytes:
+        """The PUBACK/PUBREC that refuses a PUBLISH, saying why to a 5.0 client that asked
+        for problem information (`channel.problems`)."""
+        assert self.client is not None
+        if code == ReasonCode.PAYLOAD_FORMAT_INVALID:
+            why = f"payload on {topic!r} is not the UTF-8 its Payload Format Indicator says"
+        else:
+            why = f"not authorised to publish to {topic!r}"
+        return refusal_ack(packet_type, packet_id, code, why, self.client)
 
     def _payload_format_invalid(self, packet: PublishPacket) -> bool:
         """With `validate_utf8_payloads`, whether a payload marked UTF-8 is not: refused with
@@ -567,6 +623,7 @@ class Channel:
         offer = self._settings.offer
         subscription_ids = packet.properties.get(PropertyId.SUBSCRIPTION_IDENTIFIER)
         refused: dict[int, int] = {}
+        details: dict[int, str] = {}  # why a filter was refused, beyond its reason code
         subscriptions = list(packet.subscriptions)
         for index, subscription in enumerate(subscriptions):
             topic_filter = subscription.topic_filter
@@ -577,9 +634,12 @@ class Channel:
                 refused[index] = refusal
             elif shared is not None:
                 logger.info("%s: subscribe to %r refused: %s", self._name(), *shared[1:])
-                refused[index] = shared[0]
+                refused[index], details[index] = shared[0], shared[2]
             elif read_filter.count("/") >= self._settings.max_topic_levels:
                 refused[index] = ReasonCode.TOPIC_FILTER_INVALID
+                details[index] = (
+                    f"more than limits.max_topic_levels ({self._settings.max_topic_levels}) levels"
+                )
             elif self._check_acl and not may_read(hooks, client, read_filter, subscription.qos):
                 logger.info("%s: subscribe to %r denied", self._name(), topic_filter)
                 refused[index] = _NOT_AUTHORIZED
@@ -601,8 +661,34 @@ class Channel:
                 subscriptions,
                 refused,
                 subscription_ids[0] if subscription_ids else None,
+                self._suback_problems(packet.packet_id, subscriptions, refused, details)
+                if refused
+                else None,
             )
         )
+
+    def _suback_problems(
+        self,
+        packet_id: int,
+        subscriptions: list[Subscription],
+        refused: dict[int, int],
+        details: dict[int, str],
+    ) -> dict[int, Any] | None:
+        """The SUBACK properties that say why filters were refused: a Reason String naming
+        each, if the client asked for problem information and it fits (`channel.problems`)."""
+        client = self.client
+        if not problems_allowed(client):
+            return None
+        assert client is not None
+        why = "; ".join(
+            f"{subscriptions[index].topic_filter!r}: "
+            + (details.get(index) or _SUBSCRIBE_REFUSALS.get(code, f"reason 0x{code:02x}"))
+            for index, code in refused.items()
+        )
+        # The session fills in the granted codes; one byte each, so the size is known now.
+        stand_in = SubAck(packet_id, [0] * len(subscriptions))
+        fitted, _data = with_properties(stand_in, (reason_string(why),), client.maximum_packet_size)
+        return fitted.properties or None
 
     def _unsubscribe(self, packet: Unsubscribe) -> None:
         self._flush_batch()
@@ -643,6 +729,7 @@ class Channel:
 
     def _connect(self, packet: Connect) -> None:
         self.version = packet.protocol_version
+        self._packet_limit = packet.properties.get(_MAXIMUM_PACKET_SIZE, NO_LIMIT)
         settings = self._settings
         client_id = packet.client_id
         connack_properties: dict[int, Any] = {}
@@ -703,17 +790,35 @@ class Channel:
             if not result.allowed:
                 assert result.reason is not None
                 self._refuse(
-                    result.reason.connack_v5, f"authentication failed: {result.reason.value}"
+                    result.reason.connack_v5,
+                    f"authentication failed: {result.reason.value}",
+                    result.user_properties,
                 )
                 return
+            self._accept(packet, connack_properties, result.user_properties)
+            return
         self._accept(packet, connack_properties)
 
-    def _accept(self, packet: Connect, connack_properties: dict[int, Any]) -> None:
-        """The client is authenticated: check its will, then open its session."""
+    def _accept(
+        self,
+        packet: Connect,
+        connack_properties: dict[int, Any],
+        pairs: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """The client is authenticated: check its will, then open its session. `pairs`: the
+        authentication's User Properties for a 5.0 CONNACK, if they fit [MQTT-3.2.2-20]."""
         client = self.client
         assert client is not None
         if packet.will is not None and not self._accept_will(packet.will, client):
             return
+        if pairs and self.version >= 5:
+            # The session writes this CONNACK; its Session Present flag does not change the size.
+            connack, _data = with_properties(
+                ConnAck(properties=connack_properties),
+                (user_properties(pairs),),
+                self._packet_limit,
+            )
+            connack_properties = connack.properties
         self.phase = Phase.CONNECTING
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
@@ -762,7 +867,11 @@ class Channel:
             return
         if not result.allowed:
             assert result.reason is not None
-            self._refuse(result.reason.connack_v5, f"authentication failed: {result.reason.value}")
+            self._refuse(
+                result.reason.connack_v5,
+                f"authentication failed: {result.reason.value}",
+                result.user_properties,
+            )
             return
         packet, connack_properties = exchange.pending, exchange.connack_properties
         connack_properties[AUTHENTICATION_METHOD] = exchange.method
@@ -771,7 +880,7 @@ class Channel:
         exchange.pending, exchange.connack_properties, exchange.state = None, {}, None
         if result.username is not None and self.client is not None:
             self.client = replace(self.client, username=result.username)
-        self._accept(packet, connack_properties)
+        self._accept(packet, connack_properties, result.user_properties)
 
     def _auth_before_connack(self, packet: Packet) -> None:
         """A packet of a client whose CONNECT started an enhanced authentication."""
@@ -836,10 +945,9 @@ class Channel:
             code = result.reason.connack_v5
             if code != ReasonCode.BAD_AUTHENTICATION_METHOD:
                 code = _NOT_AUTHORIZED
-            logger.warning(
-                "closing %s: re-authentication failed: %s", self._name(), result.reason.value
-            )
-            self._last_words(code)
+            why = f"re-authentication failed: {result.reason.value}"
+            logger.warning("closing %s: %s", self._name(), why)
+            self._last_words(code, why)
             self._close(DisconnectReason.NOT_AUTHORIZED)
 
     def _accept_will(self, will: Will, client: ClientInfo) -> bool:
@@ -871,13 +979,21 @@ class Channel:
         )
         return True
 
-    def _refuse(self, reason_code: int, why: str) -> None:
+    def _refuse(self, reason_code: int, why: str, pairs: tuple[tuple[str, str], ...] = ()) -> None:
+        """CONNACK `reason_code` and close. A 5.0 client is told `why` in a Reason String,
+        and gets the authentication's User Properties `pairs`, whatever its Request Problem
+        Information (CONNACK is exempt, [MQTT-3.1.2-29]), each only if it fits [MQTT-3.2.2-19]
+        [MQTT-3.2.2-20]."""
         logger.info(
             "refused CONNECT from %s: %s (CONNACK reason 0x%02x)", self._name(), why, reason_code
         )
-        self._actions.append(
-            Send(encode(ConnAck(session_present=False, reason_code=reason_code), self.version))
-        )
+        connack = ConnAck(session_present=False, reason_code=reason_code)
+        if self.version >= 5:
+            additions = (reason_string(why), user_properties(pairs))
+            data = with_properties(connack, additions, self._packet_limit)[1]
+        else:
+            data = encode(connack, self.version)
+        self._actions.append(Send(data))
         self.client = None
         self._close(DisconnectReason.NOT_AUTHORIZED)
 
@@ -885,15 +1001,18 @@ class Channel:
 
     def _violation(self, why: str, reason_code: int = ReasonCode.PROTOCOL_ERROR) -> None:
         logger.warning("closing %s: protocol violation: %s", self._name(), why)
-        self._last_words(reason_code)
+        self._last_words(reason_code, why)
         self._close(DisconnectReason.PROTOCOL_ERROR)
 
-    def _last_words(self, reason_code: int) -> None:
-        """A 5.0 client that connected learns why the server closes [MQTT-4.13.1-1]. No Reason
-        String: the broker's log says why, and nothing depends on Request Problem
-        Information (section 3.1.2.11.7)."""
+    def _last_words(self, reason_code: int, why: str) -> None:
+        """A 5.0 client that connected learns why the server closes [MQTT-4.13.1-1]: the
+        reason code, and `why` as a Reason String unless that would break its Maximum Packet
+        Size [MQTT-3.14.2-3]. DISCONNECT may carry it whatever the client's Request Problem
+        Information [MQTT-3.1.2-29]."""
         if self.phase is Phase.CONNECTED and self.version >= 5:
-            self._actions.append(Send(encode(Disconnect(reason_code=reason_code), 5)))
+            disconnect = Disconnect(reason_code=reason_code)
+            data = with_properties(disconnect, (reason_string(why),), self._packet_limit)[1]
+            self._actions.append(Send(data))
 
     def _close(self, reason: DisconnectReason, will_now: bool = False) -> None:
         """Everything a connection's end does; reached once (the phase guards it).
@@ -955,6 +1074,13 @@ def _publish_properties(will: Message) -> dict[int, Any]:
     if PropertyId.WILL_DELAY_INTERVAL not in properties:
         return properties
     return {k: v for k, v in properties.items() if k != PropertyId.WILL_DELAY_INTERVAL}
+
+
+def _close_text(reason: DisconnectReason, detail: str) -> str:
+    """The Reason String of a server close: what `reason` means, then the close's detail."""
+    text = _CLOSE_TEXTS.get(reason, reason.value.replace("_", " "))
+    detail = detail.strip(" ()")
+    return f"{text}: {detail}" if detail else text
 
 
 def _shared_refusal(topic_filter: str) -> tuple[int, str, str] | None:

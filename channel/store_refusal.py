@@ -11,20 +11,33 @@ its next connection [MQTT-4.4.0-1].
 
 from __future__ import annotations
 
+from channel.problems import refusal_ack
+from core.client import ClientInfo
 from mqtt.decoder import PacketDecoder
-from mqtt.encoder import encode_ack
+from mqtt.encoder import encode
 from mqtt.packets import PubAck, PubRec
 from mqtt.reason_codes import ReasonCode
 
 REFUSED = ReasonCode.QUOTA_EXCEEDED
+REFUSED_WHY = "quota exceeded: the broker cannot store messages now; send it again later"
 
 
-def refused_acks(acks: bytes) -> bytes:
+def refused_acks(acks: bytes, client: ClientInfo) -> bytes:
     """The MQTT 5 PUBACKs/PUBRECs in `acks`, each successful one turned into a refusal
-    (0x97); refusals already in it (0x87 not authorised, ...) are kept as they are."""
+    (0x97, with a Reason String if `client` asked for problem information); refusals
+    already in it (0x87 not authorised, ...) are kept as they are, Reason String included."""
     refused = []
     for packet in PacketDecoder(max_packet_size=len(acks) + 5, protocol_version=5).feed(acks):
         assert isinstance(packet, PubAck | PubRec), packet
-        code = ReasonCode(packet.reason_code) if packet.reason_code >= 0x80 else REFUSED
-        refused.append(encode_ack(packet.packet_type, packet.packet_id, code, 5))
+        if packet.reason_code >= 0x80:
+            refused.append(encode(packet, 5))
+        else:
+            refused.append(
+                refusal_ack(packet.packet_type, packet.packet_id, REFUSED, REFUSED_WHY, client)
+            )
     return b"".join(refused)
+
+
+def refused_pubrec(packet_id: int, client: ClientInfo) -> bytes:
+    """The PUBREC 0x97 of a QoS 2 PUBLISH refused while the store fails."""
+    return refusal_ack(PubRec.packet_type, packet_id, REFUSED, REFUSED_WHY, client)

@@ -7,7 +7,8 @@
   with an `AuthFailure` that names its MQTT 5.0 CONNACK reason code (the encoder maps it
   to the 3.1.1 return code for older clients). An enhanced authentication (MQTT 5.0
   section 4.12) may end with `data` for the client (sent as Authentication Data in CONNACK
-  or in the final AUTH) and name the `username` it proved.
+  or in the final AUTH) and name the `username` it proved. Any result may carry
+  `user_properties` for the CONNACK of a 5.0 client (accepting or refusing).
 - `AuthContinue` answers a step of an enhanced authentication that is not over: the broker
   sends AUTH with reason 0x18 (Continue authentication) and `data`, and hands `state` back
   to the plugin with the client's next AUTH.
@@ -60,6 +61,9 @@ class AuthResult:
     reason: AuthFailure | None = None
     data: bytes | None = None  # enhanced authentication: the last Authentication Data
     username: str | None = None  # enhanced authentication: the identity it proved
+    # (name, value) pairs a 5.0 client gets as User Properties on its CONNACK, in order,
+    # when they fit in its Maximum Packet Size [MQTT-3.2.2-20]; 3.x clients get none.
+    user_properties: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.allowed != (self.reason is None):
@@ -67,6 +71,16 @@ class AuthResult:
                 f"AuthResult(allowed={self.allowed}, reason={self.reason}): an allowed result "
                 "has no reason and a refused one needs one"
             )
+        for pair in self.user_properties:
+            if not (
+                isinstance(pair, tuple)
+                and len(pair) == 2
+                and isinstance(pair[0], str)
+                and isinstance(pair[1], str)
+            ):
+                raise ValueError(
+                    f"AuthResult user_properties: {pair!r} is not a (name, value) pair of str"
+                )
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from tests.support.raw_client import RawClient
 
 METHOD = PropertyId.AUTHENTICATION_METHOD
 DATA = PropertyId.AUTHENTICATION_DATA
+REASON = PropertyId.REASON_STRING
 SCRAM = "SCRAM-SHA-256"
 USER, PASSWORD = "alice", "correct horse battery staple"
 
@@ -111,7 +112,8 @@ def test_scram_user_name_must_match(broker: BrokerProcess) -> None:
     connack = client.connect(
         unique("scram"), username="bob", properties={METHOD: SCRAM, DATA: scram.first()}
     )
-    assert connack == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    assert connack.reason_code == ReasonCode.NOT_AUTHORIZED
+    assert connack.properties[REASON].startswith("authentication failed")  # [MQTT-3.2.2-19]
     client.close()
 
 
@@ -123,7 +125,11 @@ def test_publish_before_connack_is_a_protocol_error(broker: BrokerProcess) -> No
         client.connect(unique("eager"), properties={METHOD: SCRAM, DATA: scram.first()}), Auth
     )
     client.send(Publish("t", b"too early", qos=0))
-    assert client.expect() == ConnAck(False, ReasonCode.PROTOCOL_ERROR)
+    assert client.expect() == ConnAck(
+        False,
+        ReasonCode.PROTOCOL_ERROR,
+        {REASON: "Publish before CONNACK of an enhanced authentication [MQTT-3.1.2-30]"},
+    )
     assert client.is_closed_by_broker()
 
 
@@ -156,25 +162,37 @@ def test_reauthentication_failure_disconnects_0x87(broker: BrokerProcess) -> Non
     client, connack, _scram = scram_connect(broker, PASSWORD)
     assert connack.reason_code == ReasonCode.SUCCESS
     answer = reauthenticate(client, "not the password")
-    assert answer == Disconnect(reason_code=ReasonCode.NOT_AUTHORIZED)  # [MQTT-4.12.1-2]
+    assert answer == Disconnect(  # [MQTT-4.12.1-2], saying why [MQTT-3.14.2-3]
+        reason_code=ReasonCode.NOT_AUTHORIZED,
+        properties={REASON: "re-authentication failed: bad_credentials"},
+    )
     assert client.is_closed_by_broker()
 
 
 def test_raw_unknown_method_is_0x8c(broker: BrokerProcess) -> None:
     client = RawClient(broker.host, broker.port, version=5)
     connack = client.connect(unique("kerberos"), properties={METHOD: "GSSAPI", DATA: b"x"})
-    assert connack == ConnAck(False, ReasonCode.BAD_AUTHENTICATION_METHOD)
+    assert connack == ConnAck(
+        False,
+        ReasonCode.BAD_AUTHENTICATION_METHOD,
+        {REASON: "authentication failed: bad_authentication_method"},
+    )
     assert client.is_closed_by_broker()
 
 
-def paho_connack(broker: BrokerProcess, method: str, data: bytes) -> tuple[Any, Any]:
-    """(reason, CONNACK properties) paho 2.x reports for a CONNECT with this method."""
+def paho_connack(
+    broker: BrokerProcess, method: str, data: bytes, **connect: Any
+) -> tuple[Any, Any]:
+    """(reason, CONNACK properties) paho 2.x reports for a CONNECT with this method (and
+    the CONNECT properties `connect`)."""
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, unique("paho"), protocol=paho.MQTTv5)
     client.on_connect = lambda _c, _u, _f, reason, properties: answers.put((reason, properties))
     properties = Properties(PacketTypes.CONNECT)
     properties.AuthenticationMethod = method
     properties.AuthenticationData = data
+    for name, value in connect.items():
+        setattr(properties, name, value)
     client.connect(broker.host, broker.port, properties=properties)
     client.loop_start()
     try:
@@ -193,6 +211,19 @@ def test_paho_one_step_method_success_and_failure(broker: BrokerProcess) -> None
     assert reason == "Bad user name or password"
 
 
+def test_paho_gets_the_plugins_user_properties_on_connack(broker: BrokerProcess) -> None:
+    # AuthResult.user_properties reach the CONNACK, in order; the plugin (token_auth) saw
+    # the CONNECT's own User Properties and echoes the one named "echo".
+    sent = [("echo", "hello"), ("other", "x")]
+    reason, properties = paho_connack(broker, "TOKEN", b"let-me-in", UserProperty=sent)
+    assert reason == "Success"
+    assert properties.UserProperty == [("granted-by", "token_auth"), ("echo", "hello")]
+    reason, properties = paho_connack(broker, "TOKEN", b"guess")
+    assert reason == "Bad user name or password"
+    assert properties.ReasonString == "authentication failed: bad_credentials"
+    assert properties.UserProperty == [("hint", "ask the operator for a new token")]
+
+
 def test_paho_unsupported_method_gets_bad_authentication_method(broker: BrokerProcess) -> None:
     reason, _properties = paho_connack(broker, "GSSAPI", b"")
     assert reason == "Bad authentication method"
@@ -203,5 +234,7 @@ def test_clients_without_a_method_are_still_decided_by_allow_anonymous(
 ) -> None:
     # Both plugins IGNORE a CONNECT without a method; [auth] allow_anonymous is false.
     client = RawClient(broker.host, broker.port, version=5)
-    assert client.connect(unique("anon")) == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    assert client.connect(unique("anon")) == ConnAck(
+        False, ReasonCode.NOT_AUTHORIZED, {REASON: "authentication failed: not_authorized"}
+    )
     client.close()

@@ -15,7 +15,10 @@ def test_topic_alias_above_the_announced_maximum_is_refused_mqtt_3_3_2_9(
     client = connect_raw(broker, unique("alias"), version=5)  # CONNACK allows 10 aliases
     client.send(Publish("a/b", b"x", properties={0x23: 11}))
     answer = client.expect()
-    assert answer == Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID)
+    assert isinstance(answer, Disconnect)
+    assert answer.reason_code == ReasonCode.TOPIC_ALIAS_INVALID
+    # ... and says why in a Reason String [MQTT-3.14.2-3]
+    assert answer.properties[0x1F].startswith("Topic Alias 11 outside 1..10")
     assert client.is_closed_by_broker()
     assert "Topic Alias" in broker.log()
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -225,11 +226,27 @@ def test_payload_not_utf8_as_marked_is_refused_with_0x99(
     broker = broker_factory("[mqtt]\nvalidate_utf8_payloads = true\n")
     client = connect_raw(broker, unique("utf8"), version=5)
     client.send(Publish("t", b"\xc3\x28", qos=1, packet_id=1, properties={0x01: 1}))
-    assert client.expect() == PubAck(1, 0x99)
+    assert client.expect() == PubAck(
+        1, 0x99, {0x1F: "payload on 't' is not the UTF-8 its Payload Format Indicator says"}
+    )
     client.send(Publish("t", "é".encode(), qos=1, packet_id=2, properties={0x01: 1}))
     assert client.expect() == PubAck(2, 0x10)  # accepted (nobody subscribes)
     client.close()
     assert "not the UTF-8 it claims" in broker.log()
+
+
+@pytest.mark.parametrize("problem_information", [1, 0])
+def test_a_refused_connect_tells_paho_why_in_a_reason_string(
+    broker_factory: Callable[..., BrokerProcess], problem_information: int
+) -> None:
+    # [MQTT-3.2.2-19]; CONNACK may carry it even with Request Problem Information 0
+    # [MQTT-3.1.2-29].
+    broker = broker_factory("[limits]\nmax_client_id_length = 8\n")
+    client = V5Client(broker, "far-too-long-an-id", RequestProblemInformation=problem_information)
+    client.close()
+    reason, properties = client.connack
+    assert reason == "Client identifier not valid"  # 0x85
+    assert properties.ReasonString == "client id too long"
 
 
 def test_hooks_get_the_protocol_version_and_the_properties(

@@ -25,13 +25,21 @@ from mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from mqtt.properties import PropertyId
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
 
+REASON = PropertyId.REASON_STRING
+
 
 def v5(broker: BrokerProcess, client_id: str, **kwargs: object) -> RawClient:
     return connect_raw(broker, client_id, version=5, **kwargs)  # type: ignore[arg-type]
+
+
+def told(code: int, why: str) -> Disconnect:
+    """A server DISCONNECT that says why: its code and Reason String [MQTT-4.13.1-1]."""
+    return Disconnect(reason_code=code, properties={REASON: why})
 
 
 def leave(client: RawClient) -> None:
@@ -80,7 +88,9 @@ def test_disconnect_can_end_the_session_section_3_14_2_2_2(broker: BrokerProcess
 def test_disconnect_setting_expiry_after_zero_is_a_protocol_error(broker: BrokerProcess) -> None:
     client = v5(broker, unique("exp-bad"))
     client.send(Disconnect(properties={0x11: 60}))
-    assert client.expect() == Disconnect(reason_code=0x82)
+    assert client.expect() == told(
+        0x82, "DISCONNECT sets a Session Expiry Interval after CONNECT's was 0 (section 3.14.2.2.2)"
+    )
     assert client.is_closed_by_broker()
 
 
@@ -163,7 +173,10 @@ def test_client_exceeding_the_servers_receive_maximum_gets_0x93(
         client.send(Publish("rm/in", b"x", qos=2, packet_id=packet_id))
         assert client.expect() == PubRec(packet_id, 0x10)  # nobody subscribes
     client.send(Publish("rm/in", b"x", qos=2, packet_id=3))
-    assert client.expect() == Disconnect(reason_code=0x93)
+    assert client.expect() == told(
+        0x93,
+        "more than the Receive Maximum of 2 unacknowledged QoS 1/2 PUBLISHes [MQTT-3.3.4-7]",
+    )
     assert client.is_closed_by_broker()
 
 
@@ -198,10 +211,11 @@ def test_reason_codes_of_acknowledgements(broker: BrokerProcess) -> None:
     assert client.expect() == PubAck(1, 0x10)  # no matching subscribers
     client.send(Unsubscribe(2, ["never/subscribed"]))
     assert client.expect() == UnsubAck(2, [0x11])  # no subscription existed
+    # Failures say why: Request Problem Information is 1 by default (section 3.1.2.11.7).
     client.send(PubRel(3))
-    assert client.expect() == PubComp(3, 0x92)  # packet identifier not found
+    assert client.expect() == PubComp(3, 0x92, {REASON: "packet identifier 3 not found"})
     client.send(PubRec(4))
-    assert client.expect() == PubRel(4, 0x92)
+    assert client.expect() == PubRel(4, 0x92, {REASON: "packet identifier 4 not found"})
     client.send(Subscribe(5, [Subscription("$share/g/t", 1), Subscription("ok/+", 2)]))
     # A shared subscription is granted like any other (0x9E only when they are turned off:
     # test_shared_subscriptions.py).
@@ -281,7 +295,7 @@ def test_topic_aliases_in_both_directions(broker: BrokerProcess) -> None:
     assert (first.topic, first.payload, first.properties[0x23]) == (topic, b"1", 1)
     assert (second.topic, second.payload, second.properties[0x23]) == ("", b"2", 1)
     publisher.send(Publish("", b"x", properties={0x23: 4}))  # never set: Protocol Error
-    assert publisher.expect() == Disconnect(reason_code=0x82)
+    assert publisher.expect() == told(0x82, "Topic Alias 4 used before it was set (section 3.3.4)")
     subscriber.close()
 
 
@@ -317,14 +331,16 @@ def test_session_taken_over_gets_0x8e(broker: BrokerProcess) -> None:
     client_id = unique("taken")
     first = v5(broker, client_id)
     second = v5(broker, client_id)
-    assert first.expect() == Disconnect(reason_code=0x8E)
+    assert first.expect() == told(0x8E, "session taken over by another connection")
     assert first.is_closed_by_broker()
     second.close()
 
 
 def test_keep_alive_timeout_gets_0x8d(broker: BrokerProcess) -> None:
     client = v5(broker, unique("silent"), keepalive=1)
-    assert client.expect(timeout=4) == Disconnect(reason_code=0x8D)  # after 1.5 s of silence
+    disconnect = client.expect(timeout=4)  # after 1.5 s of silence
+    assert disconnect.reason_code == 0x8D
+    assert disconnect.properties[REASON].startswith("keep-alive timeout: silent for 1.")
     assert client.is_closed_by_broker()
 
 
@@ -332,7 +348,50 @@ def test_shutdown_gets_0x8b(broker_factory: Callable[..., BrokerProcess]) -> Non
     broker = broker_factory()
     client = v5(broker, unique("bye"))
     assert broker.stop() == 0
-    assert client.expect() == Disconnect(reason_code=0x8B)
+    assert client.expect() == told(0x8B, "server shutting down")
+
+
+def test_a_disconnect_leaves_its_reason_string_out_beyond_the_maximum_packet_size(
+    broker: BrokerProcess,
+) -> None:
+    # [MQTT-3.14.2-3]: the 3-byte DISCONNECT fits in 16 bytes, with the string it would not.
+    client_id = unique("tiny")
+    first = v5(broker, client_id, properties={0x27: 16})
+    second = v5(broker, client_id)
+    assert first.expect() == Disconnect(reason_code=0x8E)
+    assert first.is_closed_by_broker()
+    second.close()
+
+
+def test_request_problem_information_0_keeps_reason_strings_to_connack_and_disconnect(
+    broker: BrokerProcess,
+) -> None:
+    # [MQTT-3.1.2-29]: no Reason String on PUBCOMP/PUBREL, but DISCONNECT may still say why.
+    client_id = unique("rpi0")
+    client = v5(broker, client_id, properties={0x17: 0})
+    client.send(PubRel(3))
+    assert client.expect() == PubComp(3, 0x92)
+    client.send(PubRec(4))
+    assert client.expect() == PubRel(4, 0x92)
+    second = v5(broker, client_id)
+    assert client.expect() == told(0x8E, "session taken over by another connection")
+    second.close()
+
+
+def test_a_suback_says_why_a_filter_was_refused(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory("[mqtt]\nwildcard_subscriptions = false\n")
+    client = v5(broker, unique("wild"))
+    client.send(Subscribe(1, [Subscription("ok", 1), Subscription("a/#", 1)]))
+    assert client.expect() == SubAck(
+        1, [1, 0xA2], {REASON: "'a/#': wildcard subscriptions are not supported"}
+    )
+    quiet = v5(broker, unique("wild-rpi0"), properties={0x17: 0})  # [MQTT-3.1.2-29]
+    quiet.send(Subscribe(1, [Subscription("a/#", 1)]))
+    assert quiet.expect() == SubAck(1, [0xA2])
+    client.close()
+    quiet.close()
 
 
 def test_a_clean_start_takeover_ends_the_session_and_sends_the_delayed_will(
@@ -344,7 +403,7 @@ def test_a_clean_start_takeover_ends_the_session_and_sends_the_delayed_will(
     will = Will(topic, b"ended", qos=1, properties={0x18: 30})
     first = v5(broker, client_id, will=will, properties={0x11: 60})
     second = v5(broker, client_id, clean=True)  # discards the session [MQTT-3.1.2-4]
-    assert first.expect() == Disconnect(reason_code=0x8E)
+    assert first.expect() == told(0x8E, "session taken over by another connection")
     assert expect_publish(watcher).payload == b"ended"  # the session ended: no waiting
     for client in (first, second, watcher):
         client.close()

@@ -7,6 +7,7 @@ connection lost, a server close) and checks the exact actions it answers with.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from hooks.decisions import Decision
 from hooks.events import AuthorizeRequest, ClientDisconnected
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
+from mqtt import PacketDecoder
 from mqtt.encoder import encode, encode_ack
 from mqtt.errors import MalformedPacketError, UnsupportedProtocolVersionError
 from mqtt.packets import (
@@ -87,6 +89,18 @@ def acl(denied_topics: set[str]) -> HookBus:
 
 def of_type(actions: list[Any], kind: type) -> list[Any]:
     return [a for a in actions if type(a) is kind]
+
+
+def told(packet: Any, why: str) -> bytes:
+    """`packet` as a 5.0 client gets it with the Reason String `why` (`channel.problems`)."""
+    return encode(replace(packet, properties={**packet.properties, 0x1F: why}), 5)
+
+
+def said(action: Any) -> tuple[int, str | None]:
+    """(reason code, Reason String or None) of the one 5.0 packet a Send action writes."""
+    assert type(action) is Send, action
+    (packet,) = PacketDecoder(max_packet_size=1 << 20, protocol_version=5).feed(action.data)
+    return packet.reason_code, packet.properties.get(0x1F)
 
 
 # ----- CONNECT -------------------------------------------------------------------------
@@ -149,17 +163,23 @@ def test_client_id_too_long_refused() -> None:
     channel = new_channel(max_client_id_length=4)
     actions = channel.handle_in([Connect(client_id="abcde", protocol_version=5)], 12)
     assert actions[0] == Send(
-        encode(ConnAck(reason_code=ReasonCode.CLIENT_IDENTIFIER_NOT_VALID), 5)
+        told(ConnAck(reason_code=ReasonCode.CLIENT_IDENTIFIER_NOT_VALID), "client id too long")
     )
     assert channel.phase is Phase.CLOSED
 
 
-@pytest.mark.parametrize(("version", "code"), [(4, 0x05), (5, 0x87)])
-def test_authentication_refusal(version: int, code: int) -> None:
+@pytest.mark.parametrize(
+    ("version", "connack"),
+    [
+        (4, bytes((0x20, 2, 0, 0x05))),  # 3.x: a return code, no properties
+        (5, told(ConnAck(reason_code=0x87), "authentication failed: not_authorized")),
+    ],
+)
+def test_authentication_refusal(version: int, connack: bytes) -> None:
     hooks = HookBus(allow_anonymous=False)
     channel = new_channel(hooks)
     actions = channel.handle_in([Connect(client_id="c1", protocol_version=version)], 12)
-    assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
+    assert actions[0] == Send(connack)
     assert actions[1] == End(DisconnectReason.NOT_AUTHORIZED, was_connected=False)
 
 
@@ -179,7 +199,9 @@ def test_v5_will_denied_by_acl_refuses_connect() -> None:
     channel = new_channel(acl({"forbidden"}))
     will = Will(topic="forbidden", payload=b"x")
     actions = channel.handle_in([Connect(client_id="c1", protocol_version=5, will=will)], 20)
-    assert actions[0] == Send(encode(ConnAck(reason_code=ReasonCode.NOT_AUTHORIZED), 5))
+    assert actions[0] == Send(
+        told(ConnAck(reason_code=ReasonCode.NOT_AUTHORIZED), "will on 'forbidden' not authorised")
+    )
     assert channel.phase is Phase.CLOSED
 
 
@@ -194,7 +216,9 @@ def test_identity_as_username() -> None:
     assert opened.client.username == "device-7"  # the certificate's CN, not the CONNECT's
     without = Channel("p", HookBus(), ChannelSettings(identity_as_username=True))
     actions = without.handle_in([Connect(client_id="c", protocol_version=5)], 9)
-    assert actions[0] == Send(encode(ConnAck(reason_code=ReasonCode.NOT_AUTHORIZED), 5))
+    code, why = said(actions[0])
+    assert code == ReasonCode.NOT_AUTHORIZED
+    assert why is not None and why.startswith("no client certificate")
 
 
 def test_second_connect_is_a_protocol_violation() -> None:
@@ -202,7 +226,12 @@ def test_second_connect_is_a_protocol_violation() -> None:
     channel = connected(version=5)
     actions = channel.handle_in([Connect(client_id="c1", protocol_version=5)], 12)
     assert actions[:2] == [
-        Send(encode(Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR), 5)),
+        Send(
+            told(
+                Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR),
+                "Connect is not a client-to-server packet",
+            )
+        ),
         End(DisconnectReason.PROTOCOL_ERROR, was_connected=True),
     ]
 
@@ -270,9 +299,10 @@ def test_qos2_goes_to_the_session_with_its_pubrec() -> None:
     ("version", "qos", "ack"),
     [
         (4, 1, bytes((0x40, 2, 0, 3))),  # 3.1.1 acknowledges a denied publish anyway
-        (5, 1, bytes((0x40, 3, 0, 3, 0x87))),  # 5.0 says why
+        # 5.0 says why: the code, and a Reason String (Request Problem Information 1)
+        (5, 1, told(PubAck(3, 0x87), "not authorised to publish to 'secret'")),
         (4, 2, bytes((0x50, 2, 0, 3))),
-        (5, 2, bytes((0x50, 3, 0, 3, 0x87))),
+        (5, 2, told(PubRec(3, 0x87), "not authorised to publish to 'secret'")),
     ],
 )
 def test_denied_publish_acknowledged_not_routed(version: int, qos: int, ack: bytes) -> None:
@@ -295,7 +325,7 @@ def test_sys_publish_refused_without_any_acl(topic: str) -> None:
     channel = connected(version=5)
     actions = channel.handle_in([PublishPacket(topic=topic, payload=b"x", qos=1, packet_id=1)], 9)
     assert not of_type(actions, Publish)
-    assert Send(bytes((0x40, 3, 0, 1, 0x87))) in actions
+    assert Send(told(PubAck(1, 0x87), f"not authorised to publish to {topic!r}")) in actions
 
 
 def test_topic_alias_is_a_protocol_error_when_none_is_allowed() -> None:
@@ -303,7 +333,9 @@ def test_topic_alias_is_a_protocol_error_when_none_is_allowed() -> None:
     channel = connected(version=5, settings=ChannelSettings(offer=Offer(topic_alias_maximum=0)))
     packet = PublishPacket(topic="t", payload=b"", properties={0x23: 1})
     actions = channel.handle_in([packet], 9)
-    assert actions[0] == Send(encode(Disconnect(reason_code=ReasonCode.TOPIC_ALIAS_INVALID), 5))
+    code, why = said(actions[0])
+    assert code == ReasonCode.TOPIC_ALIAS_INVALID
+    assert why is not None and why.startswith("Topic Alias 1 outside 1..0")
 
 
 def test_too_many_topic_levels_close_the_connection() -> None:
@@ -445,7 +477,9 @@ def test_malformed_input_v5_gets_disconnect_with_its_reason() -> None:
     actions = channel.connection_lost(
         DisconnectReason.PROTOCOL_ERROR, MalformedPacketError("bad remaining length")
     )
-    assert actions[0] == Send(encode(Disconnect(reason_code=ReasonCode.MALFORMED_PACKET), 5))
+    assert actions[0] == Send(
+        told(Disconnect(reason_code=ReasonCode.MALFORMED_PACKET), "bad remaining length")
+    )
     assert actions[-1] == End(DisconnectReason.PROTOCOL_ERROR, was_connected=True)
 
 
@@ -587,11 +621,13 @@ def test_v5_puback_waits_for_routing_to_say_0x10() -> None:
     (publish,) = of_type(actions, Publish)
     assert [m.topic for m in publish.messages] == ["a", "b"] and publish.acks is None
     assert publish.v5_acks is not None
-    assert [(pid, code) for pid, _m, code in publish.v5_acks] == [(1, 0), (2, 0x87), (3, 0)]
+    # The refusal is encoded at once, with its Reason String; the others wait for routing.
+    refusal = told(PubAck(2, 0x87), "not authorised to publish to 'secret'")
+    assert [(pid, ack) for pid, _m, ack in publish.v5_acks] == [(1, None), (2, refusal), (3, None)]
     # Routing found nobody for "b": its PUBACK says 0x10; order kept [MQTT-4.6.0-2].
     unmatched = {publish.messages[1].message_id}
-    assert encode_pubacks(publish.v5_acks, unmatched) == bytes(
-        (0x40, 2, 0, 1, 0x40, 3, 0, 2, 0x87, 0x40, 3, 0, 3, 0x10)
+    assert encode_pubacks(publish.v5_acks, unmatched) == (
+        bytes((0x40, 2, 0, 1)) + refusal + bytes((0x40, 3, 0, 3, 0x10))
     )
 
 
@@ -611,7 +647,8 @@ def test_publish_beyond_what_connack_allowed_closes_with_its_code(
 ) -> None:
     channel = v5_channel(offer)
     actions = channel.handle_in([packet], 9)
-    assert actions[0] == Send(encode(Disconnect(reason_code=code), 5))
+    told_code, why = said(actions[0])
+    assert told_code == code and why  # the code, and the violation in words
     assert channel.phase is Phase.CLOSED
     assert not of_type(actions, Publish)
 
@@ -637,7 +674,7 @@ def test_incoming_topic_aliases_are_resolved_per_connection() -> None:
     # A new connection starts with no aliases.
     fresh = v5_channel(Offer(topic_alias_maximum=2))
     assert fresh.handle_in([PublishPacket("", b"", properties={0x23: 1})], 9)[0] == Send(
-        encode(Disconnect(reason_code=0x82), 5)
+        told(Disconnect(reason_code=0x82), "Topic Alias 1 used before it was set (section 3.3.4)")
     )
 
 
@@ -657,7 +694,8 @@ def test_receive_maximum_exceeded_gets_disconnect_0x93() -> None:
     channel.handle_in([PublishPacket("t", b"", qos=2, packet_id=3)], 10)
     assert channel.phase is Phase.CONNECTED
     actions = channel.handle_in([PublishPacket("t", b"", qos=1, packet_id=4)], 10)
-    assert actions[0] == Send(encode(Disconnect(reason_code=0x93), 5))
+    code, why = said(actions[0])
+    assert code == 0x93 and why is not None and "[MQTT-3.3.4-7]" in why
     assert channel.phase is Phase.CLOSED
 
 
@@ -676,7 +714,10 @@ def test_utf8_payload_validation_refuses_with_0x99() -> None:
     (publish,) = of_type(actions, Publish)
     assert [m.payload for m in publish.messages] == ["ünïcode".encode(), b"\xff"]
     assert publish.v5_acks is not None
-    assert [code for _pid, _m, code in publish.v5_acks] == [0x99, 0, 0]
+    refusal = told(
+        PubAck(1, 0x99), "payload on 't' is not the UTF-8 its Payload Format Indicator says"
+    )
+    assert [ack for _pid, _m, ack in publish.v5_acks] == [refusal, None, None]
 
 
 @pytest.mark.parametrize(
@@ -722,7 +763,8 @@ def test_disconnect_may_change_the_session_expiry(
     actions = channel.handle_in([Disconnect(properties=properties)], 9)
     (end,) = of_type(actions, End)
     if violation:
-        assert actions[0] == Send(encode(Disconnect(reason_code=0x82), 5))
+        code, why = said(actions[0])
+        assert code == 0x82 and why is not None and "section 3.14.2.2.2" in why
         assert end.reason is DisconnectReason.PROTOCOL_ERROR
     else:
         assert end.reason is DisconnectReason.CLIENT_DISCONNECT
@@ -730,24 +772,26 @@ def test_disconnect_may_change_the_session_expiry(
 
 
 @pytest.mark.parametrize(
-    ("reason", "code"),
+    ("reason", "code", "why"),
     [
-        (DisconnectReason.TAKEN_OVER, 0x8E),
-        (DisconnectReason.SERVER_SHUTDOWN, 0x8B),
-        (DisconnectReason.SERVER_ERROR, 0x83),
+        (DisconnectReason.TAKEN_OVER, 0x8E, "session taken over by another connection"),
+        (DisconnectReason.SERVER_SHUTDOWN, 0x8B, "server shutting down"),
+        (DisconnectReason.SERVER_ERROR, 0x83, "server error"),
     ],
 )
-def test_server_close_tells_a_v5_client_why(reason: DisconnectReason, code: int) -> None:
+def test_server_close_tells_a_v5_client_why(reason: DisconnectReason, code: int, why: str) -> None:
     channel = v5_channel()
-    assert channel.close(reason)[0] == Send(encode(Disconnect(reason_code=code), 5))
+    assert channel.close(reason)[0] == Send(told(Disconnect(reason_code=code), why))
     quiet = connected(version=4)
     assert not of_type(quiet.close(reason), Send)  # 3.x has no server DISCONNECT
 
 
 def test_keepalive_timeout_tells_a_v5_client_0x8d() -> None:
     channel = v5_channel()
-    actions = channel.connection_lost(DisconnectReason.KEEPALIVE_TIMEOUT)
-    assert actions[0] == Send(encode(Disconnect(reason_code=0x8D), 5))
+    actions = channel.connection_lost(DisconnectReason.KEEPALIVE_TIMEOUT, detail="silent for 9 s")
+    assert actions[0] == Send(
+        told(Disconnect(reason_code=0x8D), "keep-alive timeout: silent for 9 s")
+    )
 
 
 @pytest.mark.parametrize(
@@ -817,7 +861,14 @@ def test_will_beyond_what_is_offered_refuses_the_connect(
         actions = channel.handle_in(
             [Connect(client_id="c", protocol_version=version, will=will)], 9
         )
-        assert actions[0] == Send(encode(ConnAck(reason_code=code), version))
+        if version == 5:
+            connack = told(
+                ConnAck(reason_code=code),
+                f"will with QoS {will.qos}, retain {will.retain}: not offered ([mqtt])",
+            )
+        else:
+            connack = encode(ConnAck(reason_code=code), version)
+        assert actions[0] == Send(connack)
         assert channel.phase is Phase.CLOSED
 
 

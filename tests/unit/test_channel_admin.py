@@ -15,6 +15,7 @@ from core.reasons import DisconnectReason
 from hooks.hook_bus import HookBus
 from mqtt.encoder import encode
 from mqtt.packets import ConnAck, Connect, Disconnect, Will
+from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 
 
@@ -29,12 +30,20 @@ def banning(*client_ids: str) -> Any:
     return admit
 
 
-@pytest.mark.parametrize(("version", "code"), [(5, ReasonCode.BANNED), (4, 0x05), (3, 0x05)])
-def test_a_banned_client_gets_connack_banned(version: int, code: int) -> None:
+@pytest.mark.parametrize(
+    ("version", "connack"),
+    [
+        # 5.0: the ban's text as Reason String [MQTT-3.2.2-19]; 3.x: the return code alone
+        (5, ConnAck(False, ReasonCode.BANNED, {PropertyId.REASON_STRING: "banned (test)"})),
+        (4, ConnAck(False, 0x05)),
+        (3, ConnAck(False, 0x05)),
+    ],
+)
+def test_a_banned_client_gets_connack_banned(version: int, connack: ConnAck) -> None:
     admit = banning("bad")
     channel = Channel("10.1.2.3:5000", HookBus(), ChannelSettings(admit=admit))
     actions = channel.handle_in([Connect(client_id="bad", protocol_version=version)], 20)
-    assert actions[0] == Send(encode(ConnAck(session_present=False, reason_code=code), version))
+    assert actions[0] == Send(encode(connack, version))
     assert End(DisconnectReason.NOT_AUTHORIZED, False) in actions
     assert channel.phase is Phase.CLOSED
     assert not any(isinstance(action, OpenSession) for action in actions)
@@ -59,7 +68,13 @@ def connected(version: int, will: Will | None = None) -> Channel:
 def test_an_operators_close_sends_disconnect_0x98_to_a_5_0_client_and_the_will() -> None:
     channel = connected(5, Will("wills/c1", b"bye"))
     actions = channel.close(DisconnectReason.ADMINISTRATIVE_ACTION, "(test)")
-    disconnect = encode(Disconnect(reason_code=ReasonCode.ADMINISTRATIVE_ACTION), 5)
+    disconnect = encode(
+        Disconnect(
+            ReasonCode.ADMINISTRATIVE_ACTION,
+            {PropertyId.REASON_STRING: "administrative action: test"},
+        ),
+        5,
+    )
     assert actions[0] == Send(disconnect)
     published = [action for action in actions if isinstance(action, Publish)]
     assert [m.topic for m in published[0].messages] == ["wills/c1"]
@@ -77,5 +92,10 @@ def test_an_operators_close_of_a_3_1_1_client_sends_nothing_but_still_fires_the_
 def test_other_server_closes_send_their_own_reason_code() -> None:
     channel = connected(5)
     actions = channel.close(DisconnectReason.SERVER_SHUTDOWN)
-    shutdown = encode(Disconnect(reason_code=ReasonCode.SERVER_SHUTTING_DOWN), 5)
+    shutdown = encode(
+        Disconnect(
+            ReasonCode.SERVER_SHUTTING_DOWN, {PropertyId.REASON_STRING: "server shutting down"}
+        ),
+        5,
+    )
     assert actions == [Send(shutdown), End(DisconnectReason.SERVER_SHUTDOWN, True)]

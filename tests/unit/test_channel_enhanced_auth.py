@@ -31,6 +31,7 @@ from plugins.base import PluginContext
 METHOD = "ECHO-2"
 METHOD_ID = PropertyId.AUTHENTICATION_METHOD
 DATA_ID = PropertyId.AUTHENTICATION_DATA
+REASON_ID = PropertyId.REASON_STRING
 
 
 class EchoTwoSteps:
@@ -116,7 +117,11 @@ def test_a_wrong_answer_is_refused_with_the_plugins_code_and_closed() -> None:
     channel = new_channel(hooks_with(EchoTwoSteps()))
     channel.handle_in([connect()], 30)
     actions = channel.handle_in([auth(ReasonCode.CONTINUE_AUTHENTICATION, b"nonsense")], 20)
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.BAD_USER_NAME_OR_PASSWORD)
+    assert decoded(actions[0]) == ConnAck(
+        False,
+        ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+        {REASON_ID: "authentication failed: bad_credentials"},
+    )
     assert actions[1] == End(DisconnectReason.NOT_AUTHORIZED, was_connected=False)
     assert channel.phase is Phase.CLOSED
 
@@ -126,7 +131,11 @@ def test_no_plugin_for_the_method_is_bad_authentication_method() -> None:
     # clients were allowed.
     channel = Channel("p", HookBus(allow_anonymous=True), ChannelSettings())
     actions = channel.handle_in([connect(method="KERBEROS")], 30)
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.BAD_AUTHENTICATION_METHOD)
+    assert decoded(actions[0]) == ConnAck(
+        False,
+        ReasonCode.BAD_AUTHENTICATION_METHOD,
+        {REASON_ID: "authentication failed: bad_authentication_method"},
+    )
     assert type(actions[1]) is End
     assert channel.phase is Phase.CLOSED
 
@@ -145,7 +154,9 @@ def test_anything_but_auth_continue_with_the_method_is_a_protocol_error(packet: 
     channel = new_channel(hooks_with(EchoTwoSteps()))
     channel.handle_in([connect()], 30)
     actions = channel.handle_in([packet], 10)
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.PROTOCOL_ERROR)
+    connack = decoded(actions[0])
+    assert connack.reason_code == ReasonCode.PROTOCOL_ERROR
+    assert "MQTT" in connack.properties[REASON_ID]  # the rule it broke
     assert channel.phase is Phase.CLOSED
 
 
@@ -159,7 +170,11 @@ def test_disconnect_during_the_exchange_ends_quietly() -> None:
 def test_authentication_data_without_a_method_is_a_protocol_error() -> None:
     channel = new_channel(hooks_with(EchoTwoSteps()))
     actions = channel.handle_in([connect(method=None, data=b"x")], 30)
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.PROTOCOL_ERROR)
+    assert decoded(actions[0]) == ConnAck(
+        False,
+        ReasonCode.PROTOCOL_ERROR,
+        {REASON_ID: "Authentication Data without an Authentication Method [MQTT-3.1.2-28]"},
+    )
 
 
 def test_the_whole_exchange_in_one_read() -> None:
@@ -198,7 +213,9 @@ def test_reauthentication_failure_disconnects_with_not_authorized() -> None:
     channel = connected_by_echo(EchoTwoSteps())
     channel.handle_in([auth(ReasonCode.RE_AUTHENTICATE, b"again")], 10)
     actions = channel.handle_in([auth(ReasonCode.CONTINUE_AUTHENTICATION, b"wrong")], 10)
-    assert decoded(actions[0]) == Disconnect(reason_code=ReasonCode.NOT_AUTHORIZED)
+    assert decoded(actions[0]) == Disconnect(
+        ReasonCode.NOT_AUTHORIZED, {REASON_ID: "re-authentication failed: bad_credentials"}
+    )
     assert actions[1] == End(DisconnectReason.NOT_AUTHORIZED, was_connected=True)
 
 
@@ -212,7 +229,9 @@ def test_reauthentication_failure_disconnects_with_not_authorized() -> None:
 def test_bad_auth_when_connected_is_a_protocol_error(packet: Auth) -> None:
     channel = connected_by_echo(EchoTwoSteps())
     actions = channel.handle_in([packet], 10)
-    assert decoded(actions[0]) == Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR)
+    disconnect = decoded(actions[0])
+    assert disconnect.reason_code == ReasonCode.PROTOCOL_ERROR
+    assert "AUTH with" in disconnect.properties[REASON_ID]
     assert channel.phase is Phase.CLOSED
 
 
@@ -221,7 +240,10 @@ def test_auth_from_a_client_that_connected_without_a_method_is_a_protocol_error(
     channel.handle_in([Connect(client_id="c1", protocol_version=5)], 20)
     channel.session_attached(session_present=False)
     actions = channel.handle_in([auth(ReasonCode.RE_AUTHENTICATE, b"x")], 10)
-    assert decoded(actions[0]) == Disconnect(reason_code=ReasonCode.PROTOCOL_ERROR)
+    assert decoded(actions[0]) == Disconnect(
+        ReasonCode.PROTOCOL_ERROR,
+        {REASON_ID: "AUTH from a client that did not CONNECT with an Authentication Method"},
+    )
 
 
 def test_password_connects_are_unchanged_by_a_method_plugin() -> None:
@@ -229,7 +251,9 @@ def test_password_connects_are_unchanged_by_a_method_plugin() -> None:
     plugin = EchoTwoSteps()
     allowed = Channel("p", hooks_with(plugin), ChannelSettings())
     actions = allowed.handle_in([Connect(client_id="c1", protocol_version=5)], 20)
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    assert decoded(actions[0]) == ConnAck(
+        False, ReasonCode.NOT_AUTHORIZED, {REASON_ID: "authentication failed: not_authorized"}
+    )
     assert plugin.requests[0].method is None
 
 
@@ -278,7 +302,11 @@ def test_scram_right_password_connects_as_the_scram_user(tmp_path: Path) -> None
 def test_scram_wrong_password_is_refused(tmp_path: Path) -> None:
     channel = new_channel(scram_hooks(tmp_path))
     actions = scram_connect(channel, b"wrong horse")
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.BAD_USER_NAME_OR_PASSWORD)
+    assert decoded(actions[0]) == ConnAck(
+        False,
+        ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+        {REASON_ID: "authentication failed: bad_credentials"},
+    )
     assert channel.phase is Phase.CLOSED
 
 
@@ -289,4 +317,6 @@ def test_scram_user_must_match_the_connect_user_name(tmp_path: Path) -> None:
     actions = channel.handle_in(
         [Connect(client_id="c1", protocol_version=5, properties=properties, username="bob")], 40
     )
-    assert decoded(actions[0]) == ConnAck(False, ReasonCode.NOT_AUTHORIZED)
+    connack = decoded(actions[0])
+    assert connack.reason_code == ReasonCode.NOT_AUTHORIZED
+    assert connack.properties[REASON_ID].startswith("authentication failed")

@@ -4,6 +4,10 @@ A CONNECT with Authentication Method "TOKEN" is accepted at once when its Authen
 Data is the plugin's `token` (CONNACK carries b"token accepted" back), and refused with
 BAD_CREDENTIALS otherwise; every other request is IGNOREd. paho-mqtt cannot answer AUTH
 packets, so this is the method a paho client can complete.
+
+Both answers carry User Properties for the CONNACK (`AuthResult.user_properties`): an
+acceptance ("granted-by", "token_auth") followed by the CONNECT's own User Properties named
+"echo" (plugins see them in `request.client.properties`), a refusal ("hint", ...).
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hooks.decisions import AUTH_BAD_CREDENTIALS, AuthResult, Decision
+from hooks.decisions import AuthFailure, AuthResult, Decision
 from hooks.events import AuthenticateRequest
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
+from mqtt.properties import PropertyId
 from plugins.base import PluginContext, parse_options
 
 
@@ -36,8 +41,18 @@ class Plugin:
         if request.method != "TOKEN":
             return Decision.IGNORE
         if hmac.compare_digest(request.data or b"", self._token):
-            return AuthResult(allowed=True, data=b"token accepted")
-        return AUTH_BAD_CREDENTIALS
+            sent = request.client.properties.get(PropertyId.USER_PROPERTY, [])
+            echoed = tuple((name, value) for name, value in sent if name == "echo")
+            return AuthResult(
+                allowed=True,
+                data=b"token accepted",
+                user_properties=(("granted-by", "token_auth"), *echoed),
+            )
+        return AuthResult(
+            allowed=False,
+            reason=AuthFailure.BAD_CREDENTIALS,
+            user_properties=(("hint", "ask the operator for a new token"),),
+        )
 
     def close(self) -> None:
         """Nothing to release."""
