@@ -2,24 +2,30 @@
 
 Every connection gets its CONNACK; with all of them open, a new client can still connect and
 exchange messages and a sample of the connections answers PINGREQ; when they all close, the
-broker counts none left. The broker and the test each need `CONNECTIONS` + 200 descriptors:
-where the hard RLIMIT_NOFILE is lower and cannot be raised (no CAP_SYS_RESOURCE), the test is
-skipped, saying so. `MANY_CONNECTIONS` sets another count (20,000 by default).
+broker counts none left. `MANY_CONNECTIONS` sets another count (20,000 by default).
+
+Descriptors bound where the connections can live. The client ends are held by child processes
+(`loadtest.hold_connections`, each from its own loopback source address), each far below
+RLIMIT_NOFILE's hard limit. The broker is one process when it may raise its limit to
+`CONNECTIONS` + 200 descriptors; where the hard limit is lower and cannot be raised (no
+CAP_SYS_RESOURCE: 20,000 on the development machine), the one-process run is skipped and the
+pool run takes enough workers that each needs at most half its limit (the kernel spreads
+accepted connections over the workers).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
-import socket
 import time
 
 import pytest
 
-from mqtt import PacketDecoder, encode
-from mqtt.packets import ConnAck, Connect, PingReq, PingResp, PubAck, Publish
-from tests.support.broker_config import wait_for_log
+from loadtest.hold_connections import HeldConnections, broker_tree_rss_kib, sockets_per_process
+from mqtt.packets import PubAck, Publish
+from tests.support.broker_config import wait_for_log_lines
 from tests.support.broker_process import start_broker
 from tests.support.clients import connect_raw, subscribe_raw, unique
 
@@ -27,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 CONNECTIONS = int(os.environ.get("MANY_CONNECTIONS", "20000"))
 DESCRIPTORS = CONNECTIONS + 200
-CHUNK = 500  # connections opened before their CONNACKs are read
+_HARD_LIMIT = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
 
 def _raise_descriptor_limit() -> None:
@@ -35,61 +41,45 @@ def _raise_descriptor_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, DESCRIPTORS))
 
 
-@pytest.fixture
-def enough_descriptors() -> None:
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, max(hard, DESCRIPTORS)))
-    except (ValueError, OSError) as error:
-        pytest.skip(
-            f"{CONNECTIONS} connections need {DESCRIPTORS} descriptors and RLIMIT_NOFILE's hard "
-            f"limit is {hard} here, which this process may not raise ({error}); raise it "
-            "(ulimit -Hn, or LimitNOFILE=) or set MANY_CONNECTIONS lower"
-        )
-    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
-        low, high = (int(n) for n in ports.read().split())
-    if high - low < CONNECTIONS:
-        pytest.skip(f"the local port range {low}-{high} holds fewer than {CONNECTIONS} ports")
+def _one_process_may_hold_them() -> bool:
+    if _HARD_LIMIT == resource.RLIM_INFINITY or _HARD_LIMIT >= DESCRIPTORS:
+        return True
+    try:  # raising the hard limit needs CAP_SYS_RESOURCE; try it on a throw-away value
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_HARD_LIMIT, DESCRIPTORS))
+    except (ValueError, OSError):
+        return False
+    return True
 
 
-def _read_connack(sock: socket.socket) -> None:
-    decoder = PacketDecoder(max_packet_size=1024, protocol_version=4)
-    sock.settimeout(30)
-    while True:
-        data = sock.recv(64)
-        assert data, "closed before CONNACK"
-        packets = decoder.feed(data)
-        if packets:
-            assert packets[0] == ConnAck(False, 0), packets
-            return
+def _broker_shape(workers: int) -> tuple[int, bool]:
+    """(workers, raise the limit in the child) for this mode: one process only if it may hold
+    every connection (else the test is skipped: the pool run covers the count); a pool with
+    enough workers that each needs at most half its limit."""
+    if workers == 1:
+        if not _one_process_may_hold_them():
+            pytest.skip(
+                f"one broker process needs {DESCRIPTORS} descriptors and RLIMIT_NOFILE's hard "
+                f"limit is {_HARD_LIMIT} here, which may not be raised; the pool run holds them"
+            )
+        return 1, True
+    return max(workers, math.ceil(2 * DESCRIPTORS / _HARD_LIMIT)), False
 
 
 @pytest.mark.timeout(600)
 def test_twenty_thousand_connections(
-    tmp_path_factory: pytest.TempPathFactory, enough_descriptors: None
+    tmp_path_factory: pytest.TempPathFactory, workers: int
 ) -> None:
+    workers, raise_limit = _broker_shape(workers)
     broker = start_broker(
         tmp_path_factory.mktemp("many"),
         "[[listeners]]\nport = 0\n",
-        preexec_fn=_raise_descriptor_limit
-        if resource.getrlimit(resource.RLIMIT_NOFILE)[1] > 20_000
-        else None,
+        ("--workers", str(workers)),
+        preexec_fn=_raise_descriptor_limit if raise_limit else None,
     )
-    sockets: list[socket.socket] = []
-    try:
-        started = time.monotonic()
-        prefix = unique("many")
-        while len(sockets) < CONNECTIONS:
-            chunk = []
-            for _ in range(min(CHUNK, CONNECTIONS - len(sockets))):
-                sock = socket.create_connection((broker.host, broker.port), timeout=30)
-                number = len(sockets) + len(chunk)
-                sock.sendall(encode(Connect(f"{prefix}-{number}", keepalive=600), 4))
-                chunk.append(sock)
-            for sock in chunk:
-                _read_connack(sock)
-            sockets.extend(chunk)
-        connect_seconds = time.monotonic() - started
+    processes = max(2, math.ceil(2 * CONNECTIONS / _HARD_LIMIT))
+    with HeldConnections(broker.host, broker.port, CONNECTIONS, processes, limit_s=300) as held:
+        assert held.opened.errors == []
+        assert held.opened.connected == CONNECTIONS
         # All open: the broker still serves a newcomer and the old ones.
         # (raw clients: paho's select() cannot watch descriptor numbers above 1024)
         probe = connect_raw(broker, unique("probe"))
@@ -101,50 +91,27 @@ def test_twenty_thousand_connections(
         delivered = next(a for a in answers if isinstance(a, Publish))
         assert delivered.payload == b"still here"
         probe.close()
-        for sock in sockets[:: CONNECTIONS // 100]:
-            sock.sendall(encode(PingReq(), 4))
-            decoder = PacketDecoder(max_packet_size=64, protocol_version=4)
-            packets: list[object] = []
-            while not packets:
-                packets = list(decoder.feed(sock.recv(64)))
-            assert packets == [PingResp()]
-        rss_kib = _rss_kib(broker.process.pid)
-    finally:
-        for sock in sockets:
-            sock.close()
+        sampled, answered = held.ping_sample(every=100)
+        assert (sampled, answered) == (CONNECTIONS // 100, CONNECTIONS // 100)
+        rss_kib = broker_tree_rss_kib(broker.process.pid)
+        spread = sockets_per_process(broker.process.pid)
     deadline = time.monotonic() + 60
-    while _open_sockets(broker.process.pid) > 10 and time.monotonic() < deadline:
+    while sum(sockets_per_process(broker.process.pid).values()) > 10 * workers + 10:
+        assert time.monotonic() < deadline, sockets_per_process(broker.process.pid)
         time.sleep(0.5)
     assert broker.stop(timeout=30) == 0
-    line = wait_for_log(broker, "shutting down:")
-    assert "closing 0 connections (0 counted as connected)" in line, line
+    lines = wait_for_log_lines(broker, "shutting down:", workers)
+    assert all("closing 0 connections (0 counted as connected)" in line for line in lines), lines
     assert "Traceback" not in broker.log()
     # The figures, in the log of the test run (-o log_cli=true): per-connection memory.
     logger.info(
-        "%d connections in %.1f s (%.0f/s); broker RSS %d MiB (%.1f KiB per connection)",
+        "%d connections in %.1f s (%.0f/s) to %d worker(s); broker RSS %d MiB "
+        "(%.1f KiB per connection); sockets per broker process %s",
         CONNECTIONS,
-        connect_seconds,
-        CONNECTIONS / connect_seconds,
+        held.opened.seconds,
+        CONNECTIONS / held.opened.seconds,
+        workers,
         rss_kib // 1024,
         rss_kib / CONNECTIONS,
+        spread,
     )
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-def _open_sockets(pid: int) -> int:
-    count = 0
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
-                count += 1
-        except OSError:
-            continue
-    return count
-
