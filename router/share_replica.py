@@ -12,12 +12,14 @@ the level of workers: the others need to know that worker 2 has 3 members of
   the inner filter to {(share name, worker): members}. A snapshot replaces what a worker had
   announced; a dead worker's groups are dropped at once.
 - `pool_groups` / `pool_group` merge this worker's `ShareGroup`s with the replica into
-  pool-wide groups: this worker's real members first, then, per other worker in worker
-  order, one stand-in member per member it has there (`ShareMember(stand_in(w), None, w)`).
+  pool-wide groups, in worker order: this worker's real members at its place, and for each
+  other worker one stand-in member per member it has (`ShareMember(stand_in(w), None, w)`).
   A strategy (`router.share_strategy`) picks among them as among any members, so every
   strategy keeps its meaning pool-wide: round robin gives each member its turn (a worker
   with 3 members gets 3 turns, which it hands round among its own), random is uniform over
-  the members, the hashes are stable, sticky sticks to a worker which sticks to a member,
+  the members, the hashes pick the same member whichever worker publishes (every worker
+  sees the same slots in the same order, and the picked worker hashes over its own
+  members), sticky sticks to a worker which sticks to a member (per publishing worker),
   `local` prefers this worker's real members. A stand-in picked means "forward the message
   to worker w for this group"; w then picks one of its own members.
 """
@@ -167,10 +169,9 @@ class RemoteShares:
         }
         if not counts:
             return local
-        stand_ins = _stand_ins(counts)
         if local is None:
-            return ShareGroup(group, topic_filter, stand_ins)
-        return local._replace(members=local.members + stand_ins)
+            return ShareGroup(group, topic_filter, _stand_ins(counts))
+        return local._replace(members=_in_worker_order(local.members, counts))
 
     def _merge(self, topic: str, local: tuple[ShareGroup, ...]) -> tuple[ShareGroup, ...]:
         remote: dict[GroupKey, dict[int, int]] = {}
@@ -183,7 +184,7 @@ class RemoteShares:
             if counts is None:
                 merged.append(share_group)
             else:
-                members = share_group.members + _stand_ins(counts)
+                members = _in_worker_order(share_group.members, counts)
                 merged.append(share_group._replace(members=members))
         merged.extend(ShareGroup(g, f, _stand_ins(counts)) for (g, f), counts in remote.items())
         return tuple(merged)
@@ -200,6 +201,16 @@ class RemoteShares:
                 error,
             )
             return None
+
+
+def _in_worker_order(
+    local: tuple[ShareMember, ...], counts: dict[int, int]
+) -> tuple[ShareMember, ...]:
+    """This worker's members (all on one worker) and the others' stand-ins, by worker."""
+    here = local[0].worker
+    before = _stand_ins({w: n for w, n in counts.items() if w < here})
+    after = _stand_ins({w: n for w, n in counts.items() if w > here})
+    return before + local + after
 
 
 def _stand_ins(counts: dict[int, int]) -> tuple[ShareMember, ...]:
