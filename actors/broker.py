@@ -114,7 +114,10 @@ class Broker:
             bans_path = Path(self.config.store.data_dir) / BANS_FILE
         context.admission = Admission(self.config.flapping, bans_path)
         context.router = RouterActor.start(
-            context.route_table, context.shared_subscriptions, self.route_replica
+            context.route_table,
+            context.shared_subscriptions,
+            self.route_replica,
+            worker=self.worker_id,
         )
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
@@ -129,7 +132,9 @@ class Broker:
             context.persistence,
             loss_log=context.loss_log,
             shares=context.shared_subscriptions,
-            picker=SharePicker(Strategy(self.config.shared_subscriptions.strategy)),
+            picker=SharePicker(
+                Strategy(self.config.shared_subscriptions.strategy), local_worker=self.worker_id
+            ),
             flow=context.flow,
         )
         sessions = self._restore_sessions(snapshot)
@@ -259,6 +264,7 @@ class Broker:
                     topic_filter,
                     client_id,
                     route,
+                    worker=self.worker_id,
                 )
             if remaining != float("inf"):
                 actor.start_expiry_timer(remaining)

@@ -21,14 +21,18 @@ For one batch it:
 - tells each session one `Deliver` with all of its deliveries from the batch;
 - in a pool (`remote` set, docs/pool.md), hands each message to the forwarder, which sends
   the batch once to each other worker with a matching subscriber; what a worker receives
-  that way goes through `publish_forwarded`, to its local subscribers only (share groups
-  are not replicated: they take messages published on their own worker);
+  that way goes through `publish_forwarded`, to its local subscribers only. Share groups
+  are pool-wide: the strategy picks among this worker's members and stand-ins for the
+  other workers' members (`router.share_replica`); a stand-in picked hands the message to
+  the forwarder for that worker, marked with the group, and that worker gives it to one of
+  its own members (or, if none is left, to another worker's);
 - flow control (`actors.overload`): holds the publisher's intake (pauses its reads) on every
   session of the batch that is over its high-water mark, and on the memory alarm while it is
   raised. That costs one dict lookup and one attribute read per session per batch.
 
 `redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
-its session ended) and gives each to another member of its group, as EMQX does.
+its session ended) and gives each to another member of its group, as EMQX does; in a pool
+that member may be on another worker.
 """
 
 from __future__ import annotations
@@ -49,11 +53,13 @@ from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
 from core.share_origin import ShareOrigin
+from fabric.frames import ShareMark
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode_publish
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
+from router.share_replica import RemoteShares, stand_in
 from router.share_strategy import SharePicker, Strategy
 from router.shared import SharedSubscriptions, ShareGroup
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
@@ -68,8 +74,15 @@ _NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
 class RemoteForwarder(Protocol):
     """The pool's side of a publish (actors.pool_node): collects, then sends, per worker."""
 
+    worker: int  # this worker's id
+    shares: RemoteShares  # the other workers' members of each share group
+
     def add(self, message: Message) -> bool:
         """Whether another worker wants `message` (it is then forwarded at `flush`)."""
+        ...
+
+    def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
+        """Forward `message` at `flush` to `worker`, for one of its members of the group."""
         ...
 
     def flush(
@@ -130,6 +143,7 @@ class Dispatcher:
         retained: list[Message] = []
         ops: list[Op] = []
         remote = self.remote
+        shares = self._shares
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:
@@ -144,11 +158,11 @@ class Dispatcher:
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
             delivered = self._fan_out(message, per_session, ops)
-            if self._shares.group_count:
-                groups = self._fan_out_plans.shared_plan(message.topic)
-                delivered = self._share_out(message, groups, per_session, ops) or delivered
             if remote is not None and remote.add(message):
                 delivered = True
+            if shares.group_count or (remote is not None and remote.shares):
+                groups = self._share_plan(message.topic)
+                delivered = self._share_out(message, groups, per_session, ops) or delivered
             if not delivered:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
                 if unmatched is not None:
@@ -239,17 +253,73 @@ class Dispatcher:
             delivered = True
         return delivered
 
-    def publish_forwarded(self, messages: tuple[Message, ...]) -> None:
+    def publish_forwarded(
+        self, messages: tuple[Message, ...], marks: tuple[ShareMark, ...] | None = None
+    ) -> None:
         """Pool: messages another worker forwarded (its hooks ran, it counted them and keeps
-        the retained ones): to this worker's subscribers only, never onwards."""
+        the retained ones): to this worker's subscribers only, never onwards; and, per
+        `marks`, to one member here of each share group that worker picked this one for
+        (a message marked for share groups only does not go to the ordinary subscribers)."""
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
-        for message in messages:
-            self._fan_out(message, per_session, ops)
+        for index, message in enumerate(messages):
+            mark = None if marks is None else marks[index]
+            if mark is None or mark.ordinary:
+                self._fan_out(message, per_session, ops)
+            if mark is not None:
+                for share in mark.shares:
+                    self._share_here(message, share, per_session, ops)
         if ops:  # first: called from the loop, a tell may run the session at once, and its
             self._persistence.submit(ops)  # in-flight marks must follow the puts
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
+        if marks is not None and self.remote is not None:
+            self.remote.flush([], None)  # what had to go on to a third worker
+
+    def _share_here(
+        self,
+        message: Message,
+        share: ShareOrigin,
+        per_session: dict[Any, list[Delivery]],
+        ops: list[Op],
+    ) -> None:
+        """A message another worker picked this one for, for the group `share` names: to a
+        member here; if none is left that has not tried it (the last one left while the
+        message travelled), to another worker's (never back here: this worker joins
+        `tried`), else it is dropped."""
+        local = self._shares.group(share.group, share.topic_filter)
+        if local is not None and self._share_out(message, (local,), per_session, ops, share.tried):
+            return
+        remote = self.remote
+        group = None
+        if remote is not None:
+            group = remote.shares.pool_group(share.group, share.topic_filter, None)
+        tried = share.tried | {stand_in(remote.worker if remote is not None else 0)}
+        if group is None or not self._share_out(message, (group,), per_session, ops, tried):
+            logger.info(
+                "shared subscriptions: no member of group %r (%r) is left to take a message on "
+                "%r forwarded for it; dropped",
+                share.group,
+                share.topic_filter,
+                message.topic,
+            )
+            self.dropped(message, DropReason.NO_SUBSCRIBERS)
+
+    def _share_plan(self, topic: str) -> tuple[ShareGroup, ...]:
+        """The share groups of a message on `topic`: this worker's, pool-wide in a pool."""
+        groups = self._fan_out_plans.shared_plan(topic)
+        remote = self.remote
+        if remote is None or not remote.shares:
+            return groups
+        return remote.shares.pool_groups(topic, groups, self._shares.version)
+
+    def _pool_group(self, share: ShareOrigin) -> ShareGroup | None:
+        """The group a delivery came through, with its members pool-wide in a pool."""
+        local = self._shares.group(share.group, share.topic_filter)
+        remote = self.remote
+        if remote is None or not remote.shares:
+            return local
+        return remote.shares.pool_group(share.group, share.topic_filter, local)
 
     def _share_out(
         self,
@@ -260,11 +330,18 @@ class Dispatcher:
         tried: frozenset[str] = frozenset(),
     ) -> bool:
         """One delivery per share group, to the member the strategy picks (not one of
-        `tried`); False if no group had a member to take it."""
+        `tried`); False if no group had a member to take it. A stand-in for another
+        worker's members (no route) picked: the forwarder takes it to that worker."""
         delivered = False
         for group in groups:
             member = self._picker.pick(group, message.topic, message.publisher or "", tried)
             if member is None:
+                continue
+            delivered = True
+            if member.route is None:
+                assert self.remote is not None  # stand-ins exist in a pool only
+                share = ShareOrigin(group.group, group.topic_filter, tried)
+                self.remote.add_share(member.worker, message, share)
                 continue
             options = member.route.options
             qos = options.qos if options.qos < message.qos else message.qos
@@ -279,7 +356,6 @@ class Dispatcher:
             else:
                 delivery = Delivery(message, qos, retain, ids, None, 0, share)
             per_session.setdefault(member.route.session, []).append(delivery)
-            delivered = True
         return delivered
 
     def redispatch(self, deliveries: list[Delivery], giver: str) -> list[Delivery]:
@@ -291,17 +367,19 @@ class Dispatcher:
         left: list[Delivery] = []
         for delivery in deliveries:
             share = delivery.share
-            group = None if share is None else self._shares.group(share.group, share.topic_filter)
+            group = None if share is None else self._pool_group(share)
             if share is None or group is None:
                 left.append(delivery)
                 continue
             tried = share.tried | {giver}
             if not self._share_out(delivery.message, (group,), per_session, ops, tried):
                 left.append(delivery)
+        if ops:  # first: the sessions' in-flight marks must follow the puts
+            self._persistence.submit(ops)
         for session, moved in per_session.items():
             tell_if_alive(session, Deliver(moved))
-        if ops:
-            self._persistence.submit(ops)
+        if self.remote is not None:
+            self.remote.flush([], None)  # those that went to another worker's members
         if len(left) < len(deliveries):
             logger.info(
                 "shared subscriptions: %d messages of client %r went to other members of "

@@ -7,9 +7,15 @@ state as this worker sees it:
   a `RouteAnnouncer` turns them into filter announcements, broadcast once per loop turn. A
   peer that comes up gets a `RoutesSnapshot`; a peer that goes down loses its routes at once
   in the `RemoteRoutes` replica.
-- publishes: `add`/`flush` (the dispatcher's `RemoteForwarder`) send each publish batch
-  once to every worker with a matching filter; a `Forward` received is dispatched to local
-  subscribers only, a `Retained` goes into this worker's replica of the retained index.
+- share groups: the same for the members of `$share/...` subscriptions, counted per group
+  (`ShareAnnouncer`, `SharesChanged`/`SharesSnapshot`, the `RemoteShares` replica that the
+  dispatcher reads as `shares`), in the same loop-turn flush, so a `RoutesSync` round covers
+  them too.
+- publishes: `add`/`add_share`/`flush` (the dispatcher's `RemoteForwarder`) send each
+  publish batch once to every worker with a matching filter or picked for a share group
+  (`ForwardOutbox`); a `Forward`/`ForwardShared` received is dispatched to local
+  subscribers and members only, a `Retained` goes into this worker's replica of the
+  retained index.
 - client ids: this worker runs the `ClientIdArbiter` of the ids homed here. `claim` and
   `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
   the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
@@ -34,11 +40,13 @@ from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
 from actors.runtime import tell_if_alive
 from core.message import Message
+from core.share_origin import ShareOrigin
 from fabric.frames import (
     Claim,
     CommitSync,
     Committed,
     Forward,
+    ForwardShared,
     Frame,
     Granted,
     HandedOver,
@@ -52,12 +60,29 @@ from fabric.frames import (
     RoutesSync,
     RoutesSynced,
     Settled,
+    SharesChanged,
+    SharesSnapshot,
 )
+from fabric.outbox import ForwardOutbox
 from fabric.ownership import ClientIdArbiter, home_of
 from router.route_replica import RemoteRoutes, RouteAnnouncer
+from router.share_replica import RemoteShares, ShareAnnouncer
+from router.shared import is_shared
 
 logger = logging.getLogger(__name__)
 
+# What the routes and share groups are made of: applied in order with the `RoutesSync`s.
+_RouteFrame = (
+    RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced | SharesChanged | SharesSnapshot
+)
+_ROUTE_FRAMES = (
+    RoutesChanged,
+    RoutesSnapshot,
+    RoutesSync,
+    RoutesSynced,
+    SharesChanged,
+    SharesSnapshot,
+)
 CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
 HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
 
@@ -84,9 +109,11 @@ class PoolNode:
         self.arbiter = ClientIdArbiter()
         self.announcer = RouteAnnouncer()
         self.remote = RemoteRoutes()
+        self.share_announcer = ShareAnnouncer()
+        self.shares = RemoteShares()
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
-        self._outgoing: dict[int, list[Message]] = {}
+        self._outbox = ForwardOutbox()
         self._durable_to: set[int] = set()  # workers sent QoS 1/2 messages this batch
         self._commit_token = 0
         self._commits: dict[int, _DurableAck] = {}
@@ -104,9 +131,15 @@ class PoolNode:
     # ----- routes -------------------------------------------------------------------------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
-        """The router added the first route of a subscriber to `topic_filter`, or removed
-        one (called from the router actor, on the loop)."""
-        if added:
+        """The router added the first route of a subscriber to `topic_filter` (a member to
+        the share group of a `$share/...` one), or removed one (called from the router
+        actor, on the loop)."""
+        if is_shared(topic_filter):
+            if added:
+                self.share_announcer.joined(topic_filter)
+            else:
+                self.share_announcer.left(topic_filter)
+        elif added:
             self.announcer.subscribed(topic_filter)
         else:
             self.announcer.unsubscribed(topic_filter)
@@ -129,11 +162,14 @@ class PoolNode:
     def _flush_routes(self) -> None:
         self._routes_flush_due = False
         change = self.announcer.changes()
+        shares = self.share_announcer.changes()
         fabric = self.fabric
         if fabric is None:
             return
         if change is not None:
             fabric.broadcast(change)
+        if shares is not None:
+            fabric.broadcast(shares)
         if self._waiting_for_sync:
             self._sync_token += 1
             waiting, self._waiting_for_sync = self._waiting_for_sync, []
@@ -163,27 +199,24 @@ class PoolNode:
             return False
         if message.qos:
             self._durable_to.update(workers)
-        outgoing = self._outgoing
-        for worker in workers:
-            batch = outgoing.get(worker)
-            if batch is None:
-                outgoing[worker] = [message]
-            else:
-                batch.append(message)
+        self._outbox.add(workers, message)
         return True
+
+    def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
+        if message.qos:
+            self._durable_to.add(worker)
+        self._outbox.add_share(worker, message, share)
 
     def flush(
         self, retained: list[Message], on_durable: Callable[[], object] | None
     ) -> Callable[[], object] | None:
         fabric = self.fabric
         durable_to, self._durable_to = self._durable_to, set()
+        frames = self._outbox.frames() if self._outbox else ()
         if fabric is None:
-            self._outgoing.clear()
             return None
-        if self._outgoing:
-            for worker, messages in self._outgoing.items():
-                fabric.send(worker, Forward(tuple(messages)))
-            self._outgoing.clear()
+        for worker, frame in frames:
+            fabric.send(worker, frame)
         if retained:
             fabric.broadcast(Retained(tuple(retained)))
         if on_durable is None or not durable_to:
@@ -320,6 +353,7 @@ class PoolNode:
         logger.info("pool: worker %d is linked (epoch %d)", worker, epoch)
         self._flush_routes()  # changes the others have not heard yet go out first
         self.fabric.send(worker, self.announcer.snapshot())
+        self.fabric.send(worker, self.share_announcer.snapshot())
         registry = self._context.registry
         owned = tuple(
             client_id
@@ -340,6 +374,7 @@ class PoolNode:
         else:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
+        self.shares.drop_worker(worker)
         self.owned_reported.discard(worker)
         for token in list(self._syncs):
             self._synced(worker, token)
@@ -368,16 +403,18 @@ class PoolNode:
             dispatcher = self._context.dispatcher
             if dispatcher is not None:
                 dispatcher.publish_forwarded(frame.messages)
+        elif isinstance(frame, ForwardShared):
+            dispatcher = self._context.dispatcher
+            if dispatcher is not None:
+                dispatcher.publish_forwarded(frame.messages, frame.marks)
         elif isinstance(frame, CommitSync):
             token = frame.token
-            self._context.persistence.submit(
-                (), lambda: self.send(worker, Committed(token))
-            )
+            self._context.persistence.submit((), lambda: self.send(worker, Committed(token)))
         elif isinstance(frame, Committed):
             self._committed(worker, frame.token)
         elif isinstance(frame, Retained):
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
-        elif isinstance(frame, RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced):
+        elif isinstance(frame, _ROUTE_FRAMES):
             self._on_routes(worker, frame)
         else:
             self._on_client_ids(worker, frame)
@@ -400,13 +437,15 @@ class PoolNode:
         else:
             self._on_ownership(frame)
 
-    def _on_routes(
-        self, worker: int, frame: RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced
-    ) -> None:
+    def _on_routes(self, worker: int, frame: _RouteFrame) -> None:
         if isinstance(frame, RoutesChanged):
             self.remote.changed(worker, frame)
         elif isinstance(frame, RoutesSnapshot):
             self.remote.replace(worker, frame)
+        elif isinstance(frame, SharesChanged):
+            self.shares.changed(worker, frame)
+        elif isinstance(frame, SharesSnapshot):
+            self.shares.replace(worker, frame)
         elif isinstance(frame, RoutesSync):
             self.send(worker, RoutesSynced(frame.token))
         else:

@@ -38,7 +38,6 @@ from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from fabric.ownership import home_of
 from router.fan_out import Route
-from router.shared import is_shared
 from store import SQLITE_FILE_NAME, ProcessStore
 from store.base import Snapshot, Store, StoredSession, StoreError
 
@@ -123,8 +122,7 @@ class PoolBroker(Broker):
         for client_id in sessions:
             node.arbiter.adopt(client_id, self.worker_id)
             for topic_filter in homed[client_id].meta.subscriptions:
-                if not is_shared(topic_filter):  # share groups stay local (docs/pool.md)
-                    node.route_changed(topic_filter, True)
+                node.route_changed(topic_filter, True)  # a share group's member too
         node.rehost = self._rehost
         return sessions
 

@@ -7,10 +7,11 @@ change is applied whole within one message, and gevent never switches inside it,
 never see half a change.
 
 In a pool, `replica` (the `PoolNode`) hears each route of the table that appears or goes,
-which it turns into filter announcements to the other workers, and the answer to a
-subscription waits until every other worker has applied them: after its SUBACK, a publish
-on any worker reaches the new subscriber, as in one broker (docs/pool.md). Shared
-subscriptions are not replicated (docs/pool.md says what that means).
+and each member that joins or leaves a share group (the `$share/...` filter), which it turns
+into announcements to the other workers, and the answer to a subscription waits until every
+other worker has applied them: after its SUBACK, a publish on any worker reaches the new
+subscriber, or its share group, as in one broker (docs/pool.md). Members are added with this
+worker's id (`worker`), which the `local` share strategy compares.
 """
 
 from __future__ import annotations
@@ -30,19 +31,27 @@ logger = logging.getLogger(__name__)
 class RouteReplication(Protocol):
     """What the router tells the pool (actors.pool_node.PoolNode)."""
 
-    def route_changed(self, topic_filter: str, added: bool) -> None: ...
+    def route_changed(self, topic_filter: str, added: bool) -> None:
+        """A client's route to `topic_filter` is new / gone (a `$share/...` filter: a member
+        joined / left its group)."""
+        ...
 
     def when_routes_known(self, then: Callable[[], object]) -> None: ...
 
 
 def add_route(
-    table: RouteTable, shares: SharedSubscriptions, topic_filter: str, client_id: str, route: Any
+    table: RouteTable,
+    shares: SharedSubscriptions,
+    topic_filter: str,
+    client_id: str,
+    route: Any,
+    *,
+    worker: int = 0,
 ) -> bool:
-    """Route `topic_filter` (a `$share/...` one joins its share group) to `client_id`; True
-    if the client is new on that (non-shared) filter of the table."""
+    """Route `topic_filter` (a `$share/...` one joins its share group, as a member on
+    `worker`) to `client_id`; True if the client is new on that filter (in that group)."""
     if is_shared(topic_filter):
-        shares.add(topic_filter, client_id, route)
-        return False
+        return shares.add(topic_filter, client_id, route, worker)
     return table.add(topic_filter, client_id, route)
 
 
@@ -52,11 +61,13 @@ class RouterActor(GeventActor):
         table: RouteTable,
         shares: SharedSubscriptions,
         replica: RouteReplication | None = None,
+        worker: int = 0,
     ) -> None:
         super().__init__()
         self._table = table
         self._shares = shares
         self._replica = replica
+        self._worker = worker
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, Sync):
@@ -65,7 +76,12 @@ class RouterActor(GeventActor):
             replica = self._replica
             for topic_filter, route in message.routes:
                 added = add_route(
-                    self._table, self._shares, topic_filter, message.client_id, route
+                    self._table,
+                    self._shares,
+                    topic_filter,
+                    message.client_id,
+                    route,
+                    worker=self._worker,
                 )
                 if added and replica is not None:
                     replica.route_changed(topic_filter, True)
@@ -87,12 +103,12 @@ class RouterActor(GeventActor):
                 tell_if_alive(message.reply_to, RoutesChanged(message.token))
 
     def _remove(self, topic_filter: str, client_id: str, session: Any) -> bool:
-        """Remove the route only if it still points at `session` (not a newer one's); True
-        if a route of the table (not a share group) went."""
+        """Remove the route (or group membership) only if it still points at `session` (not a
+        newer one's); True if it went."""
         if is_shared(topic_filter):
             current = self._shares.member_route(topic_filter, client_id)
             if current is not None and current.session is session:
-                self._shares.remove(topic_filter, client_id)
+                return self._shares.remove(topic_filter, client_id)
             return False
         current = self._table.subscribers(topic_filter).get(client_id)
         if current is not None and current.session is session:

@@ -15,4 +15,6 @@ from typing import NamedTuple
 class ShareOrigin(NamedTuple):
     group: str
     topic_filter: str  # the filter inside `$share/{group}/`
-    tried: frozenset[str] = frozenset()  # client ids of the members that gave it back
+    # Client ids of the members that gave it back; in a pool also the stand-in id of a
+    # worker that had no member left to take it (`router.share_replica.stand_in`).
+    tried: frozenset[str] = frozenset()

@@ -4,9 +4,11 @@ A frame is a 4-byte little-endian body length, a 1-byte kind, then the body (the
 the store process's frames, `store.process_protocol`). Control frames have an orjson body.
 `Forward` and `Retained` carry messages: their body is a 4-byte header length, an orjson
 header with one row per message, then each message's MQTT 5 property block (the codec's own
-encoding, so binary values travel as they are) and its payload, raw. Nothing is pickled and
-no actor reference crosses the link: a peer may be another process or, later, another
-machine (docs/pool.md).
+encoding, so binary values travel as they are) and its payload, raw. `ForwardShared` is a
+`Forward` whose messages are also (or only) for share groups: a 4-byte length and an orjson
+list of one `ShareMark` per message come first, then the same body as `Forward`'s.
+Nothing is pickled and no actor reference crosses the link: a peer may be another process
+or, later, another machine (docs/pool.md).
 
 `FrameDecoder.feed(bytes)` is incremental: a link is a byte stream, and a read may end in
 the middle of a frame. A frame that does not parse raises `FrameError`; the link that sent
@@ -17,11 +19,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from core.message import Message, stored_message
+from core.share_origin import ShareOrigin
 from mqtt.errors import MqttError
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
@@ -63,6 +66,57 @@ class Forward:
     """Messages of one publish batch for the receiver's local subscribers, in order."""
 
     messages: tuple[Message, ...]
+
+
+class ShareMark(NamedTuple):
+    """What the receiver of a `ForwardShared` does with one of its messages: fan it out to
+    its ordinary subscribers (`ordinary`), and give it to one local member of each group of
+    `shares`, avoiding the members in each one's `tried` (docs/pool.md)."""
+
+    ordinary: bool
+    shares: tuple[ShareOrigin, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardShared:
+    """A `Forward` whose messages are also (or only) for share groups the sender picked the
+    receiver for: `marks[i]` says what message `i` is for."""
+
+    messages: tuple[Message, ...]
+    marks: tuple[ShareMark, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.marks) != len(self.messages):
+            raise ValueError(f"{len(self.marks)} share marks for {len(self.messages)} messages")
+
+
+@dataclass(frozen=True, slots=True)
+class SharesChanged:
+    """The sender's number of local members of each share group (`$share/{group}/{filter}`)
+    whose number changed; 0: it has none left."""
+
+    filters: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check_counts(self.filters, self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class SharesSnapshot:
+    """Every share group the sender has local members of, with their number; replaces what
+    the peer knew of the sender's groups."""
+
+    filters: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check_counts(self.filters, self.counts)
+
+
+def _check_counts(filters: tuple[str, ...], counts: tuple[int, ...]) -> None:
+    if len(filters) != len(counts) or any(count < 0 for count in counts):
+        raise ValueError(f"share counts {counts!r} for the groups {filters!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +241,9 @@ Frame = (
     | CommitSync
     | Committed
     | Leaving
+    | SharesChanged
+    | SharesSnapshot
+    | ForwardShared
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -208,9 +265,13 @@ _KINDS: dict[type[Any], int] = {
     CommitSync: 15,
     Committed: 16,
     Leaving: 17,
+    # 40-49: shared subscriptions across the pool.
+    SharesChanged: 40,
+    SharesSnapshot: 41,
+    ForwardShared: 42,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
-_CARRY_MESSAGES = (Forward, Retained)
+_CARRY_MESSAGES = (Forward, Retained, ForwardShared)
 # What each field of a control frame may hold, from its annotation: a peer's frame with
 # another type is refused, not carried into the broker.
 _FIELD_CHECKS: dict[str, Any] = {
@@ -218,6 +279,7 @@ _FIELD_CHECKS: dict[str, Any] = {
     "str": lambda value: type(value) is str,
     "int | None": lambda value: value is None or type(value) is int,
     "tuple[str, ...]": lambda value: all(type(item) is str for item in value),
+    "tuple[int, ...]": lambda value: all(type(item) is int for item in value),
 }
 _FIELDS = {
     cls: tuple((field.name, _FIELD_CHECKS[str(field.type)]) for field in fields(cls))
@@ -228,7 +290,15 @@ _FIELDS = {
 
 def encode_frame(frame: Frame) -> bytes:
     """The bytes of one frame."""
-    if isinstance(frame, _CARRY_MESSAGES):
+    if isinstance(frame, ForwardShared):
+        marks = orjson.dumps(
+            [
+                [mark.ordinary, [[s.group, s.topic_filter, sorted(s.tried)] for s in mark.shares]]
+                for mark in frame.marks
+            ]
+        )
+        body = b"".join((_U32.pack(len(marks)), marks, _encode_messages(frame.messages)))
+    elif isinstance(frame, _CARRY_MESSAGES):
         body = _encode_messages(frame.messages)
     else:
         body = orjson.dumps([getattr(frame, name) for name, _check in _FIELDS[type(frame)]])
@@ -259,10 +329,11 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
     return b"".join((_U32.pack(len(header)), header, *tail))
 
 
-def _decode_messages(body: bytes) -> tuple[Message, ...]:
-    (header_size,) = _U32.unpack_from(body, 0)
-    pos = _U32.size + header_size
-    rows = orjson.loads(body[_U32.size : pos])
+def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
+    """The messages of a body whose message part begins at `start`."""
+    (header_size,) = _U32.unpack_from(body, start)
+    pos = start + _U32.size + header_size
+    rows = orjson.loads(body[start + _U32.size : pos])
     if type(rows) is not list:
         raise FrameError("a message frame's header is not a list")
     messages: list[Message] = []
@@ -313,10 +384,42 @@ def _checked_row(row: Any) -> list[Any]:
     raise FrameError(f"a message's header row is {row!r}")
 
 
+def _decode_marks(rows: Any) -> tuple[ShareMark, ...]:
+    """The share marks of a `ForwardShared`, if every row has its shape; else FrameError."""
+    if type(rows) is not list:
+        raise FrameError("a ForwardShared's share marks are not a list")
+    marks: list[ShareMark] = []
+    for row in rows:
+        if not (type(row) is list and len(row) == 2 and type(row[0]) is bool):
+            raise FrameError(f"a share mark is {row!r}")
+        ordinary, shares = row
+        if type(shares) is not list or not all(_is_share_row(share) for share in shares):
+            raise FrameError(f"a share mark's groups are {shares!r}")
+        origins = tuple(ShareOrigin(group, f, frozenset(tried)) for group, f, tried in shares)
+        marks.append(ShareMark(ordinary, origins))
+    return tuple(marks)
+
+
+def _is_share_row(share: Any) -> bool:
+    return (
+        type(share) is list
+        and len(share) == 3
+        and type(share[0]) is str
+        and type(share[1]) is str
+        and type(share[2]) is list
+        and all(type(client_id) is str for client_id in share[2])
+    )
+
+
 def _decode_body(kind: int, body: bytes) -> Frame:
     cls = _CLASSES.get(kind)
     if cls is None:
         raise FrameError(f"unknown frame kind {kind}")
+    if cls is ForwardShared:
+        (marks_size,) = _U32.unpack_from(body, 0)
+        start = _U32.size + marks_size
+        marks = _decode_marks(orjson.loads(body[_U32.size : start]))
+        return ForwardShared(_decode_messages(body, start), marks)
     if cls in _CARRY_MESSAGES:
         return cls(_decode_messages(body))  # type: ignore[no-any-return]
     values = orjson.loads(body)

@@ -8,14 +8,18 @@ sticky choice of each group (at most `MAX_REMEMBERED_GROUPS`), plus a seeded
 - `round_robin` (default): the members in turn, per group;
 - `random`: uniformly at random;
 - `hash_clientid`: by a stable hash (CRC-32) of the PUBLISHER's client id, so one publisher's
-  messages go to one member while the group does not change;
+  messages go to one member while the group does not change (in a pool: the hash picks a
+  worker, weighted by its members, then one of its members, so every worker agrees);
 - `hash_topic`: the same by topic name;
 - `sticky`: the member chosen first keeps getting the group's messages until it leaves (or
   is avoided), then another is chosen at random and sticks;
 - `local`: members on this worker first (`ShareMember.worker == local_worker`), in turn;
   members on other workers only when no local one can take it. With one process every
-  member is local, so it behaves as `round_robin`; a process pool plugs in by giving the
-  members of remote sessions their worker number.
+  member is local, so it behaves as `round_robin`.
+
+In a process pool the members of a group include stand-ins for the other workers' members
+(`router.share_replica`): the picker treats them as members, and the dispatcher forwards a
+message whose pick is a stand-in to that worker, which picks among its own members.
 
 `avoid` holds client ids that must not get the message unless no one else can: the members
 that already gave it back (see redispatch in `actors.dispatch`). When every member is to be
@@ -82,9 +86,9 @@ class SharePicker:
         if strategy is Strategy.RANDOM:
             return members[self._random.randrange(len(members))]
         if strategy is Strategy.HASH_CLIENTID:
-            return members[zlib.crc32(publisher.encode()) % len(members)]
+            return _hashed(members, zlib.crc32(publisher.encode()))
         if strategy is Strategy.HASH_TOPIC:
-            return members[zlib.crc32(topic.encode()) % len(members)]
+            return _hashed(members, zlib.crc32(topic.encode()))
         if strategy is Strategy.STICKY:
             chosen = self._sticky.get(key)
             for member in members:
@@ -107,3 +111,13 @@ class SharePicker:
         position %= len(members)
         self._next[key] = position + 1
         return members[position]
+
+
+def _hashed(members: tuple[ShareMember, ...], digest: int) -> ShareMember:
+    """The member `digest` points at: first the worker (each worker's share is its number of
+    members), then, by the same digest, one of that worker's members. With one process that
+    is `members[digest % len(members)]`; in a pool every worker, picking among its own
+    members or stand-ins for the others', lands on the same member."""
+    worker = members[digest % len(members)].worker
+    on_worker = [member for member in members if member.worker == worker]
+    return on_worker[digest % len(on_worker)]

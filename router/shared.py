@@ -64,8 +64,10 @@ def inner_filter(topic_filter: str) -> str:
 class ShareMember(NamedTuple):
     client_id: str
     route: Any  # router.fan_out.Route: the member's session, options and persistence
-    # The worker process the member's session lives on. With one process every member is
-    # local (0); the process pool sets it so the `local` strategy can prefer its own.
+    # The worker process the member's session lives on (the router actor's worker id; 0
+    # with one process), which the `local` strategy compares. In a pool the dispatcher also
+    # picks among stand-ins for other workers' members: `route` None, `client_id`
+    # `router.share_replica.stand_in(worker)`.
     worker: int = 0
 
 

@@ -14,11 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.message import Message, stored_message
+from core.share_origin import ShareOrigin
 from fabric.frames import (
     Claim,
     CommitSync,
     Committed,
     Forward,
+    ForwardShared,
     Frame,
     FrameDecoder,
     FrameError,
@@ -35,6 +37,9 @@ from fabric.frames import (
     RoutesSync,
     RoutesSynced,
     Settled,
+    ShareMark,
+    SharesChanged,
+    SharesSnapshot,
     encode_frame,
 )
 from mqtt.packets import PacketType
@@ -64,6 +69,30 @@ def messages(draw: st.DrawFn) -> Message:
 message_batches = st.lists(messages(), max_size=5).map(tuple)
 filter_sets = st.lists(topic_filters, max_size=5).map(tuple)
 
+share_marks = st.builds(
+    ShareMark,
+    st.booleans(),
+    st.lists(
+        st.builds(ShareOrigin, texts, topic_filters, st.frozensets(client_ids, max_size=3)),
+        max_size=3,
+    ).map(tuple),
+)
+
+
+@st.composite
+def forward_shared(draw: st.DrawFn) -> ForwardShared:
+    batch = draw(message_batches)
+    marks = draw(st.lists(share_marks, min_size=len(batch), max_size=len(batch)))
+    return ForwardShared(batch, tuple(marks))
+
+
+@st.composite
+def share_counts(draw: st.DrawFn) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    filters = draw(filter_sets)
+    counts = draw(st.lists(st.integers(0, 2**31), min_size=len(filters), max_size=len(filters)))
+    return tuple(f"$share/g/{f}" for f in filters), tuple(counts)
+
+
 frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Hello, worker_ids, st.integers(0, 2**40)),
     st.builds(RoutesChanged, filter_sets, filter_sets),
@@ -82,6 +111,9 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(CommitSync, st.integers(0, 2**40)),
     st.builds(Committed, st.integers(0, 2**40)),
     st.builds(Leaving, worker_ids),
+    share_counts().map(lambda pair: SharesChanged(*pair)),
+    share_counts().map(lambda pair: SharesSnapshot(*pair)),
+    forward_shared(),
 )
 
 
