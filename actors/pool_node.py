@@ -14,6 +14,8 @@ state as this worker sees it:
   `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
   the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
   CONNECT never hangs on a dead worker.
+- operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
+  admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
   the dead worker owned (loaded from the store), so they keep queueing while offline.
 
@@ -32,9 +34,13 @@ import gevent.event
 
 from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
+from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
 from core.message import Message
 from fabric.frames import (
+    BanLifted,
+    BanSet,
+    BansSnapshot,
     Claim,
     CommitSync,
     Committed,
@@ -44,6 +50,8 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Leaving,
+    OpsReply,
+    OpsRequest,
     Owned,
     Release,
     Retained,
@@ -100,6 +108,7 @@ class PoolNode:
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
+        self.ops = PoolOps(worker, workers, self.send, self._broadcast)
 
     # ----- routes -------------------------------------------------------------------------
 
@@ -320,6 +329,7 @@ class PoolNode:
         logger.info("pool: worker %d is linked (epoch %d)", worker, epoch)
         self._flush_routes()  # changes the others have not heard yet go out first
         self.fabric.send(worker, self.announcer.snapshot())
+        self.ops.peer_up(worker)  # bans: before `Owned`, which ends a starting peer's wait
         registry = self._context.registry
         owned = tuple(
             client_id
@@ -341,6 +351,7 @@ class PoolNode:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
         self.owned_reported.discard(worker)
+        self.ops.peer_down(worker)
         for token in list(self._syncs):
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
@@ -379,6 +390,8 @@ class PoolNode:
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
         elif isinstance(frame, RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced):
             self._on_routes(worker, frame)
+        elif isinstance(frame, OpsRequest | OpsReply | BanSet | BanLifted | BansSnapshot):
+            self.ops.frame_received(worker, frame)
         else:
             self._on_client_ids(worker, frame)
 
@@ -411,6 +424,10 @@ class PoolNode:
             self.send(worker, RoutesSynced(frame.token))
         else:
             self._synced(worker, frame.token)
+
+    def _broadcast(self, frame: Frame) -> None:
+        if self.fabric is not None:
+            self.fabric.broadcast(frame)
 
     def send(self, worker: int, frame: Frame) -> bool:
         """Send `frame` to `worker` (to this worker: handled in a later loop callback).
