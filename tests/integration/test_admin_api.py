@@ -16,7 +16,7 @@ from mqtt.packets import ConnAck, Disconnect, Will
 from mqtt.reason_codes import ReasonCode
 from plugins.auth_file import hash_password
 from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
-from tests.support.broker_config import running_broker, wait_for_log
+from tests.support.broker_config import running_broker, wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.listeners import Certificates
@@ -251,10 +251,13 @@ def test_publish_reaches_subscribers_and_bad_input_gets_400(admin: Admin) -> Non
     subscriber.close()
 
 
-def test_plugins_list_and_reload(admin: Admin) -> None:
+def test_plugins_list_and_reload(admin: Admin, workers: int) -> None:
     assert admin.get("/api/v1/plugins") == []
     assert admin.request("POST", "/api/v1/plugins/reload").json() == []
-    wait_for_log(admin.broker, "re-authorised the subscriptions")
+    # Done on every worker of a pool (the API forwards the reload).
+    lines = wait_for_log_lines(admin.broker, "re-authorised the subscriptions", workers)
+    if workers > 1:
+        assert {line.split("[worker ")[1][0] for line in lines} == {"0", "1"}
 
 
 def test_config_summary_has_no_secrets(admin: Admin) -> None:
