@@ -85,13 +85,19 @@ def kick(broker: Broker, query: dict[str, Any]) -> Rows:
     return [{"clientid": entry.client.client_id}]
 
 
+def _sessions(broker: Broker) -> dict[str, Any]:
+    """The worker's sessions by client id (none while it starts, before its registry)."""
+    registry = broker.context.registry
+    return {} if registry is None else registry.sessions
+
+
 def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
     """Sessions, offline ones too: `clientid` (contains), `connected` ("true"/"false")."""
     context = broker.context
     search = str(query.get("clientid", "")).lower()
     connected = query.get("connected")
     rows = []
-    for client_id, session in sorted(context.registry.sessions.items()):
+    for client_id, session in sorted(_sessions(broker).items()):
         state = session_state(session)
         is_connected = client_id in context.clients
         if state is None or search not in client_id.lower():
@@ -117,7 +123,7 @@ def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
     client_filter = query.get("clientid")
     topic = query.get("topic")
     rows = []
-    for client_id, session in sorted(broker.context.registry.sessions.items()):
+    for client_id, session in sorted(_sessions(broker).items()):
         if client_filter is not None and client_id != client_filter:
             continue
         state = session_state(session)
@@ -133,7 +139,7 @@ def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
 def routes(broker: Broker, _query: dict[str, Any]) -> Rows:
     """Topic filters and how many of this worker's sessions subscribe to each."""
     counts: dict[str, int] = {}
-    for session in broker.context.registry.sessions.values():
+    for session in _sessions(broker).values():
         state = session_state(session)
         for topic_filter in state.subscriptions if state else ():
             counts[topic_filter] = counts.get(topic_filter, 0) + 1
