@@ -68,8 +68,16 @@ def with_missing(answer: dict[str, Any], missing: list[int]) -> dict[str, Any]:
     return answer
 
 
-def _left_out(missing: list[int]) -> str:
-    return f" (workers {missing} did not answer)" if missing else ""
+def _not_found(client_id: str, missing: list[int]) -> ApiError:
+    """404 if no worker has the client; 503 if the workers that did not answer might (a
+    kick reaches such a worker anyway, and is done there when it reads it)."""
+    if missing:
+        return ApiError(
+            503,
+            f"client {client_id!r} is not connected to the workers that answered; workers "
+            f"{missing} did not answer in time",
+        )
+    return ApiError(404, f"client {client_id!r} is not connected")
 
 
 def payload_fields(payload: bytes) -> dict[str, Any]:
@@ -150,7 +158,7 @@ class Api:
         parts, missing = self._gather("client", {"clientid": client_id})
         found = [row for part in parts for row in part]
         if not found:
-            raise ApiError(404, f"client {client_id!r} is not connected{_left_out(missing)}")
+            raise _not_found(client_id, missing)
         return found[0]
 
     def kick(self, request: Request) -> Any:
@@ -159,7 +167,7 @@ class Api:
         client_id = request.params["clientid"]
         parts, missing = self._gather("kick", {"clientid": client_id})
         if not any(parts):
-            raise ApiError(404, f"client {client_id!r} is not connected{_left_out(missing)}")
+            raise _not_found(client_id, missing)
         return None
 
     def sessions(self, request: Request) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from mqtt.packets import Disconnect
@@ -53,3 +54,16 @@ def connect_on_worker(
         client.close()
         time.sleep(0.02)
     raise AssertionError(f"{ATTEMPTS} connections of {client_id!r} missed worker {worker}")
+
+
+def worker_pid(broker: BrokerProcess, worker: int) -> int:
+    """The process id of a pool's worker `worker` (a child of the supervisor)."""
+    children = Path(f"/proc/{broker.process.pid}/task/{broker.process.pid}/children")
+    for child in children.read_text().split():
+        command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if (
+            b"--worker-id" in command
+            and command[command.index(b"--worker-id") + 1] == str(worker).encode()
+        ):
+            return int(child)
+    raise AssertionError(f"worker {worker} is not running")
