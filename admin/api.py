@@ -26,7 +26,7 @@ import orjson
 from actors.figures import read_pool_figures
 from actors.pool_ops import GATHER_TIMEOUT
 from admin.routing import ApiError, Request, Response, Router
-from admin.tables import Rows, local_rows, merge_route_counts, merge_rows
+from admin.tables import Rows, local_rows, merge_route_counts, merge_rows, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
@@ -110,10 +110,9 @@ class Api:
         figures.pop("hook_latency")
         figures["time"] = time.time()
         figures["node"] = self._broker.config.node_name
-        figures["top_topics"] = [
-            {"topic": topic, "messages": count}  # sampled: one batch in TOPIC_SAMPLE
-            for topic, count in self._context.stats.top_topics(TOP_TOPICS)
-        ]
+        # Sampled (one batch in TOPIC_SAMPLE), per worker, then added up.
+        parts, _missing = self._gather("top_topics", {"limit": str(TOP_TOPICS)})
+        figures["top_topics"] = merge_top_topics(parts, TOP_TOPICS)
         return figures
 
     def config(self, _request: Request) -> Any:

@@ -150,6 +150,15 @@ def figures(broker: Broker, _query: dict[str, Any]) -> Rows:
     return [figures_to_wire(read_figures(broker))]
 
 
+def top_topics(broker: Broker, query: dict[str, Any]) -> Rows:
+    """The most published topics (sampled, `actors.stats`), `limit` of them."""
+    limit = int(query.get("limit", "10"))
+    return [
+        {"topic": topic, "messages": count}
+        for topic, count in broker.context.stats.top_topics(limit)
+    ]
+
+
 def reload(broker: Broker, _query: dict[str, Any]) -> Rows:
     """SIGHUP's reload, on this worker (blocks the calling greenlet until it is done)."""
     broker.reload()
@@ -170,6 +179,7 @@ OPS: dict[str, Callable[[Broker, dict[str, Any]], Rows]] = {
     "subscriptions": subscriptions,
     "routes": routes,
     "figures": figures,
+    "top_topics": top_topics,
     "reload": reload,
     "sync": synced,
 }
@@ -193,8 +203,20 @@ def merge_rows(parts: list[Rows], *keys: str) -> Rows:
 
 def merge_route_counts(parts: list[Rows]) -> Rows:
     """Route rows of several workers: one row per topic filter, subscribers added up."""
-    counts: dict[str, int] = {}
+    counts = _add_up(parts, "topic", "subscribers")
+    return [{"topic": topic, "subscribers": n} for topic, n in sorted(counts.items())]
+
+
+def merge_top_topics(parts: list[Rows], limit: int) -> Rows:
+    """The workers' top topics: messages added up per topic, the `limit` most first."""
+    counts = _add_up(parts, "topic", "messages")
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [{"topic": topic, "messages": n} for topic, n in ranked]
+
+
+def _add_up(parts: list[Rows], key: str, count: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
     for part in parts:
         for row in part:
-            counts[row["topic"]] = counts.get(row["topic"], 0) + row["subscribers"]
-    return [{"topic": topic, "subscribers": n} for topic, n in sorted(counts.items())]
+            totals[row[key]] = totals.get(row[key], 0) + row[count]
+    return totals

@@ -13,7 +13,7 @@ from actors.figures import (
     figures_to_wire,
     pool_figures,
 )
-from admin.tables import merge_route_counts, merge_rows
+from admin.tables import merge_route_counts, merge_rows, merge_top_topics
 from core.latency import LatencyHistogram
 
 
@@ -110,4 +110,13 @@ def test_route_counts_of_several_workers_add_up_per_filter() -> None:
     assert merge_route_counts([worker_0, worker_1]) == [
         {"topic": "a/#", "subscribers": 5},
         {"topic": "b", "subscribers": 1},
+    ]
+
+
+def test_top_topics_of_several_workers_add_up_and_keep_the_most() -> None:
+    worker_0 = [{"topic": "hot", "messages": 5}, {"topic": "warm", "messages": 3}]
+    worker_1 = [{"topic": "warm", "messages": 4}, {"topic": "cold", "messages": 1}]
+    assert merge_top_topics([worker_0, worker_1], 2) == [
+        {"topic": "warm", "messages": 7},
+        {"topic": "hot", "messages": 5},
     ]
