@@ -26,7 +26,7 @@ import orjson
 from actors.figures import read_pool_figures
 from actors.pool_ops import GATHER_TIMEOUT
 from admin.routing import ApiError, Request, Response, Router
-from admin.tables import Rows, local_rows, merge_route_counts, merge_rows, merge_top_topics
+from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
@@ -40,8 +40,8 @@ TOP_TOPICS = 10
 RELOAD_TIMEOUT = 15.0  # seconds a reload through the API waits for the other workers'
 
 
-def paged(request: Request, items: list[Any]) -> dict[str, Any]:
-    """One page of `items` as `{"data": [...], "meta": {page, limit, count, hasnext}}`."""
+def page_bounds(request: Request) -> tuple[int, int]:
+    """The request's `page` and `limit` (ApiError 400 if they are not valid)."""
     try:
         page = int(request.query.get("page", "1"))
         limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
@@ -49,16 +49,23 @@ def paged(request: Request, items: list[Any]) -> dict[str, Any]:
         raise ApiError(400, "page and limit must be integers") from error
     if page < 1 or not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, f"page must be at least 1 and limit 1..{MAX_LIMIT}")
-    start = (page - 1) * limit
+    return page, limit
+
+
+def page_of(page: int, limit: int, items: list[Any], count: int) -> dict[str, Any]:
+    """`{"data": items, "meta": {page, limit, count, hasnext}}`; `items` is that page of a
+    list of `count` items."""
     return {
-        "data": items[start : start + limit],
-        "meta": {
-            "page": page,
-            "limit": limit,
-            "count": len(items),
-            "hasnext": start + limit < len(items),
-        },
+        "data": items,
+        "meta": {"page": page, "limit": limit, "count": count, "hasnext": page * limit < count},
     }
+
+
+def paged(request: Request, items: list[Any]) -> dict[str, Any]:
+    """One page of `items` as `{"data": [...], "meta": {page, limit, count, hasnext}}`."""
+    page, limit = page_bounds(request)
+    start = (page - 1) * limit
+    return page_of(page, limit, items[start : start + limit], len(items))
 
 
 def with_missing(answer: dict[str, Any], missing: list[int]) -> dict[str, Any]:
@@ -144,9 +151,15 @@ class Api:
         return parts + [answers[worker] for worker in sorted(answers)], missing
 
     def _table(self, request: Request, op: str, filters: tuple[str, ...], *keys: str) -> Any:
+        """One page of a pool-wide table: each worker sends its count and its first rows
+        up to the page's end (no more), merged in `keys` order, then the page is cut."""
+        page, limit = page_bounds(request)
         query = {name: request.query[name] for name in filters if name in request.query}
+        query["upto"] = str(page * limit)
         parts, missing = self._gather(op, query)
-        return with_missing(paged(request, merge_rows(parts, *keys)), missing)
+        count, rows = merge_counted(parts, *keys)
+        start = (page - 1) * limit
+        return with_missing(page_of(page, limit, rows[start : start + limit], count), missing)
 
     def clients(self, request: Request) -> Any:
         filters = ("clientid", "username", "listener", "proto_ver")

@@ -6,14 +6,18 @@ query), one client's detail, a kick, its figures, a reload. The worker that serv
 runs it for itself; in a pool every other worker runs it for an `OpsRequest`
 (`actors.pool_ops`), so the rows are built where the tables are and only they travel.
 
-`merge_rows` and `merge_route_counts` (pure) make one table of the workers' parts; paging
-and the answer's shape are `admin.api`'s.
+A paged table's part (`clients`, `sessions`, `subscriptions`) is counted: its first row is
+`{"count": n}`, the number of rows that match, and the rows follow, the first `upto` of
+them in key order (all without `upto`): a page needs no more from any worker, so a request
+for one page of 100 000 clients builds and carries at most a page's end of views per
+worker. `merge_counted`, `merge_rows`, `merge_route_counts` and `merge_top_topics` (pure)
+make one table of the workers' parts; paging and the answer's shape are `admin.api`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.context import ConnectedClient
 from actors.figures import figures_to_wire, read_figures, session_state
@@ -26,6 +30,18 @@ if TYPE_CHECKING:
     from actors.broker import Broker
 
 Rows = list[dict[str, Any]]
+T = TypeVar("T")
+
+
+def _as_it_is(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+def counted(items: list[T], query: dict[str, Any], view: Callable[[T], dict[str, Any]]) -> Rows:
+    """A paged table's part: `{"count": len(items)}`, then the views of the first `upto`
+    items (the query's; all without one)."""
+    upto = int(query.get("upto", len(items)))
+    return [{"count": len(items)}, *(view(item) for item in items[:upto])]
 
 
 def client_view(entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
@@ -51,19 +67,18 @@ def client_view(entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
 
 def clients(broker: Broker, query: dict[str, Any]) -> Rows:
     """Connected clients matching the filters: `clientid` (contains), `username`,
-    `listener`, `proto_ver`."""
+    `listener`, `proto_ver` (counted: see the module docstring)."""
     search = str(query.get("clientid", "")).lower()
-    rows = []
-    for client_id, entry in sorted(broker.context.clients.items()):
-        client = entry.client
-        if (
-            search in client_id.lower()
-            and query.get("username", client.username) == client.username
-            and query.get("listener", entry.listener) == entry.listener
-            and query.get("proto_ver", str(client.protocol_version)) == str(client.protocol_version)
-        ):
-            rows.append(client_view(entry))
-    return rows
+    entries = [
+        entry
+        for client_id, entry in sorted(broker.context.clients.items())
+        if search in client_id.lower()
+        and query.get("username", entry.client.username) == entry.client.username
+        and query.get("listener", entry.listener) == entry.listener
+        and query.get("proto_ver", str(entry.client.protocol_version))
+        == str(entry.client.protocol_version)
+    ]
+    return counted(entries, query, client_view)
 
 
 def client(broker: Broker, query: dict[str, Any]) -> Rows:
@@ -92,7 +107,8 @@ def _sessions(broker: Broker) -> dict[str, Any]:
 
 
 def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
-    """Sessions, offline ones too: `clientid` (contains), `connected` ("true"/"false")."""
+    """Sessions, offline ones too: `clientid` (contains), `connected` ("true"/"false")
+    (counted)."""
     context = broker.context
     search = str(query.get("clientid", "")).lower()
     connected = query.get("connected")
@@ -115,11 +131,12 @@ def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
                 "awaiting_rel": len(state.awaiting_rel),
             }
         )
-    return rows
+    return counted(rows, query, _as_it_is)
 
 
 def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
-    """Subscriptions: `clientid` (exact), `topic` (a topic name: the filters matching it)."""
+    """Subscriptions: `clientid` (exact), `topic` (a topic name: the filters matching it)
+    (counted)."""
     client_filter = query.get("clientid")
     topic = query.get("topic")
     rows = []
@@ -133,7 +150,7 @@ def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
             if topic is not None and not matches(topic_filter, topic):
                 continue
             rows.append({"clientid": client_id, "topic": topic_filter, "qos": options.qos})
-    return rows
+    return counted(rows, query, _as_it_is)
 
 
 def routes(broker: Broker, _query: dict[str, Any]) -> Rows:
@@ -199,6 +216,14 @@ def merge_rows(parts: list[Rows], *keys: str) -> Rows:
     merged = [row for part in parts for row in part]
     merged.sort(key=lambda row: tuple(row[key] for key in keys))
     return merged
+
+
+def merge_counted(parts: Iterable[Rows], *keys: str) -> tuple[int, Rows]:
+    """Counted parts of several workers: the total count, and their rows as one table in
+    the order of `keys`."""
+    parts = [part for part in parts if part]  # a worker whose answer failed sent nothing
+    total = sum(part[0]["count"] for part in parts)
+    return total, merge_rows([part[1:] for part in parts], *keys)
 
 
 def merge_route_counts(parts: list[Rows]) -> Rows:

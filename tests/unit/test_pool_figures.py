@@ -13,7 +13,7 @@ from actors.figures import (
     figures_to_wire,
     pool_figures,
 )
-from admin.tables import merge_route_counts, merge_rows, merge_top_topics
+from admin.tables import counted, merge_counted, merge_route_counts, merge_rows, merge_top_topics
 from core.latency import LatencyHistogram
 
 
@@ -120,3 +120,14 @@ def test_top_topics_of_several_workers_add_up_and_keep_the_most() -> None:
         {"topic": "warm", "messages": 7},
         {"topic": "hot", "messages": 5},
     ]
+
+
+def test_a_paged_tables_parts_carry_their_count_and_no_more_than_the_page_needs() -> None:
+    items = [{"clientid": f"c{n}"} for n in range(10)]
+    part = counted(items, {"upto": "3"}, dict)
+    assert part == [{"count": 10}, {"clientid": "c0"}, {"clientid": "c1"}, {"clientid": "c2"}]
+    assert len(counted(items, {}, dict)) == 11  # no upto: every row
+    other = counted([{"clientid": "b"}], {"upto": "3"}, dict)
+    total, rows = merge_counted([part, other, []], "clientid")  # [] a worker whose answer failed
+    assert total == 11
+    assert [row["clientid"] for row in rows] == ["b", "c0", "c1", "c2"]
