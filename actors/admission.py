@@ -11,6 +11,11 @@ ordered log of message and session operations with its own process, codec and mi
 written in group commits on the publish path; bans change a few times a day, are read
 once at start, and a JSON file keeps them readable and editable by an operator. With
 `[store] kind = "none"` bans live in memory only.
+
+In a pool every worker holds every ban: a change made here is told to `replica`
+(`actors.pool_ops.PoolOps`), which broadcasts it, and a change a peer made arrives with
+`replicate=False`. Only worker 0 is given the file's path, so the workers never overwrite
+each other's bans.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 
@@ -32,6 +38,14 @@ BANS_FILE = "bans.json"
 FORGET_EVERY = 1000  # connects between sweeps of idle flapping histories
 
 
+class BanReplica(Protocol):
+    """Who tells the other workers of a pool about a ban added or lifted on this one."""
+
+    def ban_added(self, ban: Ban) -> None: ...
+
+    def ban_removed(self, kind: BanKind, value: str) -> None: ...
+
+
 class Admission:
     def __init__(self, flapping: FlappingConfig, path: Path | None) -> None:
         self.table = BanTable()
@@ -40,6 +54,7 @@ class Admission:
         self._path = path  # None: bans are not kept across restarts
         self._connects = 0
         self.refused = 0  # CONNECTs refused by a ban (a counter for the metrics)
+        self.replica: BanReplica | None = None  # a pool's other workers
         if path is not None:
             self._load(path)
 
@@ -68,16 +83,24 @@ class Admission:
         self.refused += 1
         return f"banned ({ban.kind.value} {ban.value}{': ' + ban.reason if ban.reason else ''})"
 
-    def add(self, ban: Ban) -> None:
+    def add(self, ban: Ban, *, replicate: bool = True) -> None:
+        """Add `ban` (replacing one of its kind and value); `replicate=False`: it comes
+        from another worker, which told the rest of the pool already."""
         self.table.add(ban)
         logger.info("ban added: %s %s until %s", ban.kind.value, ban.value, ban.until or "lifted")
         self._save()
+        if replicate and self.replica is not None:
+            self.replica.ban_added(ban)
 
-    def remove(self, kind: BanKind, value: str) -> bool:
+    def remove(self, kind: BanKind, value: str, *, replicate: bool = True) -> bool:
         removed = self.table.remove(kind, value)
         if removed:
             logger.info("ban removed: %s %s", kind.value, value)
             self._save()
+        if replicate and self.replica is not None:
+            # Told even when this worker had none: another one may (a flapping ban that
+            # arrived here after the operator's list was read).
+            self.replica.ban_removed(kind, value)
         return removed
 
     def _load(self, path: Path) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import pykka
@@ -54,6 +54,9 @@ from store import open_store
 from store.base import DeleteSession, Snapshot, Store
 from store.writer import StoreWriter
 
+if TYPE_CHECKING:
+    from actors.pool_ops import PoolOps
+
 logger = logging.getLogger(__name__)
 
 LISTEN_BACKLOG = 1024
@@ -78,8 +81,10 @@ class Broker:
             stats=BrokerStats(),
             persistence=Persistence(None),
         )
-        # A pool worker (actors.pool_worker) replicates the routes to the other workers.
+        # A pool worker (actors.pool_worker) replicates the routes to the other workers,
+        # and gathers their tables and figures for the operations surface.
         self.route_replica: RouteReplication | None = None
+        self.ops: PoolOps | None = None
         self.context.flow = FlowControl(config.overload, self.context.stats)
         self.context.auth_failures = AuthFailureDelays(
             config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
@@ -109,10 +114,7 @@ class Broker:
         )
         self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
-        bans_path = None
-        if self.config.store.kind != "none":
-            bans_path = Path(self.config.store.data_dir) / BANS_FILE
-        context.admission = Admission(self.config.flapping, bans_path)
+        context.admission = Admission(self.config.flapping, self._bans_path())
         context.router = RouterActor.start(
             context.route_table,
             context.shared_subscriptions,
@@ -166,6 +168,12 @@ class Broker:
 
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
         return SessionRegistry(self.context, sessions)
+
+    def _bans_path(self) -> Path | None:
+        """Where the bans are kept (None: in memory only, `[store] kind = "none"`)."""
+        if self.config.store.kind == "none":
+            return None
+        return Path(self.config.store.data_dir) / BANS_FILE
 
     def _http_listener(self) -> Any:
         """A socket already listening for the admin HTTP API, or None: bind `[http]`."""

@@ -135,6 +135,8 @@ def _status_text(stats: dict[str, Any]) -> str:
         ("queued/inflight", f"{stats['queued']} / {stats['inflight']}"),
         ("bans", stats["banned"]),
     ]
+    if stats.get("missing_workers"):  # a pool's workers that did not answer in time
+        rows.append(("left out", f"workers {stats['missing_workers']}"))
     return "\n".join(f"{name:<16} {value}" for name, value in rows)
 
 

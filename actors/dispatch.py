@@ -409,13 +409,25 @@ class Dispatcher:
         self._retainer.tell(StoreRetained([clear]))
         self._submit([DeleteRetained(topic)], [clear], None)
 
-    def publish_internal(self, message: Message) -> None:
-        """Route a message the broker makes itself ($SYS) to the current subscribers, at QoS 0.
+    def publish_internal(
+        self, messages: list[Message], retained: list[Message] | None = None
+    ) -> None:
+        """Route messages the broker makes itself ($SYS) to the current subscribers, at QoS 0,
+        and keep `retained` in the retainer (not in the store: stale after a restart).
 
         Not counted as received, never dropped or persisted, and no message.publish hook:
-        it is the broker reporting, not a client's traffic.
+        it is the broker reporting, not a client's traffic. In a pool they are forwarded
+        to the other workers' subscribers and retained-message replicas, as a publish is.
         """
         per_session: dict[Any, list[Delivery]] = {}
-        self._fan_out(message, per_session, [])
+        remote = self.remote
+        for message in messages:
+            self._fan_out(message, per_session, [])
+            if remote is not None:
+                remote.add(message)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
+        if retained:
+            self._retainer.tell(StoreRetained(retained))
+        if remote is not None:
+            remote.flush(retained or [], None)

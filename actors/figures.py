@@ -5,16 +5,20 @@ connections, the session, subscription and retained-message tables, the sessions
 in-flight windows, the store's size and commit latency, the hooks' latency and the process's
 CPU time and RSS. It runs in the event loop and never yields, so what it reads is one moment
 of the worker, and it asks no actor anything: the tables are read in place (as publishers
-read the route table), and a session's state through `session_state` below. With a pool of
-workers, the supervisor would sum the `Figures` of each, field by field.
+read the route table), and a session's state through `session_state` below.
+
+In a pool (docs/pool.md) the worker that serves `/metrics`, the API and `$SYS` gathers the
+other workers' `Figures` over the fabric (`figures_to_wire` / `figures_from_wire`: plain
+JSON) and adds them up with `pool_figures`: pure, tested in-process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +29,22 @@ from core.session_state import SessionState
 if TYPE_CHECKING:
     from actors.broker import Broker
 
+logger = logging.getLogger(__name__)
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+# Figures every worker holds the same of (replicated, or one store for the pool): a pool's
+# value is the largest one seen, not the sum. Every other number is added up.
+_SAME_IN_EVERY_WORKER = frozenset({"worker", "uptime", "retained", "banned", "store_bytes"})
+
+
+@dataclass(slots=True)
+class WorkerUsage:
+    """What stays per worker process in a pool's figures (`/metrics` labels it)."""
+
+    worker: int
+    cpu_seconds: float
+    rss_bytes: int
+    heap_bytes: int
 
 
 @dataclass(slots=True)
@@ -56,8 +75,9 @@ class Figures:
     store_bytes: int
     store_commits: LatencyHistogram | None
     hook_latency: dict[str, LatencyHistogram] = field(default_factory=dict)
-    cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # in a pool: the sum over the workers, as rss_bytes
     rss_bytes: int = 0
+    usage: list[WorkerUsage] = field(default_factory=list)  # per worker process
 
 
 def session_state(session: Any) -> SessionState | None:
@@ -83,6 +103,7 @@ def read_figures(broker: Broker) -> Figures:
             if state.queue:
                 queued += len(state.queue)
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss = _rss_bytes()
     retained = broker.retained_index
     admission = context.admission
     return Figures(
@@ -116,8 +137,125 @@ def read_figures(broker: Broker) -> Figures:
         store_commits=broker.store_writer.commit_latency if broker.store_writer else None,
         hook_latency=dict(context.hooks.latency),
         cpu_seconds=usage.ru_utime + usage.ru_stime,
-        rss_bytes=_rss_bytes(),
+        rss_bytes=rss,
+        usage=[
+            WorkerUsage(
+                broker.worker_id, usage.ru_utime + usage.ru_stime, rss, anonymous_heap_bytes()
+            )
+        ],
     )
+
+
+def read_pool_figures(broker: Broker) -> tuple[Figures, list[int]]:
+    """The figures of the whole pool (`read_figures` with one worker), and the workers left
+    out because they did not answer in time. Blocks the calling greenlet while it gathers."""
+    own = read_figures(broker)
+    ops = broker.ops
+    if ops is None:
+        return own, []
+    answers, missing = ops.gather("figures", {})
+    parts = [own]
+    for worker, rows in sorted(answers.items()):
+        try:
+            parts.append(figures_from_wire(rows[0]))
+        except (IndexError, KeyError, TypeError, ValueError) as error:
+            logger.warning("pool: worker %d sent figures that do not parse: %r", worker, error)
+            missing.append(worker)
+    return pool_figures(parts), sorted(missing)
+
+
+def figures_to_wire(figures: Figures) -> dict[str, Any]:
+    """`figures` as JSON values (string keys, histograms as their fields) for the fabric."""
+    wire: dict[str, Any] = {}
+    for name in _FIELD_NAMES:
+        value = getattr(figures, name)
+        if isinstance(value, LatencyHistogram):
+            value = _histogram_to_wire(value)
+        elif name == "hook_latency":
+            value = {point: _histogram_to_wire(h) for point, h in value.items()}
+        elif name == "usage":
+            value = [[u.worker, u.cpu_seconds, u.rss_bytes, u.heap_bytes] for u in value]
+        elif isinstance(value, dict):
+            value = {str(key): count for key, count in value.items()}
+        wire[name] = value
+    return wire
+
+
+def figures_from_wire(wire: dict[str, Any]) -> Figures:
+    """The `Figures` `figures_to_wire` made; KeyError, TypeError or ValueError if it is not."""
+    values = {name: wire[name] for name in _FIELD_NAMES}
+    values["connected_by_version"] = {
+        int(version): count for version, count in wire["connected_by_version"].items()
+    }
+    commits = wire["store_commits"]
+    values["store_commits"] = None if commits is None else _histogram_from_wire(commits)
+    values["hook_latency"] = {
+        point: _histogram_from_wire(h) for point, h in wire["hook_latency"].items()
+    }
+    values["usage"] = [WorkerUsage(*row) for row in wire["usage"]]
+    return Figures(**values)
+
+
+def pool_figures(parts: list[Figures]) -> Figures:
+    """One pool's figures from its workers' (the serving worker's first): counters and
+    gauges added up, per key and per QoS where they are split; what every worker holds the
+    same of (the retained messages, the bans, the store's size) and the uptime taken once;
+    the per-process usage kept per worker."""
+    values: dict[str, Any] = {}
+    for name in _FIELD_NAMES:
+        column = [getattr(part, name) for part in parts]
+        if name in _SAME_IN_EVERY_WORKER:
+            values[name] = column[0] if name == "worker" else max(column)
+        elif name == "usage":
+            values[name] = sorted(
+                (usage for part in column for usage in part), key=lambda u: u.worker
+            )
+        elif name == "store_commits":
+            histograms = [h for h in column if h is not None]
+            values[name] = _merged(histograms) if histograms else None
+        elif name == "hook_latency":
+            points = sorted({point for part in column for point in part})
+            values[name] = {
+                point: _merged([part[point] for part in column if point in part])
+                for point in points
+            }
+        elif isinstance(column[0], dict):
+            values[name] = _sum_by_key(column)
+        elif isinstance(column[0], list):
+            values[name] = [sum(counts) for counts in zip(*column, strict=True)]
+        else:
+            values[name] = sum(column)
+    return Figures(**values)
+
+
+def _sum_by_key(parts: list[dict[Any, int]]) -> dict[Any, int]:
+    total: dict[Any, int] = {}
+    for part in parts:
+        for key, count in part.items():
+            total[key] = total.get(key, 0) + count
+    return total
+
+
+def _merged(histograms: list[LatencyHistogram]) -> LatencyHistogram:
+    merged = LatencyHistogram(histograms[0].bounds)
+    for histogram in histograms:
+        merged.counts = [a + b for a, b in zip(merged.counts, histogram.counts, strict=True)]
+        merged.total += histogram.total
+    return merged
+
+
+def _histogram_to_wire(histogram: LatencyHistogram) -> dict[str, Any]:
+    return {"bounds": histogram.bounds, "counts": histogram.counts, "total": histogram.total}
+
+
+def _histogram_from_wire(wire: dict[str, Any]) -> LatencyHistogram:
+    histogram = LatencyHistogram(tuple(wire["bounds"]))
+    counts = list(wire["counts"])
+    if len(counts) != len(histogram.counts):
+        raise ValueError(f"a histogram of {len(counts)} counts for {len(histogram.bounds)} bounds")
+    histogram.counts = counts
+    histogram.total = wire["total"]
+    return histogram
 
 
 def _store_bytes(broker: Broker) -> int:
@@ -134,9 +272,24 @@ def _store_bytes(broker: Broker) -> int:
         return 0
 
 
+def anonymous_heap_bytes() -> int:
+    """Resident anonymous memory (RssAnon): malloc's and Python's heaps, no code or files."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _rss_bytes() -> int:
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
             return int(statm.read().split()[1]) * PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Figures))

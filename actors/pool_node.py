@@ -20,6 +20,8 @@ state as this worker sees it:
   `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
   the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
   CONNECT never hangs on a dead worker.
+- operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
+  admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
   the dead worker owned (loaded from the store), so they keep queueing while offline.
 
@@ -38,10 +40,14 @@ import gevent.event
 
 from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
+from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
 from core.message import Message
 from core.share_origin import ShareOrigin
 from fabric.frames import (
+    BanLifted,
+    BanSet,
+    BansSnapshot,
     Claim,
     CommitSync,
     Committed,
@@ -52,6 +58,8 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Leaving,
+    OpsReply,
+    OpsRequest,
     Owned,
     Release,
     Retained,
@@ -127,6 +135,7 @@ class PoolNode:
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
+        self.ops = PoolOps(worker, workers, self.send, self._broadcast)
 
     # ----- routes -------------------------------------------------------------------------
 
@@ -354,6 +363,7 @@ class PoolNode:
         self._flush_routes()  # changes the others have not heard yet go out first
         self.fabric.send(worker, self.announcer.snapshot())
         self.fabric.send(worker, self.share_announcer.snapshot())
+        self.ops.peer_up(worker)  # bans: before `Owned`, which ends a starting peer's wait
         registry = self._context.registry
         owned = tuple(
             client_id
@@ -376,6 +386,7 @@ class PoolNode:
         self.remote.drop_worker(worker)
         self.shares.drop_worker(worker)
         self.owned_reported.discard(worker)
+        self.ops.peer_down(worker)
         for token in list(self._syncs):
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
@@ -416,6 +427,8 @@ class PoolNode:
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
         elif isinstance(frame, _ROUTE_FRAMES):
             self._on_routes(worker, frame)
+        elif isinstance(frame, OpsRequest | OpsReply | BanSet | BanLifted | BansSnapshot):
+            self.ops.frame_received(worker, frame)
         else:
             self._on_client_ids(worker, frame)
 
@@ -450,6 +463,10 @@ class PoolNode:
             self.send(worker, RoutesSynced(frame.token))
         else:
             self._synced(worker, frame.token)
+
+    def _broadcast(self, frame: Frame) -> None:
+        if self.fabric is not None:
+            self.fabric.broadcast(frame)
 
     def send(self, worker: int, frame: Frame) -> bool:
         """Send `frame` to `worker` (to this worker: handled in a later loop callback).

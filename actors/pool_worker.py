@@ -9,7 +9,9 @@ It is the single-process `Broker` with the pool's parts put in (docs/pool.md):
   owns, and announces their routes;
 - the dispatcher forwards to the other workers through the `PoolNode`, the router reports
   route changes to it, and the `PoolRegistry` claims every client id from its home;
-- worker 0 serves the admin HTTP API on the socket the supervisor bound (`--http-fd`);
+- worker 0 serves the admin HTTP API on the socket the supervisor bound (`--http-fd`) and
+  keeps `bans.json`; every worker answers its part of the API's tables and figures and
+  holds every ban (`actors.pool_ops`);
 - once ready it writes its id to the supervisor's ready pipe.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from actors.pool_node import PoolNode
 from actors.pool_registry import PoolRegistry
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
+from admin.tables import local_rows
 from fabric.ownership import home_of
 from router.fan_out import Route
 from store import SQLITE_FILE_NAME, ProcessStore
@@ -69,6 +73,8 @@ class PoolBroker(Broker):
         self._http_fd = http_fd
         self.node = PoolNode(worker_id, workers, self.context)
         self.route_replica = self.node
+        self.ops = self.node.ops
+        self.ops.answer = partial(local_rows, self)
         self._store: ProcessStore | None = None
 
     # ----- Broker's start-up steps, pool flavoured ----------------------------------------
@@ -97,6 +103,10 @@ class PoolBroker(Broker):
         node = self.node
         assert self.context.dispatcher is not None
         self.context.dispatcher.remote = node
+        admission = self.context.admission
+        assert admission is not None
+        node.ops.admission = admission  # bans travel from the first link on
+        admission.replica = node.ops
         node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
         node.fabric.start()
         others = set(range(self.workers)) - {self.worker_id}
@@ -125,6 +135,11 @@ class PoolBroker(Broker):
                 node.route_changed(topic_filter, True)  # a share group's member too
         node.rehost = self._rehost
         return sessions
+
+    def _bans_path(self) -> Path | None:
+        """Worker 0 alone keeps `bans.json`, from the pool-wide table (every worker holds
+        every ban); the others learn the bans from their peers when they link."""
+        return super()._bans_path() if self.worker_id == 0 else None
 
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
         registry = PoolRegistry(self.context, sessions, self.node, self._resume)

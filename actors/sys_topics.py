@@ -7,6 +7,10 @@ each message goes to the retainer (not to the store: these values are stale afte
 anyway, and Mosquitto does not persist them either) and to the current subscribers through
 `Dispatcher.publish_internal` (QoS 0, not counted as client traffic). Who may read `$SYS`
 is the ACL's business (docs/security.md); the broker alone writes there [MQTT-4.7.2-1].
+
+In a pool, worker 0 alone publishes the `$SYS/broker/...` tree, with the pool's figures
+(`read_pool_figures`); like presence events, which each worker publishes for its own
+clients, they are forwarded to the subscribers and retained-message replicas of every worker.
 """
 
 from __future__ import annotations
@@ -20,8 +24,7 @@ from typing import TYPE_CHECKING
 import gevent
 import orjson
 
-from actors.figures import Figures, read_figures
-from actors.messages import StoreRetained
+from actors.figures import Figures, read_pool_figures
 from core.message import Message
 from hooks.events import ClientConnected, ClientDisconnected
 from hooks.hookpoints import HookPoint
@@ -104,18 +107,6 @@ def sys_values(
     return [(f"$SYS/broker/{topic}", str(value)) for topic, value in values.items()]
 
 
-def anonymous_heap_bytes() -> int:
-    """Resident anonymous memory (RssAnon): malloc's and Python's heaps, no code or files."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 class SysPublisher:
     """Publishes the `$SYS` tree every `interval` seconds and, if asked, presence events."""
 
@@ -132,7 +123,9 @@ class SysPublisher:
             hooks.register(HookPoint.CLIENT_DISCONNECTED, self._disconnected, owner=SYS_OWNER)
 
     def start(self) -> None:
-        if self._interval > 0:
+        if self._interval > 0 and self._broker.worker_id != 0:
+            logger.info("$SYS: worker 0 publishes $SYS/broker/... for the pool")
+        elif self._interval > 0:
             self._greenlet = gevent.spawn(self._run)
             logger.info("$SYS: publishing $SYS/broker/... every %g s", self._interval)
 
@@ -143,9 +136,10 @@ class SysPublisher:
             self._greenlet = None
 
     def publish_now(self, elapsed: float) -> None:
-        figures = read_figures(self._broker)
+        figures, _missing = read_pool_figures(self._broker)  # the gathering logs who is
         self._loads.update(load_counters(figures), elapsed)
-        values = sys_values(figures, self._loads, self._version, anonymous_heap_bytes())
+        heap_bytes = sum(usage.heap_bytes for usage in figures.usage)
+        values = sys_values(figures, self._loads, self._version, heap_bytes)
         self._publish([(topic, payload.encode()) for topic, payload in values])
 
     def _run(self) -> None:
@@ -161,18 +155,17 @@ class SysPublisher:
             last = now
 
     def _publish(self, items: list[tuple[str, bytes]]) -> None:
-        context = self._broker.context
-        messages = [Message(topic=topic, payload=payload, retain=True) for topic, payload in items]
-        context.retainer.tell(StoreRetained(messages))
-        for message in messages:
-            context.dispatcher.publish_internal(
-                Message(topic=message.topic, payload=message.payload)
-            )
+        self._broker.context.dispatcher.publish_internal(
+            [Message(topic=topic, payload=payload) for topic, payload in items],
+            retained=[
+                Message(topic=topic, payload=payload, retain=True) for topic, payload in items
+            ],
+        )
 
     def _presence(self, client_id: str, event: str, details: dict[str, object]) -> None:
         topic = f"$SYS/brokers/{self._node}/clients/{client_id}/{event}"
         payload = orjson.dumps({"clientid": client_id, "ts": int(time.time() * 1000), **details})
-        self._broker.context.dispatcher.publish_internal(Message(topic=topic, payload=payload))
+        self._broker.context.dispatcher.publish_internal([Message(topic=topic, payload=payload)])
 
     def _connected(self, event: ClientConnected) -> None:
         client = event.client

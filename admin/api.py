@@ -5,6 +5,12 @@ filtered by query parameters. Handlers read the broker's tables in place (they r
 event loop between two yields, like any actor) and change things only by telling actors
 (a kick is a `CloseConnection` to the client actor) or through the objects that own them
 (the dispatcher, which publishes and clears retained messages; the admission table).
+
+In a pool (docs/pool.md) the clients, sessions, subscriptions, routes, figures, kicks and
+reloads are pool-wide: `admin.tables` builds each worker's rows, this worker gathers the
+others' over the fabric (`actors.pool_ops`) and merges them before paging; an answer that
+leaves a silent worker out says so in `missing_workers`. Bans are replicated by the
+admission table itself; retained messages are in every worker's replica.
 """
 
 from __future__ import annotations
@@ -17,15 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.context import ConnectedClient
-from actors.figures import read_figures, session_state
-from actors.messages import CloseConnection
-from actors.runtime import tell_if_alive
+from actors.figures import read_pool_figures
+from actors.pool_ops import GATHER_TIMEOUT
 from admin.routing import ApiError, Request, Response, Router
+from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
-from core.reasons import DisconnectReason
-from mqtt.topics import TopicError, matches, validate_topic_filter, validate_topic_name
+from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
 
 if TYPE_CHECKING:
     from actors.broker import Broker
@@ -33,10 +37,11 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 TOP_TOPICS = 10
+RELOAD_TIMEOUT = 15.0  # seconds a reload through the API waits for the other workers'
 
 
-def paged(request: Request, items: list[Any]) -> dict[str, Any]:
-    """One page of `items` as `{"data": [...], "meta": {page, limit, count, hasnext}}`."""
+def page_bounds(request: Request) -> tuple[int, int]:
+    """The request's `page` and `limit` (ApiError 400 if they are not valid)."""
     try:
         page = int(request.query.get("page", "1"))
         limit = int(request.query.get("limit", str(DEFAULT_LIMIT)))
@@ -44,16 +49,42 @@ def paged(request: Request, items: list[Any]) -> dict[str, Any]:
         raise ApiError(400, "page and limit must be integers") from error
     if page < 1 or not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, f"page must be at least 1 and limit 1..{MAX_LIMIT}")
-    start = (page - 1) * limit
+    return page, limit
+
+
+def page_of(page: int, limit: int, items: list[Any], count: int) -> dict[str, Any]:
+    """`{"data": items, "meta": {page, limit, count, hasnext}}`; `items` is that page of a
+    list of `count` items."""
     return {
-        "data": items[start : start + limit],
-        "meta": {
-            "page": page,
-            "limit": limit,
-            "count": len(items),
-            "hasnext": start + limit < len(items),
-        },
+        "data": items,
+        "meta": {"page": page, "limit": limit, "count": count, "hasnext": page * limit < count},
     }
+
+
+def paged(request: Request, items: list[Any]) -> dict[str, Any]:
+    """One page of `items` as `{"data": [...], "meta": {page, limit, count, hasnext}}`."""
+    page, limit = page_bounds(request)
+    start = (page - 1) * limit
+    return page_of(page, limit, items[start : start + limit], len(items))
+
+
+def with_missing(answer: dict[str, Any], missing: list[int]) -> dict[str, Any]:
+    """`answer`, saying which workers of a pool it leaves out (they did not answer)."""
+    if missing:
+        answer["missing_workers"] = missing
+    return answer
+
+
+def _not_found(client_id: str, missing: list[int]) -> ApiError:
+    """404 if no worker has the client; 503 if the workers that did not answer might (a
+    kick reaches such a worker anyway, and is done there when it reads it)."""
+    if missing:
+        return ApiError(
+            503,
+            f"client {client_id!r} is not connected to the workers that answered; workers "
+            f"{missing} did not answer in time",
+        )
+    return ApiError(404, f"client {client_id!r} is not connected")
 
 
 def payload_fields(payload: bytes) -> dict[str, Any]:
@@ -80,15 +111,15 @@ class Api:
         return Response(503, b'{"ready":false}')
 
     def stats(self, _request: Request) -> Any:
-        figures = asdict(read_figures(self._broker))
+        pool_figures, missing = read_pool_figures(self._broker)
+        figures = with_missing(asdict(pool_figures), missing)
         figures.pop("store_commits")
         figures.pop("hook_latency")
         figures["time"] = time.time()
         figures["node"] = self._broker.config.node_name
-        figures["top_topics"] = [
-            {"topic": topic, "messages": count}  # sampled: one batch in TOPIC_SAMPLE
-            for topic, count in self._context.stats.top_topics(TOP_TOPICS)
-        ]
+        # Sampled (one batch in TOPIC_SAMPLE), per worker, then added up.
+        parts, _missing = self._gather("top_topics", {"limit": str(TOP_TOPICS)})
+        figures["top_topics"] = merge_top_topics(parts, TOP_TOPICS)
         return figures
 
     def config(self, _request: Request) -> Any:
@@ -105,114 +136,62 @@ class Api:
             "plugins": [loaded.name for loaded in self._broker.plugins],
         }
 
-    # ----- clients ------------------------------------------------------------------------
+    # ----- clients, sessions and subscriptions: pool-wide ---------------------------------
 
-    def _client_view(self, entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
-        client = entry.client
-        state = session_state(entry.session)
-        view: dict[str, Any] = {
-            "clientid": client.client_id,
-            "username": client.username,
-            "peer": client.peer,
-            "listener": entry.listener,
-            "proto_ver": client.protocol_version,
-            "keepalive": client.keepalive,
-            "clean_start": client.clean_start,
-            "connected_at": entry.connected_at,
-            "inflight": len(state.inflight) if state else 0,
-            "queue": len(state.queue) if state and state.queue else 0,
-            "subscriptions": len(state.subscriptions) if state else 0,
-        }
-        if detail and state is not None:
-            view["subscriptions"] = {f: o.qos for f, o in state.subscriptions.items()}
-        return view
+    def _gather(
+        self, op: str, query: dict[str, str], timeout: float = GATHER_TIMEOUT
+    ) -> tuple[list[Rows], list[int]]:
+        """This worker's rows for `op` and, in a pool, every other worker's, and the
+        workers left out (they did not answer within `timeout` seconds)."""
+        parts = [local_rows(self._broker, op, query)]
+        ops = self._broker.ops
+        if ops is None:
+            return parts, []
+        answers, missing = ops.gather(op, query, timeout)
+        return parts + [answers[worker] for worker in sorted(answers)], missing
+
+    def _table(self, request: Request, op: str, filters: tuple[str, ...], *keys: str) -> Any:
+        """One page of a pool-wide table: each worker sends its count and its first rows
+        up to the page's end (no more), merged in `keys` order, then the page is cut."""
+        page, limit = page_bounds(request)
+        query = {name: request.query[name] for name in filters if name in request.query}
+        query["upto"] = str(page * limit)
+        parts, missing = self._gather(op, query)
+        count, rows = merge_counted(parts, *keys)
+        start = (page - 1) * limit
+        return with_missing(page_of(page, limit, rows[start : start + limit], count), missing)
 
     def clients(self, request: Request) -> Any:
-        query = request.query
-        search = query.get("clientid", "").lower()
-        entries = [
-            entry
-            for client_id, entry in sorted(self._context.clients.items())
-            if search in client_id.lower()
-            and query.get("username", entry.client.username) == entry.client.username
-            and query.get("listener", entry.listener) == entry.listener
-            and query.get("proto_ver", str(entry.client.protocol_version))
-            == str(entry.client.protocol_version)
-        ]
-        page = paged(request, entries)
-        page["data"] = [self._client_view(entry) for entry in page["data"]]
-        return page
-
-    def _connected(self, client_id: str) -> ConnectedClient:
-        entry = self._context.clients.get(client_id)
-        if entry is None:
-            raise ApiError(404, f"client {client_id!r} is not connected")
-        return entry
+        filters = ("clientid", "username", "listener", "proto_ver")
+        return self._table(request, "clients", filters, "clientid")
 
     def client(self, request: Request) -> Any:
-        return self._client_view(self._connected(request.params["clientid"]), detail=True)
+        client_id = request.params["clientid"]
+        parts, missing = self._gather("client", {"clientid": client_id})
+        found = [row for part in parts for row in part]
+        if not found:
+            raise _not_found(client_id, missing)
+        return found[0]
 
     def kick(self, request: Request) -> Any:
-        """Close the client's connection: DISCONNECT 0x98 to a 5.0 client, its will fires."""
-        entry = self._connected(request.params["clientid"])
-        tell_if_alive(
-            entry.client_ref,
-            CloseConnection(DisconnectReason.ADMINISTRATIVE_ACTION, "(kicked by an operator)"),
-        )
+        """Close the client's connection on whichever worker has it: DISCONNECT 0x98 to a
+        5.0 client, its will fires."""
+        client_id = request.params["clientid"]
+        parts, missing = self._gather("kick", {"clientid": client_id})
+        if not any(parts):
+            raise _not_found(client_id, missing)
         return None
 
-    # ----- sessions and subscriptions -----------------------------------------------------
-
     def sessions(self, request: Request) -> Any:
-        search = request.query.get("clientid", "").lower()
-        connected = request.query.get("connected")
-        views = []
-        registry = self._context.registry
-        for client_id, session in sorted(registry.sessions.items()):
-            state = session_state(session)
-            is_connected = client_id in self._context.clients
-            if state is None or search not in client_id.lower():
-                continue
-            if connected is not None and (connected == "true") != is_connected:
-                continue
-            views.append(
-                {
-                    "clientid": client_id,
-                    "connected": is_connected,
-                    "persistent": state.persistent,
-                    "subscriptions": len(state.subscriptions),
-                    "inflight": len(state.inflight),
-                    "queue": len(state.queue) if state.queue else 0,
-                    "awaiting_rel": len(state.awaiting_rel),
-                }
-            )
-        return paged(request, views)
+        return self._table(request, "sessions", ("clientid", "connected"), "clientid")
 
     def subscriptions(self, request: Request) -> Any:
-        client_filter = request.query.get("clientid")
-        topic = request.query.get("topic")  # a topic name: the filters that match it
-        rows = []
-        for client_id, session in sorted(self._context.registry.sessions.items()):
-            if client_filter is not None and client_id != client_filter:
-                continue
-            state = session_state(session)
-            if state is None:
-                continue
-            for topic_filter, options in sorted(state.subscriptions.items()):
-                if topic is not None and not matches(topic_filter, topic):
-                    continue
-                rows.append({"clientid": client_id, "topic": topic_filter, "qos": options.qos})
-        return paged(request, rows)
+        return self._table(request, "subscriptions", ("clientid", "topic"), "clientid", "topic")
 
     def routes(self, request: Request) -> Any:
         """Topic filters and how many sessions subscribe to each."""
-        counts: dict[str, int] = {}
-        for session in self._context.registry.sessions.values():
-            state = session_state(session)
-            for topic_filter in state.subscriptions if state else ():
-                counts[topic_filter] = counts.get(topic_filter, 0) + 1
-        rows = [{"topic": t, "subscribers": n} for t, n in sorted(counts.items())]
-        return paged(request, rows)
+        parts, missing = self._gather("routes", {})
+        return with_missing(paged(request, merge_route_counts(parts)), missing)
 
     # ----- retained messages --------------------------------------------------------------
 
@@ -298,8 +277,13 @@ class Api:
         ]
 
     def plugins_reload(self, _request: Request) -> Any:
-        """SIGHUP's reload: plugin files, TLS certificates, sessions re-authorised."""
-        self._broker.reload()
+        """SIGHUP's reload: plugin files, TLS certificates, sessions re-authorised; in a
+        pool on every worker (answered once all have, or were left out)."""
+        _parts, missing = self._gather("reload", {}, RELOAD_TIMEOUT)
+        if missing:
+            raise ApiError(
+                503, f"reloaded, but not on workers {missing}: they did not answer in time"
+            )
         return self.plugins(_request)
 
     # ----- bans ---------------------------------------------------------------------------
@@ -327,7 +311,8 @@ class Api:
         admission = self._context.admission
         assert admission is not None
         admission.add(ban)
-        return Response(201, orjson.dumps(ban.as_dict()))
+        _parts, missing = self._gather("sync", {})  # in force on every worker when answered
+        return Response(201, orjson.dumps(with_missing(ban.as_dict(), missing)))
 
     def ban_remove(self, request: Request) -> Any:
         admission = self._context.admission
@@ -339,6 +324,7 @@ class Api:
             raise ApiError(400, str(error)) from error
         if not removed:
             raise ApiError(404, f"no ban of {request.params['kind']} {request.params['value']!r}")
+        self._gather("sync", {})  # lifted on every worker when answered
         return None
 
 

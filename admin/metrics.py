@@ -2,8 +2,9 @@
 
 Nothing is counted for Prometheus on the publish path: the broker's own plain counters
 (`actors.stats`) are turned into metric families when a scrape comes (a custom collector, as
-prometheus-client recommends for values another system keeps). Every family carries the
-`worker` label, so a pool's workers can be told apart or summed.
+prometheus-client recommends for values another system keeps). In a pool the figures are
+the pool's (`actors.figures.read_pool_figures`: every worker's counters and gauges added
+up); only the process's CPU time and RSS stay per worker, with the `worker` label.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from actors.figures import Figures, read_figures
+from actors.figures import Figures, read_pool_figures
 from core.latency import LatencyHistogram
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ class BrokerCollector(Collector):
         self._broker = broker
 
     def collect(self) -> Iterator[Metric]:
-        return iter(metric_families(read_figures(self._broker)))
+        figures, _missing = read_pool_figures(self._broker)  # the gathering logs who is
+        return iter(metric_families(figures))
 
 
 def new_registry(broker: Broker) -> CollectorRegistry:
@@ -42,16 +44,12 @@ def new_registry(broker: Broker) -> CollectorRegistry:
     return registry
 
 
-def _gauge(name: str, doc: str, worker: str, value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["worker"])
-    family.add_metric([worker], value)
-    return family
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=value)
 
 
-def _counter(name: str, doc: str, worker: str, value: float) -> CounterMetricFamily:
-    family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["worker"])
-    family.add_metric([worker], value)
-    return family
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, value=value)
 
 
 def _histogram(
@@ -61,98 +59,88 @@ def _histogram(
 
 
 def metric_families(figures: Figures) -> list[Metric]:
-    worker = str(figures.worker)
     families: list[Metric] = [
-        _gauge("uptime_seconds", "Seconds since the worker started.", worker, figures.uptime),
-        _gauge("connections", "Clients connected now.", worker, figures.connections),
-        _gauge(
-            "connections_max", "Most clients connected at once.", worker, figures.connections_max
-        ),
+        _gauge("uptime_seconds", "Seconds since the worker started.", figures.uptime),
+        _gauge("connections", "Clients connected now.", figures.connections),
+        _gauge("connections_max", "Most clients connected at once.", figures.connections_max),
         _counter(
             "connections_accepted",
             "CONNECTs accepted (session attached).",
-            worker,
             figures.connections_total,
         ),
         _counter(
             "connections_banned",
             "CONNECTs refused by a ban (CONNACK 0x8A).",
-            worker,
             figures.connects_banned,
         ),
-        _gauge("sessions", "Sessions, connected and kept offline.", worker, figures.sessions),
-        _gauge(
-            "subscriptions", "Subscriptions (route table entries).", worker, figures.subscriptions
-        ),
-        _gauge(
-            "topic_filters", "Distinct subscribed topic filters.", worker, figures.topic_filters
-        ),
-        _gauge("retained_messages", "Retained messages held.", worker, figures.retained),
-        _gauge("queued_messages", "Messages in the sessions' queues.", worker, figures.queued),
+        _gauge("sessions", "Sessions, connected and kept offline.", figures.sessions),
+        _gauge("subscriptions", "Subscriptions (route table entries).", figures.subscriptions),
+        _gauge("topic_filters", "Distinct subscribed topic filters.", figures.topic_filters),
+        _gauge("retained_messages", "Retained messages held.", figures.retained),
+        _gauge("queued_messages", "Messages in the sessions' queues.", figures.queued),
         _gauge(
             "inflight_messages",
             "QoS 1/2 messages awaiting acknowledgement.",
-            worker,
             figures.inflight,
         ),
-        _gauge("bans", "Bans in force.", worker, figures.banned),
+        _gauge("bans", "Bans in force.", figures.banned),
         _counter(
             "messages_sent",
             "PUBLISH packets written to subscribers.",
-            worker,
             figures.messages_sent,
         ),
-        _counter("bytes_received", "MQTT bytes read.", worker, figures.bytes_received),
-        _counter("bytes_sent", "MQTT bytes written.", worker, figures.bytes_sent),
-        _gauge("store_bytes", "Size of the store's files.", worker, figures.store_bytes),
-        _counter(
-            "process_cpu_seconds", "CPU time of the worker process.", worker, figures.cpu_seconds
-        ),
-        _gauge(
-            "process_resident_memory_bytes", "RSS of the worker process.", worker, figures.rss_bytes
-        ),
+        _counter("bytes_received", "MQTT bytes read.", figures.bytes_received),
+        _counter("bytes_sent", "MQTT bytes written.", figures.bytes_sent),
+        _gauge("store_bytes", "Size of the store's files.", figures.store_bytes),
     ]
+    cpu = CounterMetricFamily(
+        f"{PREFIX}_process_cpu_seconds", "CPU time of the worker process.", labels=["worker"]
+    )
+    rss = GaugeMetricFamily(
+        f"{PREFIX}_process_resident_memory_bytes",
+        "RSS of the worker process.",
+        labels=["worker"],
+    )
+    for usage in figures.usage:
+        cpu.add_metric([str(usage.worker)], usage.cpu_seconds)
+        rss.add_metric([str(usage.worker)], usage.rss_bytes)
     by_listener = GaugeMetricFamily(
-        f"{PREFIX}_listener_connections",
-        "Open connections per listener.",
-        labels=["worker", "listener"],
+        f"{PREFIX}_listener_connections", "Open connections per listener.", labels=["listener"]
     )
     for listener, count in figures.connections_by_listener.items():
-        by_listener.add_metric([worker, listener], count)
+        by_listener.add_metric([listener], count)
     by_version = GaugeMetricFamily(
         f"{PREFIX}_connections_by_protocol",
         "Clients connected per MQTT protocol level.",
-        labels=["worker", "protocol_version"],
+        labels=["protocol_version"],
     )
     for version, count in sorted(figures.connected_by_version.items()):
-        by_version.add_metric([worker, str(version)], count)
+        by_version.add_metric([str(version)], count)
     received = CounterMetricFamily(
         f"{PREFIX}_messages_received",
         "Application messages accepted from publishers.",
-        labels=["worker", "qos"],
+        labels=["qos"],
     )
     for qos, count in enumerate(figures.received_by_qos):
-        received.add_metric([worker, str(qos)], count)
+        received.add_metric([str(qos)], count)
     dropped = CounterMetricFamily(
         f"{PREFIX}_messages_dropped",
         "Messages or deliveries dropped, by reason.",
-        labels=["worker", "reason"],
+        labels=["reason"],
     )
     for reason, count in sorted(figures.dropped_by_reason.items()):
-        dropped.add_metric([worker, reason], count)
-    families += [by_listener, by_version, received, dropped]
+        dropped.add_metric([reason], count)
+    families += [cpu, rss, by_listener, by_version, received, dropped]
     if figures.store_commits is not None:
         commits = HistogramMetricFamily(
-            f"{PREFIX}_store_commit_seconds", "Store commit latency.", labels=["worker"]
+            f"{PREFIX}_store_commit_seconds", "Store commit latency.", labels=[]
         )
-        _histogram(commits, [worker], figures.store_commits)
+        _histogram(commits, [], figures.store_commits)
         families.append(commits)
     hooks = HistogramMetricFamily(
-        f"{PREFIX}_hook_seconds",
-        "Time to run a hook point's chain of callbacks.",
-        labels=["worker", "hook"],
+        f"{PREFIX}_hook_seconds", "Time to run a hook point's chain of callbacks.", labels=["hook"]
     )
     for point, histogram in sorted(figures.hook_latency.items()):
-        _histogram(hooks, [worker, point], histogram)
+        _histogram(hooks, [point], histogram)
     families.append(hooks)
     return families

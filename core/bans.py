@@ -76,7 +76,7 @@ def ban_from_dict(data: dict[str, Any]) -> Ban:
 
 
 def parse_network(text: str) -> IpNetwork:
-    """"192.0.2.7" -> 192.0.2.7/32, "10.0.0.0/8" -> itself; BanError if it is no address."""
+    """ "192.0.2.7" -> 192.0.2.7/32, "10.0.0.0/8" -> itself; BanError if it is no address."""
     try:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError as error:
@@ -109,6 +109,12 @@ class BanTable:
         self._by_key[(ban.kind, ban.value)] = ban
         if ban.kind is BanKind.PEER:
             self._networks[ban.value] = (parse_network(ban.value), ban)
+
+    def get(self, kind: BanKind, value: str) -> Ban | None:
+        """The ban of `kind` on `value` (expired or not), or None."""
+        if kind is BanKind.PEER:
+            value = str(parse_network(value))
+        return self._by_key.get((kind, value))
 
     def remove(self, kind: BanKind, value: str) -> bool:
         """Lift the ban of `kind` on `value`; False if there was none."""

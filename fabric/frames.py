@@ -223,6 +223,50 @@ class Leaving:
     worker: int
 
 
+# ----- the operations surface (admin API, /metrics, $SYS, bans): docs/pool.md -----------
+
+
+@dataclass(frozen=True, slots=True)
+class OpsRequest:
+    """From the worker serving the admin API: answer `OpsReply(token, rows)` with this
+    worker's part of `op` ("clients", "sessions", "kick", "figures", ...; `args` are its
+    string arguments, the request's filters)."""
+
+    token: int
+    op: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OpsReply:
+    """The answer to `OpsRequest(token)`: the sender's rows (JSON objects)."""
+
+    token: int
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BanSet:
+    """A ban was added on the sender (`Ban.as_dict`): every worker applies it."""
+
+    ban: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BanLifted:
+    """The ban of `kind` on `value` was lifted on the sender: every worker lifts it."""
+
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class BansSnapshot:
+    """After `Hello`: every ban the sender holds; the peer adds those it lacks."""
+
+    bans: tuple[dict[str, Any], ...]
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -244,6 +288,11 @@ Frame = (
     | SharesChanged
     | SharesSnapshot
     | ForwardShared
+    | OpsRequest
+    | OpsReply
+    | BanSet
+    | BanLifted
+    | BansSnapshot
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -269,6 +318,12 @@ _KINDS: dict[type[Any], int] = {
     SharesChanged: 40,
     SharesSnapshot: 41,
     ForwardShared: 42,
+    # 60-79: the operations surface
+    OpsRequest: 60,
+    OpsReply: 61,
+    BanSet: 62,
+    BanLifted: 63,
+    BansSnapshot: 64,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)
@@ -280,6 +335,10 @@ _FIELD_CHECKS: dict[str, Any] = {
     "int | None": lambda value: value is None or type(value) is int,
     "tuple[str, ...]": lambda value: all(type(item) is str for item in value),
     "tuple[int, ...]": lambda value: all(type(item) is int for item in value),
+    "dict[str, Any]": lambda value: type(value) is dict,
+    "tuple[dict[str, Any], ...]": lambda value: (
+        type(value) is tuple and all(type(item) is dict for item in value)
+    ),
 }
 _FIELDS = {
     cls: tuple((field.name, _FIELD_CHECKS[str(field.type)]) for field in fields(cls))

@@ -93,8 +93,11 @@ function draw(canvasId, series) {
   }
 }
 
+let missingWorkers = [];  // a pool's workers that did not answer the last stats request
+
 async function refreshStats() {
   const stats = await api("/api/v1/stats");
+  missingWorkers = stats.missing_workers || [];
   document.getElementById("node").textContent = stats.node;
   const dropped = stats.messages_dropped + stats.deliveries_dropped;
   const figures = {
@@ -181,7 +184,8 @@ function showError(error) {
 async function tick() {
   try {
     await Promise.all([refreshStats(), refreshClients(), refreshRetained()]);
-    setStatus(true, `live · ${new Date().toLocaleTimeString()}`);
+    const left = missingWorkers.length ? ` · workers ${missingWorkers.join(", ")} not answering` : "";
+    setStatus(true, `live · ${new Date().toLocaleTimeString()}${left}`);
   } catch (error) {
     showError(error);
   }

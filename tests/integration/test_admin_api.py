@@ -16,22 +16,14 @@ from mqtt.packets import ConnAck, Disconnect, Will
 from mqtt.reason_codes import ReasonCode
 from plugins.auth_file import hash_password
 from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
-from tests.support.broker_config import running_broker, wait_for_log
+from tests.support.broker_config import running_broker, wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.listeners import Certificates
 from tests.support.raw_client import RawClient
+from tests.support.workers import connect_on_worker, connections_of, refusals_of
 
 OPERATOR, OPERATOR_PASSWORD = "operator", "s3cret-pass"
-WORKER_0_ONLY = (
-    "the admin API is served by worker 0 and sees only the clients and sessions of worker 0: "
-    "one the kernel gave to another worker is not listed, and a kick of it answers 404 "
-    "(a pool-wide client table and kick forwarding are not built)"
-)
-BANS_PER_WORKER = (
-    "bans are per worker: a ban added through the admin API (served by worker 0) refuses "
-    "CONNECTs only on worker 0 (ban replication is not built)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +93,14 @@ def test_unknown_route_and_wrong_method(admin: Admin) -> None:
 # ----- clients -------------------------------------------------------------------------------
 
 
-@pytest.mark.pool_gap(WORKER_0_ONLY)
-def test_clients_are_listed_paged_and_filtered(admin: Admin) -> None:
+def test_clients_are_listed_paged_and_filtered(admin: Admin, workers: int) -> None:
+    """In a pool the clients are spread over every worker (the API is worker 0's): the
+    table, its pages and one client's detail are pool-wide."""
     prefix = unique("page")
-    clients = [connect_raw(admin.broker, f"{prefix}-{n}", keepalive=30 + n) for n in range(5)]
+    clients = [
+        connect_on_worker(admin.broker, f"{prefix}-{n}", n % workers, workers, keepalive=30 + n)[0]
+        for n in range(5)
+    ]
     try:
         first = admin.get(f"/api/v1/clients?clientid={prefix}&limit=2&page=1")
         assert first["meta"] == {"page": 1, "limit": 2, "count": 5, "hasnext": True}
@@ -114,7 +110,7 @@ def test_clients_are_listed_paged_and_filtered(admin: Admin) -> None:
         ids = [c["clientid"] for page in pages for c in page["data"]]
         assert ids == [f"{prefix}-{n}" for n in range(5)]
         assert pages[2]["meta"]["hasnext"] is False
-        one = admin.get(f"/api/v1/clients/{prefix}-3")
+        one = admin.get(f"/api/v1/clients/{prefix}-3")  # on the last worker of a pool
         assert one["keepalive"] == 33
         assert one["proto_ver"] == 4
         assert one["listener"].startswith("tcp 127.0.0.1:")
@@ -125,13 +121,18 @@ def test_clients_are_listed_paged_and_filtered(admin: Admin) -> None:
             client.close()
 
 
-@pytest.mark.pool_gap(WORKER_0_ONLY)
-def test_kick_a_5_0_client_sends_disconnect_0x98_and_fires_its_will(admin: Admin) -> None:
+def test_kick_a_5_0_client_sends_disconnect_0x98_and_fires_its_will(
+    admin: Admin, workers: int
+) -> None:
+    """In a pool the victim is on another worker than the API's: the kick is forwarded."""
     topic = unique("will-kick5")
     watcher = connect_raw(admin.broker, unique("watch"))
     subscribe_raw(watcher, 1, (topic, 1))
     victim_id = unique("kick5")
-    victim = connect_raw(admin.broker, victim_id, version=5, will=Will(topic, b"gone", qos=1))
+    will = Will(topic, b"gone", qos=1)
+    victim, _ = connect_on_worker(
+        admin.broker, victim_id, workers - 1, workers, version=5, will=will
+    )
     assert admin.request("DELETE", f"/api/v1/clients/{victim_id}").status == 204
     disconnect = victim.expect()
     assert isinstance(disconnect, Disconnect)
@@ -144,26 +145,30 @@ def test_kick_a_5_0_client_sends_disconnect_0x98_and_fires_its_will(admin: Admin
     watcher.close()
 
 
-@pytest.mark.pool_gap(WORKER_0_ONLY)
-def test_kick_a_3_1_1_client_closes_it_and_fires_its_will(admin: Admin) -> None:
+def test_kick_a_3_1_1_client_closes_it_and_fires_its_will(admin: Admin, workers: int) -> None:
     topic = unique("will-kick4")
     watcher = connect_raw(admin.broker, unique("watch"))
     subscribe_raw(watcher, 1, (topic, 0))
     victim_id = unique("kick4")
-    victim = connect_raw(admin.broker, victim_id, will=Will(topic, b"bye"))
+    victim, _ = connect_on_worker(
+        admin.broker, victim_id, workers - 1, workers, will=Will(topic, b"bye")
+    )
     assert admin.request("DELETE", f"/api/v1/clients/{victim_id}").status == 204
     assert victim.is_closed_by_broker()  # 3.1.1 has no server DISCONNECT: just closed
     assert expect_publish(watcher).payload == b"bye"
+    wait_until(lambda: victim_id not in connected_ids(admin))
+    assert admin.request("DELETE", f"/api/v1/clients/{victim_id}").status == 404
     watcher.close()
 
 
 # ----- sessions and subscriptions ----------------------------------------------------------
 
 
-@pytest.mark.pool_gap(WORKER_0_ONLY)
-def test_sessions_include_offline_ones_and_subscriptions_are_listed(admin: Admin) -> None:
+def test_sessions_include_offline_ones_and_subscriptions_are_listed(
+    admin: Admin, workers: int
+) -> None:
     client_id = unique("offline")
-    client = connect_raw(admin.broker, client_id, clean=False)
+    client, _ = connect_on_worker(admin.broker, client_id, workers - 1, workers, clean=False)
     subscribe_raw(client, 1, (f"{client_id}/a/+", 1), (f"{client_id}/b", 0))
     client.send(Disconnect())
     client.close()
@@ -246,10 +251,13 @@ def test_publish_reaches_subscribers_and_bad_input_gets_400(admin: Admin) -> Non
     subscriber.close()
 
 
-def test_plugins_list_and_reload(admin: Admin) -> None:
+def test_plugins_list_and_reload(admin: Admin, workers: int) -> None:
     assert admin.get("/api/v1/plugins") == []
     assert admin.request("POST", "/api/v1/plugins/reload").json() == []
-    wait_for_log(admin.broker, "re-authorised the subscriptions")
+    # Done on every worker of a pool (the API forwards the reload).
+    lines = wait_for_log_lines(admin.broker, "re-authorised the subscriptions", workers)
+    if workers > 1:
+        assert {line.split("[worker ")[1][0] for line in lines} == {"0", "1"}
 
 
 def test_config_summary_has_no_secrets(admin: Admin) -> None:
@@ -272,24 +280,38 @@ def refused_with(broker: BrokerProcess, client_id: str, version: int, **kwargs: 
     return connack.reason_code
 
 
-@pytest.mark.pool_gap(BANS_PER_WORKER)
-def test_a_ban_refuses_the_next_connect_until_it_is_removed(admin: Admin) -> None:
+def refused_on_every_worker(broker: BrokerProcess, client_id: str, workers: int) -> None:
+    """CONNECTs of `client_id` are refused as banned until every worker of the pool has
+    refused one (the ban was added through worker 0's API: it holds on all of them)."""
+    for _attempt in range(40):
+        assert refused_with(broker, client_id, 5) == ReasonCode.BANNED
+        if workers == 1 or set(refusals_of(broker, client_id)) == set(range(workers)):
+            return
+    raise AssertionError(f"40 refused CONNECTs of {client_id!r} missed a worker")
+
+
+def test_a_ban_refuses_the_next_connect_until_it_is_removed(admin: Admin, workers: int) -> None:
     client_id = unique("banned")
     body = {"kind": "clientid", "value": client_id, "reason": "test", "duration": 60}
     answer = admin.request("POST", "/api/v1/banned", body)
     assert answer.status == 201
     assert answer.json()["until"] > time.time() + 50
-    assert refused_with(admin.broker, client_id, 5) == ReasonCode.BANNED
+    refused_on_every_worker(admin.broker, client_id, workers)
     assert refused_with(admin.broker, client_id, 4) == 0x05  # 3.1.1: not authorised
     wait_for_log(admin.broker, f"refused CONNECT from client {client_id!r}")
     bans = admin.get("/api/v1/banned?limit=10000")["data"]
     assert any(ban["value"] == client_id for ban in bans)
     assert admin.request("DELETE", f"/api/v1/banned/clientid/{client_id}").status == 204
-    assert refused_with(admin.broker, client_id, 5) == 0
+    # Lifted on every worker: CONNECTs pass until each worker has accepted one.
+    for _attempt in range(40):
+        assert refused_with(admin.broker, client_id, 5) == 0
+        if workers == 1 or set(connections_of(admin.broker, client_id)) == set(range(workers)):
+            break
+    else:
+        raise AssertionError(f"40 CONNECTs of {client_id!r} missed a worker")
     assert admin.request("DELETE", f"/api/v1/banned/clientid/{client_id}").status == 404
 
 
-@pytest.mark.pool_gap(BANS_PER_WORKER)
 def test_bans_by_username_and_by_cidr(admin: Admin) -> None:
     user = unique("user")
     admin.request("POST", "/api/v1/banned", {"kind": "username", "value": user})

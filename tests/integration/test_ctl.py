@@ -17,6 +17,7 @@ from tests.support.broker_config import running_broker
 from tests.support.broker_process import ROOT
 from tests.support.clients import connect_raw, subscribe_raw, unique
 from tests.support.raw_client import RawClient
+from tests.support.workers import connect_on_worker, refusals_of
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +49,10 @@ def test_status_prints_the_figures(admin: Admin) -> None:
     assert figures["connections"] >= 0 and "messages_received" in figures
 
 
-@pytest.mark.pool_gap(
-    "the admin API (and so the CLI) is served by worker 0 and sees only its clients: "
-    "one on another worker is not listed and its kick answers 404 (a pool-wide client "
-    "table and kick forwarding are not built)"
-)
-def test_clients_list_and_kick(admin: Admin) -> None:
+def test_clients_list_and_kick(admin: Admin, workers: int) -> None:
+    """In a pool the client is on another worker than the API's (worker 0)."""
     client_id = unique("ctl")
-    client = connect_raw(admin.broker, client_id, keepalive=42)
+    client, _ = connect_on_worker(admin.broker, client_id, workers - 1, workers, keepalive=42)
     listed = ctl(admin, "clients", "list", "--search", client_id)
     assert listed.returncode == 0, listed.stderr
     header, row, count = listed.stdout.splitlines()
@@ -87,18 +84,19 @@ def test_retained_delete(admin: Admin) -> None:
     late.close()
 
 
-@pytest.mark.pool_gap(
-    "bans are per worker: a ban added through the admin API (served by worker 0) refuses "
-    "CONNECTs only on worker 0 (ban replication is not built)"
-)
-def test_ban_add_list_remove(admin: Admin) -> None:
+def test_ban_add_list_remove(admin: Admin, workers: int) -> None:
     client_id = unique("ctl-ban")
     added = ctl(admin, "ban", "add", "clientid", client_id, "--duration", "60", "--reason", "ops")
     assert added.returncode == 0, added.stderr
-    client = RawClient(admin.broker.host, admin.broker.port, version=5)
-    connack = client.connect(client_id)
-    assert isinstance(connack, ConnAck) and connack.reason_code == ReasonCode.BANNED
-    client.close()
+    for _attempt in range(40):  # refused by every worker of a pool
+        client = RawClient(admin.broker.host, admin.broker.port, version=5)
+        connack = client.connect(client_id)
+        assert isinstance(connack, ConnAck) and connack.reason_code == ReasonCode.BANNED
+        client.close()
+        if workers == 1 or set(refusals_of(admin.broker, client_id)) == set(range(workers)):
+            break
+    else:
+        raise AssertionError(f"40 refused CONNECTs of {client_id!r} missed a worker")
     listed = ctl(admin, "ban", "list")
     assert any(line.split()[:2] == ["clientid", client_id] for line in listed.stdout.splitlines())
     assert ctl(admin, "ban", "remove", "clientid", client_id).returncode == 0

@@ -22,6 +22,7 @@ from mqtt.packets import Publish
 from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import running_broker
 from tests.support.clients import connect_raw, subscribe_raw
+from tests.support.workers import connect_on_worker
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -72,14 +73,10 @@ def admin(tmp_path: Path) -> Iterator[Admin]:
         yield Admin(broker, port)
 
 
-@pytest.mark.pool_gap(
-    "the dashboard is served by worker 0 and shows its figures and clients only: the "
-    "connection count and the clients table miss other workers' clients, and a kick "
-    "reaches worker 0's only (pool-wide figures and kick forwarding are not built)"
-)
-def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin) -> None:
+def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin, workers: int) -> None:
+    """In a pool the victim is on another worker than the dashboard's (worker 0)."""
     traffic = Traffic(admin)
-    victim = connect_raw(admin.broker, "dash-victim")
+    victim, _ = connect_on_worker(admin.broker, "dash-victim", workers - 1, workers)
     retainer = connect_raw(admin.broker, "dash-retainer")
     retainer.send(Publish(topic="dash/config", payload=b"v1", qos=0, retain=True))
     try:

@@ -1,6 +1,8 @@
 """`/metrics` and `$SYS` against a running broker: both must report the traffic a test made.
 
-Each test has a broker of its own, so its counters hold exactly the test's traffic.
+Each test has a broker of its own, so its counters hold exactly the test's traffic. In a
+pool the subscriber is on another worker than the publisher and the admin API (worker 0):
+the figures must be the pool's.
 """
 
 from __future__ import annotations
@@ -9,14 +11,15 @@ import time
 from pathlib import Path
 
 import orjson
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqtt.packets import Disconnect, Publish
 from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import running_broker
+from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw
 from tests.support.raw_client import RawClient
+from tests.support.workers import connect_on_worker, connections_of
 
 
 def samples(
@@ -33,11 +36,12 @@ def samples(
     }
 
 
-def make_traffic(broker: object) -> tuple[RawClient, RawClient]:
-    """A subscriber to t/# (QoS 1), 3 QoS 0 and 2 QoS 1 messages to it, 1 to nobody."""
-    subscriber = connect_raw(broker, "metrics-sub", version=5)  # type: ignore[arg-type]
+def make_traffic(broker: BrokerProcess, workers: int) -> tuple[RawClient, RawClient, int]:
+    """A subscriber to t/# (QoS 1) on the pool's last worker, 3 QoS 0 and 2 QoS 1 messages
+    to it from a publisher on worker 0, 1 to nobody; and how many CONNECTs that took."""
+    subscriber, tries = connect_on_worker(broker, "metrics-sub", workers - 1, workers, version=5)
     subscribe_raw(subscriber, 1, ("t/#", 1))
-    publisher = connect_raw(broker, "metrics-pub")  # type: ignore[arg-type]
+    publisher, more = connect_on_worker(broker, "metrics-pub", 0, workers)
     for n in range(3):
         publisher.send(Publish(topic="t/a", payload=b"x" * n, qos=0))
     for packet_id in (1, 2):
@@ -46,56 +50,52 @@ def make_traffic(broker: object) -> tuple[RawClient, RawClient]:
     publisher.send(Publish(topic="nobody/here", payload=b"z", qos=0))
     for _ in range(5):
         expect_publish(subscriber)
-    return subscriber, publisher
+    return subscriber, publisher, tries + more
 
 
-@pytest.mark.pool_gap(
-    "/metrics is served by worker 0 and counts worker 0's traffic only (label "
-    'worker="0"): clients the kernel gave to another worker are not counted (the '
-    "supervisor does not collect the workers' figures yet)"
-)
-def test_metrics_parse_and_count_the_traffic(tmp_path: Path) -> None:
+def test_metrics_parse_and_count_the_traffic(tmp_path: Path, workers: int) -> None:
     port = free_port()
     with running_broker(tmp_path, http_config(port, "") + "[sys]\ninterval = 0\n") as broker:
         admin = Admin(broker, port)
-        subscriber, publisher = make_traffic(broker)
-        worker = ("worker", "0")
+        subscriber, publisher, connects = make_traffic(broker, workers)
         deadline = time.monotonic() + 5
         while True:
             values = samples(admin, key=None)  # /metrics needs no credentials by default
             if (
-                values.get(
-                    ("mqtt_broker_messages_dropped_total", (("reason", "no_subscribers"), worker))
-                )
+                values.get(("mqtt_broker_messages_dropped_total", (("reason", "no_subscribers"),)))
                 == 1
             ):
                 break
             assert time.monotonic() < deadline, values
             time.sleep(0.05)
         received = {
-            qos: values[("mqtt_broker_messages_received_total", (("qos", str(qos)), worker))]
+            qos: values[("mqtt_broker_messages_received_total", (("qos", str(qos)),))]
             for qos in (0, 1, 2)
         }
         assert received == {0: 4, 1: 2, 2: 0}
-        assert values[("mqtt_broker_messages_sent_total", (worker,))] == 5
-        assert values[("mqtt_broker_connections", (worker,))] == 2
-        assert values[("mqtt_broker_connections_accepted_total", (worker,))] == 2
+        assert values[("mqtt_broker_messages_sent_total", ())] == 5
+        assert values[("mqtt_broker_connections", ())] == 2
+        assert values[("mqtt_broker_connections_accepted_total", ())] == connects
         by_version = {
             version: values[
-                ("mqtt_broker_connections_by_protocol", (("protocol_version", version), worker))
+                ("mqtt_broker_connections_by_protocol", (("protocol_version", version),))
             ]
             for version in ("3", "4", "5")
         }
         assert by_version == {"3": 0, "4": 1, "5": 1}
         listener = f"tcp 127.0.0.1:{broker.port}"
-        assert values[("mqtt_broker_listener_connections", (("listener", listener), worker))] == 2
-        assert values[("mqtt_broker_subscriptions", (worker,))] == 1
-        assert values[("mqtt_broker_sessions", (worker,))] == 2
-        assert values[("mqtt_broker_bytes_received_total", (worker,))] > 0
-        assert values[("mqtt_broker_bytes_sent_total", (worker,))] > 0
-        assert values[("mqtt_broker_process_resident_memory_bytes", (worker,))] > 10_000_000
+        assert values[("mqtt_broker_listener_connections", (("listener", listener),))] == 2
+        assert values[("mqtt_broker_subscriptions", ())] == 1
+        assert values[("mqtt_broker_sessions", ())] == 2
+        assert values[("mqtt_broker_bytes_received_total", ())] > 0
+        assert values[("mqtt_broker_bytes_sent_total", ())] > 0
+        # CPU and RSS stay per worker process, labelled with the worker.
+        for worker in range(workers):
+            label = (("worker", str(worker)),)
+            assert values[("mqtt_broker_process_resident_memory_bytes", label)] > 10_000_000
+            assert values[("mqtt_broker_process_cpu_seconds_total", label)] > 0
         # The store (SQLite by default) has a commit-latency histogram.
-        assert ("mqtt_broker_store_commit_seconds_count", (worker,)) in values
+        assert ("mqtt_broker_store_commit_seconds_count", ()) in values
         subscriber.close()
         publisher.close()
 
@@ -105,36 +105,33 @@ def test_metrics_can_require_credentials(tmp_path: Path) -> None:
     with running_broker(tmp_path, http_config(port, "metrics_auth = true")) as broker:
         admin = Admin(broker, port)
         assert admin.request("GET", "/metrics", key=None).status == 401
-        assert ("mqtt_broker_connections", (("worker", "0"),)) in samples(admin)
+        assert ("mqtt_broker_connections", ()) in samples(admin)
 
 
 def read_sys(subscriber: RawClient, wanted: set[str], timeout: float = 5.0) -> dict[str, str]:
-    """The latest value of each `wanted` $SYS topic, read until all were seen in one update."""
+    """The latest value of each `wanted` $SYS topic, read from live updates (the retained
+    values a subscription gets first may predate it) until all were seen."""
     values: dict[str, str] = {}
     deadline = time.monotonic() + timeout
     while not wanted <= values.keys():
         packet = subscriber.expect(max(0.1, deadline - time.monotonic()))
-        if isinstance(packet, Publish):
+        if isinstance(packet, Publish) and not packet.retain:
             values[packet.topic] = packet.payload.decode()
     return values
 
 
-@pytest.mark.pool_gap(
-    "each worker publishes its own $SYS/broker figures to its own subscribers: a watcher "
-    "sees one worker's share of the connections, messages and subscriptions (pool-wide "
-    "figures are not built)"
-)
-def test_sys_values_match_known_traffic(tmp_path: Path) -> None:
+def test_sys_values_match_known_traffic(tmp_path: Path, workers: int) -> None:
+    """In a pool, worker 0 publishes the pool's figures; the watcher is on the last worker."""
     port = free_port()
     config = http_config(port) + "[sys]\ninterval = 0.3\n"
     with running_broker(tmp_path, config) as broker:
-        subscriber, publisher = make_traffic(broker)
+        subscriber, publisher, _connects = make_traffic(broker, workers)
         retainer = connect_raw(broker, "metrics-retain")
         retainer.send(Publish(topic="kept/1", payload=b"r", qos=0, retain=True))
         retainer.send(Disconnect())
         retainer.close()
         time.sleep(0.7)  # at least one update after the traffic
-        watcher = connect_raw(broker, "sys-watcher")
+        watcher, _ = connect_on_worker(broker, "sys-watcher", workers - 1, workers)
         subscribe_raw(watcher, 1, ("$SYS/broker/#", 0))
         prefix = "$SYS/broker/"
         names = {
@@ -150,7 +147,7 @@ def test_sys_values_match_known_traffic(tmp_path: Path) -> None:
             "heap/current",
             "store/bytes",
         }
-        # The retained values arrive first, then live updates: read until one counts the watcher.
+        # Live updates after the subscription: read until one counts the watcher.
         deadline = time.monotonic() + 5
         while True:
             values = read_sys(watcher, {prefix + name for name in names})
@@ -180,28 +177,30 @@ def test_sys_values_match_known_traffic(tmp_path: Path) -> None:
             client.close()
 
 
-@pytest.mark.pool_gap(
-    "presence events ($SYS/brokers/<node>/clients/...) go only to subscribers on the "
-    "client's own worker: a watcher on another worker misses them (they are not "
-    "forwarded over the fabric)"
-)
-def test_presence_events_on_sys(tmp_path: Path) -> None:
+def test_presence_events_on_sys(tmp_path: Path, workers: int) -> None:
+    """In a pool the watcher is on the last worker and the client comes until it has been
+    on worker 0 too: the events of a client on another worker reach the watcher."""
     port = free_port()
     config = http_config(port) + "[sys]\ninterval = 0\npresence_events = true\n"
     config = 'node_name = "node-a"\n' + config
     with running_broker(tmp_path, config) as broker:
-        watcher = connect_raw(broker, "presence-watcher")
+        watcher, _ = connect_on_worker(broker, "presence-watcher", workers - 1, workers)
         subscribe_raw(watcher, 1, ("$SYS/brokers/+/clients/+/+", 0))
-        client = connect_raw(broker, "comer", version=5, username="ann")
-        connected = expect_publish(watcher)
-        assert connected.topic == "$SYS/brokers/node-a/clients/comer/connected"
-        event = orjson.loads(connected.payload)
-        assert (event["clientid"], event["username"], event["proto_ver"]) == ("comer", "ann", 5)
-        client.send(Disconnect())
-        client.close()
-        disconnected = expect_publish(watcher)
-        assert disconnected.topic == "$SYS/brokers/node-a/clients/comer/disconnected"
-        assert orjson.loads(disconnected.payload)["reason"] == "client_disconnect"
+        for _attempt in range(40):
+            client = connect_raw(broker, "comer", version=5, username="ann")
+            connected = expect_publish(watcher)
+            assert connected.topic == "$SYS/brokers/node-a/clients/comer/connected"
+            event = orjson.loads(connected.payload)
+            assert (event["clientid"], event["username"], event["proto_ver"]) == ("comer", "ann", 5)
+            client.send(Disconnect())
+            client.close()
+            disconnected = expect_publish(watcher)
+            assert disconnected.topic == "$SYS/brokers/node-a/clients/comer/disconnected"
+            assert orjson.loads(disconnected.payload)["reason"] == "client_disconnect"
+            if workers == 1 or 0 in connections_of(broker, "comer"):
+                break
+        else:
+            raise AssertionError("40 connections of 'comer' missed worker 0")
         watcher.close()
 
 

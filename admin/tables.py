@@ -1,0 +1,247 @@
+"""One worker's part of the admin API's tables, as JSON rows, and the pool-wide merge of them.
+
+`local_rows(broker, op, args)` answers an operation for this worker alone: its connected
+clients, its sessions, its subscriptions and routes (filtered by `args`, the request's
+query), one client's detail, a kick, its figures, a reload. The worker that serves the API
+runs it for itself; in a pool every other worker runs it for an `OpsRequest`
+(`actors.pool_ops`), so the rows are built where the tables are and only they travel.
+
+A paged table's part (`clients`, `sessions`, `subscriptions`) is counted: its first row is
+`{"count": n}`, the number of rows that match, and the rows follow, the first `upto` of
+them in key order (all without `upto`): a page needs no more from any worker, so a request
+for one page of 100 000 clients builds and carries at most a page's end of views per
+worker. `merge_counted`, `merge_rows`, `merge_route_counts` and `merge_top_topics` (pure)
+make one table of the workers' parts; paging and the answer's shape are `admin.api`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actors.context import ConnectedClient
+from actors.figures import figures_to_wire, read_figures, session_state
+from actors.messages import CloseConnection
+from actors.runtime import tell_if_alive
+from core.reasons import DisconnectReason
+from mqtt.topics import matches
+
+if TYPE_CHECKING:
+    from actors.broker import Broker
+
+Rows = list[dict[str, Any]]
+T = TypeVar("T")
+
+
+def _as_it_is(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+def counted(items: list[T], query: dict[str, Any], view: Callable[[T], dict[str, Any]]) -> Rows:
+    """A paged table's part: `{"count": len(items)}`, then the views of the first `upto`
+    items (the query's; all without one)."""
+    upto = int(query.get("upto", len(items)))
+    return [{"count": len(items)}, *(view(item) for item in items[:upto])]
+
+
+def client_view(entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
+    client = entry.client
+    state = session_state(entry.session)
+    view: dict[str, Any] = {
+        "clientid": client.client_id,
+        "username": client.username,
+        "peer": client.peer,
+        "listener": entry.listener,
+        "proto_ver": client.protocol_version,
+        "keepalive": client.keepalive,
+        "clean_start": client.clean_start,
+        "connected_at": entry.connected_at,
+        "inflight": len(state.inflight) if state else 0,
+        "queue": len(state.queue) if state and state.queue else 0,
+        "subscriptions": len(state.subscriptions) if state else 0,
+    }
+    if detail and state is not None:
+        view["subscriptions"] = {f: o.qos for f, o in state.subscriptions.items()}
+    return view
+
+
+def clients(broker: Broker, query: dict[str, Any]) -> Rows:
+    """Connected clients matching the filters: `clientid` (contains), `username`,
+    `listener`, `proto_ver` (counted: see the module docstring)."""
+    search = str(query.get("clientid", "")).lower()
+    entries = [
+        entry
+        for client_id, entry in sorted(broker.context.clients.items())
+        if search in client_id.lower()
+        and query.get("username", entry.client.username) == entry.client.username
+        and query.get("listener", entry.listener) == entry.listener
+        and query.get("proto_ver", str(entry.client.protocol_version))
+        == str(entry.client.protocol_version)
+    ]
+    return counted(entries, query, client_view)
+
+
+def client(broker: Broker, query: dict[str, Any]) -> Rows:
+    """The connected client `clientid`, with its subscriptions (none: not here)."""
+    entry = broker.context.clients.get(query.get("clientid", ""))
+    return [] if entry is None else [client_view(entry, detail=True)]
+
+
+def kick(broker: Broker, query: dict[str, Any]) -> Rows:
+    """Close the client's connection (DISCONNECT 0x98 to a 5.0 client; its will fires):
+    one row if it was connected here, none if not."""
+    entry = broker.context.clients.get(query.get("clientid", ""))
+    if entry is None:
+        return []
+    tell_if_alive(
+        entry.client_ref,
+        CloseConnection(DisconnectReason.ADMINISTRATIVE_ACTION, "(kicked by an operator)"),
+    )
+    return [{"clientid": entry.client.client_id}]
+
+
+def _sessions(broker: Broker) -> dict[str, Any]:
+    """The worker's sessions by client id (none while it starts, before its registry)."""
+    registry = broker.context.registry
+    return {} if registry is None else registry.sessions
+
+
+def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
+    """Sessions, offline ones too: `clientid` (contains), `connected` ("true"/"false")
+    (counted)."""
+    context = broker.context
+    search = str(query.get("clientid", "")).lower()
+    connected = query.get("connected")
+    rows = []
+    for client_id, session in sorted(_sessions(broker).items()):
+        state = session_state(session)
+        is_connected = client_id in context.clients
+        if state is None or search not in client_id.lower():
+            continue
+        if connected is not None and (connected == "true") != is_connected:
+            continue
+        rows.append(
+            {
+                "clientid": client_id,
+                "connected": is_connected,
+                "persistent": state.persistent,
+                "subscriptions": len(state.subscriptions),
+                "inflight": len(state.inflight),
+                "queue": len(state.queue) if state.queue else 0,
+                "awaiting_rel": len(state.awaiting_rel),
+            }
+        )
+    return counted(rows, query, _as_it_is)
+
+
+def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
+    """Subscriptions: `clientid` (exact), `topic` (a topic name: the filters matching it)
+    (counted)."""
+    client_filter = query.get("clientid")
+    topic = query.get("topic")
+    rows = []
+    for client_id, session in sorted(_sessions(broker).items()):
+        if client_filter is not None and client_id != client_filter:
+            continue
+        state = session_state(session)
+        if state is None:
+            continue
+        for topic_filter, options in sorted(state.subscriptions.items()):
+            if topic is not None and not matches(topic_filter, topic):
+                continue
+            rows.append({"clientid": client_id, "topic": topic_filter, "qos": options.qos})
+    return counted(rows, query, _as_it_is)
+
+
+def routes(broker: Broker, _query: dict[str, Any]) -> Rows:
+    """Topic filters and how many of this worker's sessions subscribe to each."""
+    counts: dict[str, int] = {}
+    for session in _sessions(broker).values():
+        state = session_state(session)
+        for topic_filter in state.subscriptions if state else ():
+            counts[topic_filter] = counts.get(topic_filter, 0) + 1
+    return [{"topic": t, "subscribers": n} for t, n in sorted(counts.items())]
+
+
+def figures(broker: Broker, _query: dict[str, Any]) -> Rows:
+    return [figures_to_wire(read_figures(broker))]
+
+
+def top_topics(broker: Broker, query: dict[str, Any]) -> Rows:
+    """The most published topics (sampled, `actors.stats`), `limit` of them."""
+    limit = int(query.get("limit", "10"))
+    return [
+        {"topic": topic, "messages": count}
+        for topic, count in broker.context.stats.top_topics(limit)
+    ]
+
+
+def reload(broker: Broker, _query: dict[str, Any]) -> Rows:
+    """SIGHUP's reload, on this worker (blocks the calling greenlet until it is done)."""
+    broker.reload()
+    return []
+
+
+def synced(_broker: Broker, _query: dict[str, Any]) -> Rows:
+    """Nothing: the answer itself tells the asker that this worker applied every frame it
+    sent before (links are FIFO), such as a ban."""
+    return []
+
+
+OPS: dict[str, Callable[[Broker, dict[str, Any]], Rows]] = {
+    "clients": clients,
+    "client": client,
+    "kick": kick,
+    "sessions": sessions,
+    "subscriptions": subscriptions,
+    "routes": routes,
+    "figures": figures,
+    "top_topics": top_topics,
+    "reload": reload,
+    "sync": synced,
+}
+
+
+def local_rows(broker: Broker, op: str, query: dict[str, Any]) -> Rows:
+    """This worker's rows for `op` (ValueError: no such operation)."""
+    table = OPS.get(op)
+    if table is None:
+        raise ValueError(f"no operation {op!r}")
+    return table(broker, query)
+
+
+def merge_rows(parts: list[Rows], *keys: str) -> Rows:
+    """The workers' rows as one table, in the order of `keys` (stable: a worker's own
+    order stays among rows with equal keys)."""
+    merged = [row for part in parts for row in part]
+    merged.sort(key=lambda row: tuple(row[key] for key in keys))
+    return merged
+
+
+def merge_counted(parts: Iterable[Rows], *keys: str) -> tuple[int, Rows]:
+    """Counted parts of several workers: the total count, and their rows as one table in
+    the order of `keys`."""
+    parts = [part for part in parts if part]  # a worker whose answer failed sent nothing
+    total = sum(part[0]["count"] for part in parts)
+    return total, merge_rows([part[1:] for part in parts], *keys)
+
+
+def merge_route_counts(parts: list[Rows]) -> Rows:
+    """Route rows of several workers: one row per topic filter, subscribers added up."""
+    counts = _add_up(parts, "topic", "subscribers")
+    return [{"topic": topic, "subscribers": n} for topic, n in sorted(counts.items())]
+
+
+def merge_top_topics(parts: list[Rows], limit: int) -> Rows:
+    """The workers' top topics: messages added up per topic, the `limit` most first."""
+    counts = _add_up(parts, "topic", "messages")
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [{"topic": topic, "messages": n} for topic, n in ranked]
+
+
+def _add_up(parts: list[Rows], key: str, count: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for part in parts:
+        for row in part:
+            totals[row[key]] = totals.get(row[key], 0) + row[count]
+    return totals
