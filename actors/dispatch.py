@@ -49,6 +49,7 @@ from actors.rate_limited_log import RateLimitedLog
 from actors.runtime import tell_if_alive
 from actors.stats import BrokerStats
 from channel.intake import Intake
+from core.flow import Gate
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
@@ -86,9 +87,13 @@ class RemoteForwarder(Protocol):
         ...
 
     def flush(
-        self, retained: list[Message], on_durable: Callable[[], object] | None
+        self,
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Gate | None = None,
     ) -> Callable[[], object] | None:
-        """Send what `add` collected, and the batch's retained messages to every worker.
+        """Send what `add` collected, and the batch's retained messages to every worker;
+        the receivers hold `publisher` (flow control) on their sessions over their marks.
         If QoS 1/2 messages went to other workers and `on_durable` is given, `on_durable`
         waits for their commits too: the callback returned is then to be called once this
         worker's own ops are committed (None: nothing waits on other workers)."""
@@ -168,23 +173,24 @@ class Dispatcher:
                 if unmatched is not None:
                     unmatched.add(original.message_id)
         self._stats.count_topics(messages)
-        if publisher is None:
-            for session, deliveries in per_session.items():
-                tell_if_alive(session, Deliver(deliveries))
-        else:
-            self._deliver_with_flow(per_session, publisher)
+        self._deliver(per_session, publisher)
         if retained:
             self._retainer.tell(StoreRetained(retained))
-        return self._submit(ops, retained, on_durable)
+        return self._submit(ops, retained, on_durable, publisher)
 
     def _submit(
-        self, ops: list[Op], retained: list[Message], on_durable: Callable[[], object] | None
+        self,
+        ops: list[Op],
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Intake | None,
     ) -> bool:
         """Submit a batch's store ops (`on_durable` runs after their commit); in a pool, first
-        send the other workers what the forwarder collected (and the retained messages)."""
+        send the other workers what the forwarder collected (and the retained messages),
+        naming `publisher` for their flow control."""
         remote = self.remote
         if remote is not None:
-            local_part = remote.flush(retained, on_durable)
+            local_part = remote.flush(retained, on_durable, publisher)
             if local_part is not None:  # the acks wait for other workers' commits too
                 self._persistence.submit(ops, local_part)
                 return True
@@ -202,9 +208,15 @@ class Dispatcher:
             for message in messages
         )
 
-    def _deliver_with_flow(self, per_session: dict[Any, list[Delivery]], publisher: Intake) -> None:
-        """Tell each session its deliveries; hold `publisher` on those over their high-water
-        mark, and on the memory alarm while it is raised (`core.flow`)."""
+    def _deliver(self, per_session: dict[Any, list[Delivery]], publisher: Gate | None) -> None:
+        """Tell each session its deliveries. With a `publisher` (flow control on: a local
+        connection's intake, or another worker's publisher as a `RemoteGate`), hold it on
+        the sessions over their high-water mark, and on the memory alarm while it is raised
+        (`core.flow`)."""
+        if publisher is None:
+            for session, deliveries in per_session.items():
+                tell_if_alive(session, Deliver(deliveries))
+            return
         loads = self._loads
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
@@ -254,12 +266,16 @@ class Dispatcher:
         return delivered
 
     def publish_forwarded(
-        self, messages: tuple[Message, ...], marks: tuple[ShareMark, ...] | None = None
+        self,
+        messages: tuple[Message, ...],
+        marks: tuple[ShareMark, ...] | None = None,
+        publisher: Gate | None = None,
     ) -> None:
         """Pool: messages another worker forwarded (its hooks ran, it counted them and keeps
         the retained ones): to this worker's subscribers only, never onwards; and, per
         `marks`, to one member here of each share group that worker picked this one for
-        (a message marked for share groups only does not go to the ordinary subscribers)."""
+        (a message marked for share groups only does not go to the ordinary subscribers).
+        `publisher` stands for the publishing connection there, for flow control."""
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
         for index, message in enumerate(messages):
@@ -271,8 +287,7 @@ class Dispatcher:
                     self._share_here(message, share, per_session, ops)
         if ops:  # first: called from the loop, a tell may run the session at once, and its
             self._persistence.submit(ops)  # in-flight marks must follow the puts
-        for session, deliveries in per_session.items():
-            tell_if_alive(session, Deliver(deliveries))
+        self._deliver(per_session, publisher)
         if marks is not None and self.remote is not None:
             self.remote.flush([], None)  # what had to go on to a third worker
 
@@ -407,7 +422,7 @@ class Dispatcher:
         the retainer, the store and, in a pool, every worker's replica."""
         clear = Message(topic=topic, payload=b"", retain=True)
         self._retainer.tell(StoreRetained([clear]))
-        self._submit([DeleteRetained(topic)], [clear], None)
+        self._submit([DeleteRetained(topic)], [clear], None, None)
 
     def publish_internal(
         self, messages: list[Message], retained: list[Message] | None = None

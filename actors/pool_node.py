@@ -32,7 +32,7 @@ homed here) are handled in a later loop callback, like a peer's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gevent
@@ -42,8 +42,10 @@ from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
 from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
+from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
+from fabric.flow_control import Publishers, RemoteGates
 from fabric.frames import (
     BanLifted,
     BanSet,
@@ -51,6 +53,8 @@ from fabric.frames import (
     Claim,
     CommitSync,
     Committed,
+    FlowHold,
+    FlowRelease,
     Forward,
     ForwardShared,
     Frame,
@@ -122,6 +126,10 @@ class PoolNode:
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
         self._outbox = ForwardOutbox()
+        # Flow control across workers (fabric.flow_control): this worker's publishers that
+        # others hold, and the others' publishers as the sessions here hold them.
+        self.publishers = Publishers()
+        self.remote_gates = RemoteGates(self.send)
         self._durable_to: set[int] = set()  # workers sent QoS 1/2 messages this batch
         self._commit_token = 0
         self._commits: dict[int, _DurableAck] = {}
@@ -217,11 +225,17 @@ class PoolNode:
         self._outbox.add_share(worker, message, share)
 
     def flush(
-        self, retained: list[Message], on_durable: Callable[[], object] | None
+        self,
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Gate | None = None,
     ) -> Callable[[], object] | None:
         fabric = self.fabric
         durable_to, self._durable_to = self._durable_to, set()
-        frames = self._outbox.frames() if self._outbox else ()
+        frames: Sequence[tuple[int, Frame]] = ()
+        if self._outbox:
+            flow_id = 0 if publisher is None else self.publishers.id_of(publisher)
+            frames = self._outbox.frames(flow_id)
         if fabric is None:
             return None
         for worker, frame in frames:
@@ -385,6 +399,8 @@ class PoolNode:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
         self.shares.drop_worker(worker)
+        self.publishers.peer_down(worker)  # a dead worker leaves no publisher paused
+        self.remote_gates.peer_down(worker)
         self.owned_reported.discard(worker)
         self.ops.peer_down(worker)
         for token in list(self._syncs):
@@ -410,14 +426,16 @@ class PoolNode:
             self._on_frame(worker, frame)
 
     def _on_frame(self, worker: int, frame: Frame) -> None:
-        if isinstance(frame, Forward):  # the frequent one first
+        if isinstance(frame, Forward | ForwardShared):  # the frequent ones first
             dispatcher = self._context.dispatcher
             if dispatcher is not None:
-                dispatcher.publish_forwarded(frame.messages)
-        elif isinstance(frame, ForwardShared):
-            dispatcher = self._context.dispatcher
-            if dispatcher is not None:
-                dispatcher.publish_forwarded(frame.messages, frame.marks)
+                marks = frame.marks if isinstance(frame, ForwardShared) else None
+                gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
+                dispatcher.publish_forwarded(frame.messages, marks, gate)
+        elif isinstance(frame, FlowHold):
+            self.publishers.hold(worker, frame)
+        elif isinstance(frame, FlowRelease):
+            self.publishers.release(worker, frame)
         elif isinstance(frame, CommitSync):
             token = frame.token
             self._context.persistence.submit((), lambda: self.send(worker, Committed(token)))

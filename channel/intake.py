@@ -25,6 +25,7 @@ _BLOCKED = FlowState.BLOCKED
 
 class Intake:
     __slots__ = (
+        "__weakref__",  # a pool's flow control names publishers by weak reference
         "blocked",
         "bytes",
         "closed",

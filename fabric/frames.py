@@ -2,11 +2,12 @@
 
 A frame is a 4-byte little-endian body length, a 1-byte kind, then the body (the layout of
 the store process's frames, `store.process_protocol`). Control frames have an orjson body.
-`Forward` and `Retained` carry messages: their body is a 4-byte header length, an orjson
-header with one row per message, then each message's MQTT 5 property block (the codec's own
-encoding, so binary values travel as they are) and its payload, raw. `ForwardShared` is a
-`Forward` whose messages are also (or only) for share groups: a 4-byte length and an orjson
-list of one `ShareMark` per message come first, then the same body as `Forward`'s.
+`Forward` and `Retained` carry messages: their message part is a 4-byte header length, an
+orjson header with one row per message, then each message's MQTT 5 property block (the
+codec's own encoding, so binary values travel as they are) and its payload, raw; a
+`Forward`'s body starts with its 4-byte publisher id. `ForwardShared` is a `Forward` whose
+messages are also (or only) for share groups: after the publisher id, a 4-byte length and an
+orjson list of one `ShareMark` per message, then the message part.
 Nothing is pickled and no actor reference crosses the link: a peer may be another process
 or, later, another machine (docs/pool.md).
 
@@ -31,6 +32,9 @@ from mqtt.properties import encode_properties, read_properties
 
 _FRAME_HEADER = struct.Struct("<IB")
 _U32 = struct.Struct("<I")
+_U32x2 = struct.Struct("<II")
+# The reasons of `FlowHold`/`FlowRelease`: core.flow.FlowState's values for a held publisher.
+FLOW_REASONS = ("flow", "blocked")
 MAX_FRAME = 256 * 1024 * 1024  # a frame longer than this is a broken link, not a big batch
 
 
@@ -63,9 +67,12 @@ class RoutesSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """Messages of one publish batch for the receiver's local subscribers, in order."""
+    """Messages of one publish batch for the receiver's local subscribers, in order.
+    `publisher`: the sender's flow-control id of the connection that published them (0:
+    none), which the receiver names in `FlowHold`/`FlowRelease`."""
 
     messages: tuple[Message, ...]
+    publisher: int = 0
 
 
 class ShareMark(NamedTuple):
@@ -84,6 +91,7 @@ class ForwardShared:
 
     messages: tuple[Message, ...]
     marks: tuple[ShareMark, ...]
+    publisher: int = 0  # as `Forward`'s
 
     def __post_init__(self) -> None:
         if len(self.marks) != len(self.messages):
@@ -267,6 +275,35 @@ class BansSnapshot:
     bans: tuple[dict[str, Any], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class FlowHold:
+    """Flow control across workers (docs/overload.md): stop reading from the sender's
+    publisher `publisher` (a `Forward`'s), because `why` ("flow": a session here over its
+    high-water mark; "blocked": this worker's memory alarm). One `FlowRelease` undoes one."""
+
+    publisher: int
+    why: str
+
+    def __post_init__(self) -> None:
+        _check_flow(self.why)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRelease:
+    """Undo one `FlowHold` of the same publisher and reason."""
+
+    publisher: int
+    why: str
+
+    def __post_init__(self) -> None:
+        _check_flow(self.why)
+
+
+def _check_flow(why: str) -> None:
+    if why not in FLOW_REASONS:
+        raise ValueError(f"a flow frame's reason is {why!r}, not one of {FLOW_REASONS}")
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -293,6 +330,8 @@ Frame = (
     | BanSet
     | BanLifted
     | BansSnapshot
+    | FlowHold
+    | FlowRelease
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -324,6 +363,9 @@ _KINDS: dict[type[Any], int] = {
     BanSet: 62,
     BanLifted: 63,
     BansSnapshot: 64,
+    # 50-59: flow control across the pool.
+    FlowHold: 50,
+    FlowRelease: 51,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)
@@ -356,7 +398,10 @@ def encode_frame(frame: Frame) -> bytes:
                 for mark in frame.marks
             ]
         )
-        body = b"".join((_U32.pack(len(marks)), marks, _encode_messages(frame.messages)))
+        messages = _encode_messages(frame.messages)
+        body = b"".join((_U32.pack(frame.publisher), _U32.pack(len(marks)), marks, messages))
+    elif isinstance(frame, Forward):
+        body = _U32.pack(frame.publisher) + _encode_messages(frame.messages)
     elif isinstance(frame, _CARRY_MESSAGES):
         body = _encode_messages(frame.messages)
     else:
@@ -475,10 +520,13 @@ def _decode_body(kind: int, body: bytes) -> Frame:
     if cls is None:
         raise FrameError(f"unknown frame kind {kind}")
     if cls is ForwardShared:
-        (marks_size,) = _U32.unpack_from(body, 0)
-        start = _U32.size + marks_size
-        marks = _decode_marks(orjson.loads(body[_U32.size : start]))
-        return ForwardShared(_decode_messages(body, start), marks)
+        publisher, marks_size = _U32x2.unpack_from(body, 0)
+        start = _U32x2.size + marks_size
+        marks = _decode_marks(orjson.loads(body[_U32x2.size : start]))
+        return ForwardShared(_decode_messages(body, start), marks, publisher)
+    if cls is Forward:
+        (publisher,) = _U32.unpack_from(body, 0)
+        return Forward(_decode_messages(body, _U32.size), publisher)
     if cls in _CARRY_MESSAGES:
         return cls(_decode_messages(body))  # type: ignore[no-any-return]
     values = orjson.loads(body)

@@ -50,17 +50,18 @@ class ForwardOutbox:
             mark = ShareMark(False, ())
         marks[index] = ShareMark(mark.ordinary, (*mark.shares, share))
 
-    def frames(self) -> list[tuple[int, Forward | ForwardShared]]:
-        """(worker, frame) for every worker with messages; the outbox is empty after."""
+    def frames(self, publisher: int = 0) -> list[tuple[int, Forward | ForwardShared]]:
+        """(worker, frame) for every worker with messages, naming the sender's `publisher`
+        (0: none, see `fabric.flow_control`); the outbox is empty after."""
         frames: list[tuple[int, Forward | ForwardShared]] = []
         for worker, messages in self._messages.items():
             marks = self._marks.get(worker)
             if marks is None:
-                frames.append((worker, Forward(tuple(messages))))
+                frames.append((worker, Forward(tuple(messages), publisher)))
             else:
                 plain = ShareMark(True, ())
                 every = tuple(marks.get(index, plain) for index in range(len(messages)))
-                frames.append((worker, ForwardShared(tuple(messages), every)))
+                frames.append((worker, ForwardShared(tuple(messages), every, publisher)))
         self._messages.clear()
         self._marks.clear()
         return frames

@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 from core.message import Message, stored_message
 from core.share_origin import ShareOrigin
 from fabric.frames import (
+    FLOW_REASONS,
     Claim,
     CommitSync,
     Committed,
+    FlowHold,
+    FlowRelease,
     Forward,
     ForwardShared,
     Frame,
@@ -67,6 +70,8 @@ def messages(draw: st.DrawFn) -> Message:
 
 
 message_batches = st.lists(messages(), max_size=5).map(tuple)
+publisher_ids = st.integers(0, 2**32 - 1)  # a Forward's 4-byte publisher id
+flow_reasons = st.sampled_from(FLOW_REASONS)
 filter_sets = st.lists(topic_filters, max_size=5).map(tuple)
 
 share_marks = st.builds(
@@ -83,7 +88,7 @@ share_marks = st.builds(
 def forward_shared(draw: st.DrawFn) -> ForwardShared:
     batch = draw(message_batches)
     marks = draw(st.lists(share_marks, min_size=len(batch), max_size=len(batch)))
-    return ForwardShared(batch, tuple(marks))
+    return ForwardShared(batch, tuple(marks), draw(publisher_ids))
 
 
 @st.composite
@@ -97,7 +102,9 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Hello, worker_ids, st.integers(0, 2**40)),
     st.builds(RoutesChanged, filter_sets, filter_sets),
     st.builds(RoutesSnapshot, filter_sets),
-    st.builds(Forward, message_batches),
+    st.builds(Forward, message_batches, publisher_ids),
+    st.builds(FlowHold, st.integers(1, 2**40), flow_reasons),
+    st.builds(FlowRelease, st.integers(1, 2**40), flow_reasons),
     st.builds(Retained, message_batches),
     st.builds(Claim, client_ids, worker_ids),
     st.builds(Granted, client_ids, worker_ids, st.none() | worker_ids),
@@ -176,6 +183,17 @@ def test_an_oversized_length_is_a_broken_link_not_a_wait() -> None:
         assert "broken link" in str(error)
     else:
         raise AssertionError("a 4 GiB frame length was accepted")
+
+
+def test_a_flow_frame_with_an_unknown_reason_is_refused() -> None:
+    body = b'[7,"sleepy"]'
+    data = len(body).to_bytes(4, "little") + bytes([50]) + body  # FlowHold's kind
+    try:
+        FrameDecoder().feed(data)
+    except FrameError as error:
+        assert "sleepy" in str(error)
+    else:
+        raise AssertionError("a FlowHold for no known reason was accepted")
 
 
 def test_an_unknown_kind_is_refused() -> None:

@@ -74,7 +74,7 @@ class Worker:
         assert worker != self.worker
         self.outbox.add_share(worker, message, share)
 
-    def flush(self, retained: list[Message], on_durable: object) -> None:
+    def flush(self, retained: list[Message], on_durable: object, publisher: object = None) -> None:
         for worker, frame in self.outbox.frames():
             (received,) = FrameDecoder().feed(encode_frame(frame))
             assert isinstance(received, ForwardShared)

@@ -17,6 +17,7 @@ from mqtt import encode
 from mqtt.packets import PubAck, Publish
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, subscribe_raw
+from tests.support.raw_client import RawClient
 
 
 class PipelinedPublisher:
@@ -24,8 +25,11 @@ class PipelinedPublisher:
 
     Payload: `tag` (bytes) + the sequence number as 4 bytes, padded to `size` bytes."""
 
-    def __init__(self, broker: BrokerProcess, client_id: str) -> None:
-        self.client = connect_raw(broker, client_id)
+    def __init__(
+        self, broker: BrokerProcess, client_id: str, client: RawClient | None = None
+    ) -> None:
+        """Connects `client_id`, or takes over `client` (connected, say, on a chosen worker)."""
+        self.client = connect_raw(broker, client_id) if client is None else client
         self.sock = self.client.sock
         self.acked: set[int] = set()
         self.ack_times: list[float] = []  # when each PUBACK arrived, in order
@@ -38,9 +42,7 @@ class PipelinedPublisher:
     def publish(self, topic: str, tag: bytes, count: int, size: int = 32) -> None:
         packets = [
             encode(
-                Publish(
-                    topic, (tag + n.to_bytes(4, "big")).ljust(size, b"."), qos=1, packet_id=n
-                ),
+                Publish(topic, (tag + n.to_bytes(4, "big")).ljust(size, b"."), qos=1, packet_id=n),
                 4,
             )
             for n in range(1, count + 1)
@@ -99,8 +101,11 @@ class PipelinedPublisher:
 class SwitchableSubscriber:
     """A QoS 1 subscriber to `topic` that reads and acknowledges only while `reading` is set."""
 
-    def __init__(self, broker: BrokerProcess, client_id: str, topic: str) -> None:
-        self.client = connect_raw(broker, client_id)
+    def __init__(
+        self, broker: BrokerProcess, client_id: str, topic: str, client: RawClient | None = None
+    ) -> None:
+        """Connects `client_id`, or takes over `client` (connected, say, on a chosen worker)."""
+        self.client = connect_raw(broker, client_id) if client is None else client
         subscribe_raw(self.client, 1, (topic, 1))
         self.sock = self.client.sock
         self.received: list[bytes] = []
