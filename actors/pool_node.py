@@ -16,6 +16,9 @@ state as this worker sees it:
   CONNECT never hangs on a dead worker.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
   the dead worker owned (loaded from the store), so they keep queueing while offline.
+- moves: a session handed over to another worker forwards what still reaches it there,
+  and one arriving here holds its direct deliveries until that forwarding ends
+  (`SessionMoves`, actors.session_moves).
 
 Everything runs on this worker's gevent loop; frames to this worker itself (a client id
 homed here) are handled in a later loop callback, like a peer's.
@@ -33,6 +36,7 @@ import gevent.event
 from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
 from actors.runtime import tell_if_alive
+from actors.session_moves import SessionMoves
 from core.message import Message
 from fabric.frames import (
     Claim,
@@ -44,6 +48,10 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Leaving,
+    MovedDeliveries,
+    MoveEnded,
+    MoveRoutesKnown,
+    MovingOut,
     Owned,
     Release,
     Retained,
@@ -100,6 +108,7 @@ class PoolNode:
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
+        self.moves = SessionMoves(self.send, self.when_routes_known, self._on_hand_over)
 
     # ----- routes -------------------------------------------------------------------------
 
@@ -301,14 +310,18 @@ class PoolNode:
             self.release(granted.client_id)
 
     def _on_hand_over(self, frame: HandOver) -> None:
-        """A claimant took an id this worker owned: give the session up, then answer."""
+        """A claimant took an id this worker owned: give the session up, then answer. A
+        session still moving in here is given up once its move has ended."""
+        if self.moves.defer_hand_over(frame):
+            return
         registry = self._context.registry
         session = registry.sessions.get(frame.client_id) if registry is not None else None
 
         def answer() -> None:
             self.send(frame.claimant, HandedOver(frame.client_id))
 
-        if session is None or not tell_if_alive(session, HandOff(bool(frame.clean), answer)):
+        move = self.moves.move_out(frame.client_id, frame.claimant, session)
+        if session is None or not tell_if_alive(session, HandOff(bool(frame.clean), answer, move)):
             # No session here; what this worker still had to write for the id (a session
             # that ended a moment ago deleted itself) is committed before the answer.
             self._context.persistence.submit((), answer)
@@ -345,6 +358,7 @@ class PoolNode:
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
             self._committed(worker, token)
+        self.moves.peer_down(worker)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
@@ -370,15 +384,15 @@ class PoolNode:
                 dispatcher.publish_forwarded(frame.messages)
         elif isinstance(frame, CommitSync):
             token = frame.token
-            self._context.persistence.submit(
-                (), lambda: self.send(worker, Committed(token))
-            )
+            self._context.persistence.submit((), lambda: self.send(worker, Committed(token)))
         elif isinstance(frame, Committed):
             self._committed(worker, frame.token)
         elif isinstance(frame, Retained):
             self._context.retainer.tell(StoreRetained(list(frame.messages)))
         elif isinstance(frame, RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced):
             self._on_routes(worker, frame)
+        elif isinstance(frame, MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded):
+            self._on_move(worker, frame)
         else:
             self._on_client_ids(worker, frame)
 
@@ -399,6 +413,19 @@ class PoolNode:
             self.owned_reported.add(worker)
         else:
             self._on_ownership(frame)
+
+    def _on_move(
+        self, worker: int, frame: MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded
+    ) -> None:
+        moves = self.moves
+        if isinstance(frame, MovedDeliveries):
+            moves.forwarded(worker, frame)
+        elif isinstance(frame, MovingOut):
+            moves.moving_in(worker, frame)
+        elif isinstance(frame, MoveRoutesKnown):
+            moves.claimant_routes_known(worker, frame.client_id)
+        else:
+            moves.ended(worker, frame)
 
     def _on_routes(
         self, worker: int, frame: RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced

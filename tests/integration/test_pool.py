@@ -8,6 +8,7 @@ they need.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mqtt.packets import PubAck, Publish, Will
+from mqtt.packets import PubAck, PubComp, Publish, PubRec, PubRel, Will
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import (
@@ -408,3 +409,108 @@ def _connect_on(broker: BrokerProcess, prefix: str, worker: int) -> RawClient:
             return client
         client.close()
     raise AssertionError(f"30 connections in a row missed worker {worker}")
+
+
+# ----- a session moving while messages stream in (docs/pool.md "Deliveries during a move")
+
+FORWARDED = re.compile(r"session '([^']+)' moved to worker \d+: (\d+) deliveries")
+MOVES = 6
+
+
+class _Receiver:
+    """The subscriber's side of QoS 1/2 across its connections: the numbers given to the
+    application, and the QoS 2 packet ids received but not yet released, which a client
+    keeps with its session so that a resent PUBLISH is not delivered twice [MQTT-4.3.3-2]."""
+
+    def __init__(self) -> None:
+        self.numbers: list[int] = []
+        self.awaiting_rel: set[int] = set()
+
+    def read(self, client: RawClient, seconds: float) -> None:
+        """Take what arrives for `seconds` (or until the broker closes), acknowledging it."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                packet = client.expect(timeout=left)
+            except (TimeoutError, ConnectionError, OSError):
+                return
+            self._take(client, packet)
+
+    def _take(self, client: RawClient, packet: object) -> None:
+        if isinstance(packet, PubRel):
+            self.awaiting_rel.discard(packet.packet_id)
+            client.send(PubComp(packet.packet_id))
+            return
+        assert isinstance(packet, Publish), packet
+        assert packet.packet_id is not None
+        if packet.qos == 1:
+            self.numbers.append(int(packet.payload))
+            client.send(PubAck(packet.packet_id))
+        else:
+            if packet.packet_id not in self.awaiting_rel:
+                self.numbers.append(int(packet.payload))
+                self.awaiting_rel.add(packet.packet_id)
+            client.send(PubRec(packet.packet_id))
+
+
+def _publish_numbers(
+    publisher: PahoCollector, topic: str, qos: int, stop: threading.Event, sent: list[int]
+) -> None:
+    number = 0
+    while not stop.is_set():
+        publisher.publish(topic, str(number).encode(), qos=qos)
+        sent.append(number)
+        number += 1
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_session_moving_between_workers_misses_nothing_of_a_stream(
+    pool: BrokerProcess, qos: int
+) -> None:
+    """A persistent subscriber moves from worker to worker while a publisher streams numbered
+    messages: QoS 2 gives every number exactly once, QoS 1 at least once, both in order.
+    What reaches the previous owner during a move is forwarded to the new one (the log says
+    how much; over several moves some must have been)."""
+    client_id, topic = unique("moving"), unique("stream")
+    receiver = _Receiver()
+    subscriber = connect_raw(pool, client_id, clean=False)
+    subscribe_raw(subscriber, 1, (topic, qos))
+    publisher = PahoCollector(pool, unique("streamer"))
+    stop, sent = threading.Event(), []
+    streaming = threading.Thread(
+        target=_publish_numbers, args=(publisher, topic, qos, stop, sent), daemon=True
+    )
+    streaming.start()
+    try:
+        for _move in range(MOVES):
+            receiver.read(subscriber, 0.3)
+            here = worker_of(pool, client_id)
+            moved = connect_on_other_worker(
+                pool, client_id, here, clean=False, session_present=True
+            )
+            subscriber.close()
+            subscriber = moved
+    finally:
+        stop.set()
+        streaming.join(timeout=10)
+    total = len(sent)
+    deadline = time.monotonic() + 15
+    while len(set(receiver.numbers)) < total and time.monotonic() < deadline:
+        receiver.read(subscriber, 0.2)
+    receiver.read(subscriber, 0.5)  # and nothing more
+    subscriber.close()
+    publisher.close()
+    assert total > 100, total
+    first_seen = list(dict.fromkeys(receiver.numbers))
+    assert first_seen == list(range(total)), _gaps(first_seen, total)
+    if qos == 2:
+        assert receiver.numbers == first_seen  # exactly once
+    forwarded = [int(n) for cid, n in FORWARDED.findall(pool.log()) if cid == client_id]
+    assert len(forwarded) == MOVES, pool.log()[-3000:]
+    assert sum(forwarded) > 0, forwarded
+
+
+def _gaps(numbers: list[int], total: int) -> str:
+    missing = sorted(set(range(total)) - set(numbers))
+    disorder = [(a, b) for a, b in itertools.pairwise(numbers) if b < a]
+    return f"missing {missing[:20]} of {total}; out of order {disorder[:10]}"
