@@ -181,6 +181,13 @@ class Deliver:
     deliveries: list[Delivery]
 
 
+@dataclass(slots=True)
+class DeliverRetained(Deliver):
+    """The retained messages for a new subscription (from the retainer): new to the
+    session even if it had the same message live, so never held or dropped as a duplicate
+    while the session moves in from another worker (`core.move_in`)."""
+
+
 # ----- session actor <-> router actor -------------------------------------------------
 
 

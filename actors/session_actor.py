@@ -60,6 +60,7 @@ from actors.messages import (
     Attach,
     CloseConnection,
     Deliver,
+    DeliverRetained,
     Detach,
     EndForwarding,
     ForwardingEnded,
@@ -490,7 +491,7 @@ class SessionActor(GeventActor):
         move = self._move_out
         assert move is not None
         kind = type(message)
-        if kind is Deliver:
+        if kind is Deliver or kind is DeliverRetained:
             deliveries = message.deliveries
             self._persistence.submit((), lambda: move.forward(deliveries))
         elif kind is EndForwarding:
@@ -509,6 +510,9 @@ class SessionActor(GeventActor):
             if not deliveries:
                 return
         self._deliver_now(deliveries)
+
+    def _deliver_retained(self, deliver: DeliverRetained) -> None:
+        self._deliver_now(deliver.deliveries)
 
     def _deliver_now(self, deliveries: list[Delivery]) -> None:
         transport = self._transport
@@ -1068,6 +1072,7 @@ class SessionActor(GeventActor):
 # holds no per-instance table of bound methods.
 _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Deliver: SessionActor._deliver,
+    DeliverRetained: SessionActor._deliver_retained,
     Acknowledged: SessionActor._acknowledged,
     InboundQos2: SessionActor._inbound_qos2,
     Released: SessionActor._released,
