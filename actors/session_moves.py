@@ -181,7 +181,8 @@ class SessionMoves:
         entry = self.incoming.get(frame.client_id)
         if entry is None or entry.source != worker:
             logger.warning(
-                "session %r: %d deliveries forwarded by worker %d after its move ended; dropped",
+                "session %r: %d deliveries forwarded by worker %d, which is not moving it "
+                "here (or its move ended); dropped",
                 frame.client_id,
                 len(frame.deliveries),
                 worker,
