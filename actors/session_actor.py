@@ -541,10 +541,11 @@ class SessionActor(GeventActor):
 
     def _moved_in(self, moved: MovedIn) -> None:
         """Deliveries the previous owner forwarded: after what the store had, in order."""
-        if self.move_in is None:  # the forwarding timed out (logged by the pool)
-            self._deliver_now(self._readable(moved.deliveries))
+        move_in = self.move_in
+        if move_in is None:  # not expected (the pool stops forwarding before it settles)
+            self._deliver_now(self._readable(moved.deliveries))  # rather than lose them
             return
-        fresh = self.move_in.forwarded(moved.deliveries)
+        fresh = move_in.forwarded(moved.deliveries)
         if self._stored:
             fresh = [self._stored_here(delivery) for delivery in fresh]
         self._deliver_now(self._readable(fresh))
