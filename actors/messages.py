@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from actors.transport import Transport
 from core.client import ClientInfo
@@ -95,14 +95,62 @@ class Terminate:
     reason: str
 
 
+class MoveOut(Protocol):
+    """Pool: the previous owner's side of a session's move (actors.session_moves); the
+    session calls it, on the loop, to forward what still reaches it to the new owner."""
+
+    def begin(
+        self, username: str | None, user_known: bool, qos0: list[Delivery], after: list[int]
+    ) -> None:
+        """The session is handed over: tell the new owner what the store does not hold."""
+        ...
+
+    def forward(self, deliveries: list[Delivery]) -> None:
+        """Deliveries that reached the session after its hand-over (their puts committed)."""
+        ...
+
+    def end(self) -> None:
+        """Nothing more will be forwarded."""
+        ...
+
+
 @dataclass(slots=True)
 class HandOff:
     """Pool: another worker takes the session over (docs/pool.md). Close the connection,
     write the session's state to the store (`discard`: delete it, a clean start), stop, and
-    call `then` once the store has committed all of it."""
+    call `then` once the store has committed all of it. With `move`, a stored session
+    forwards what still reaches it through `move` until told `EndForwarding`."""
 
     discard: bool
     then: Callable[[], object]
+    move: MoveOut | None = None
+
+
+@dataclass(slots=True)
+class EndForwarding:
+    """Pool: to a session that moved away: every worker routes its messages to the new
+    owner now; leave the routes, forward what reached it before, and stop."""
+
+
+@dataclass(slots=True)
+class MovedIn:
+    """Pool: to a session moving in: deliveries its previous owner forwarded, in order."""
+
+    deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
+class ForwardingEnded:
+    """Pool: to a session moving in: its previous owner (worker `source`) forwards nothing
+    more."""
+
+    source: int
+
+
+@dataclass(slots=True)
+class MoveSettled:
+    """Pool: to a moved session: every copy of a message sent to the previous owner before
+    its forwarding ended has arrived; duplicates need no more checking."""
 
 
 @dataclass(slots=True)
@@ -131,6 +179,13 @@ class Reauthorize:
 @dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
+class DeliverRetained(Deliver):
+    """The retained messages for a new subscription (from the retainer): new to the
+    session even if it had the same message live, so never held or dropped as a duplicate
+    while the session moves in from another worker (`core.move_in`)."""
 
 
 # ----- session actor <-> router actor -------------------------------------------------

@@ -24,6 +24,9 @@ state as this worker sees it:
   admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
   the dead worker owned (loaded from the store), so they keep queueing while offline.
+- moves: a session handed over to another worker forwards what still reaches it there,
+  and one arriving here holds its direct deliveries until that forwarding ends
+  (`SessionMoves`, actors.session_moves).
 
 Everything runs on this worker's gevent loop; frames to this worker itself (a client id
 homed here) are handled in a later loop callback, like a peer's.
@@ -42,6 +45,7 @@ from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
 from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
+from actors.session_moves import SessionMoves
 from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
@@ -62,6 +66,10 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Leaving,
+    MovedDeliveries,
+    MoveEnded,
+    MoveRoutesKnown,
+    MovingOut,
     OpsReply,
     OpsRequest,
     Owned,
@@ -144,6 +152,7 @@ class PoolNode:
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
         self.ops = PoolOps(worker, workers, self.send, self._broadcast)
+        self.moves = SessionMoves(self.send, self.when_routes_known, self._on_hand_over)
 
     # ----- routes -------------------------------------------------------------------------
 
@@ -357,14 +366,18 @@ class PoolNode:
             self.release(granted.client_id)
 
     def _on_hand_over(self, frame: HandOver) -> None:
-        """A claimant took an id this worker owned: give the session up, then answer."""
+        """A claimant took an id this worker owned: give the session up, then answer. A
+        session still moving in here is given up once its move has ended."""
+        if self.moves.defer_hand_over(frame):
+            return
         registry = self._context.registry
         session = registry.sessions.get(frame.client_id) if registry is not None else None
 
         def answer() -> None:
             self.send(frame.claimant, HandedOver(frame.client_id))
 
-        if session is None or not tell_if_alive(session, HandOff(bool(frame.clean), answer)):
+        move = self.moves.move_out(frame.client_id, frame.claimant, session)
+        if session is None or not tell_if_alive(session, HandOff(bool(frame.clean), answer, move)):
             # No session here; what this worker still had to write for the id (a session
             # that ended a moment ago deleted itself) is committed before the answer.
             self._context.persistence.submit((), answer)
@@ -407,6 +420,7 @@ class PoolNode:
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
             self._committed(worker, token)
+        self.moves.peer_down(worker)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
@@ -447,6 +461,8 @@ class PoolNode:
             self._on_routes(worker, frame)
         elif isinstance(frame, OpsRequest | OpsReply | BanSet | BanLifted | BansSnapshot):
             self.ops.frame_received(worker, frame)
+        elif isinstance(frame, MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded):
+            self._on_move(worker, frame)
         else:
             self._on_client_ids(worker, frame)
 
@@ -467,6 +483,19 @@ class PoolNode:
             self.owned_reported.add(worker)
         else:
             self._on_ownership(frame)
+
+    def _on_move(
+        self, worker: int, frame: MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded
+    ) -> None:
+        moves = self.moves
+        if isinstance(frame, MovedDeliveries):
+            moves.forwarded(worker, frame)
+        elif isinstance(frame, MovingOut):
+            moves.moving_in(worker, frame)
+        elif isinstance(frame, MoveRoutesKnown):
+            moves.claimant_routes_known(worker, frame.client_id)
+        else:
+            moves.ended(worker, frame)
 
     def _on_routes(self, worker: int, frame: _RouteFrame) -> None:
         if isinstance(frame, RoutesChanged):

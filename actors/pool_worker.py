@@ -40,6 +40,7 @@ from actors.pool_registry import PoolRegistry
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from admin.tables import local_rows
+from core.move_in import insert_qos0
 from fabric.ownership import home_of
 from router.fan_out import Route
 from store import SQLITE_FILE_NAME, ProcessStore
@@ -178,7 +179,15 @@ class PoolBroker(Broker):
     # ----- sessions from the store ----------------------------------------------------------
 
     def _resume(self, client_id: str) -> Any:
-        """Load `client_id`'s stored session and start it detached (None: none stored)."""
+        """Load `client_id`'s stored session and start it detached (None: none stored).
+        If it is moving in from another worker, that worker then hears that its routes
+        are known here (and ends its forwarding)."""
+        try:
+            return self._load_and_start(client_id)
+        finally:
+            self.node.moves.routes_known(client_id)
+
+    def _load_and_start(self, client_id: str) -> Any:
         if self._store is None:
             return None
         stored = self._store.load_session(client_id).sessions.get(client_id)
@@ -233,8 +242,14 @@ class PoolBroker(Broker):
         if stored.messages:
             context.persistence.advance_past(max(seq for seq, _entry in stored.messages))
         state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
+        moving = self.node.moves.arriving(client_id)
+        if moving is not None:  # what the store does not hold came with the hand-over
+            state.queue = insert_qos0(state.queue, moving.qos0, moving.after)
         actor = SessionActor(state, context, meta.protocol_version)
+        if moving is not None:
+            actor.moving_in(moving.username, bool(moving.user_known))
         session = actor.launch()
+        self.node.moves.started(client_id, session)
         routes = [
             (topic_filter, Route(session, options, persistent=True))
             for topic_filter, options in state.subscriptions.items()

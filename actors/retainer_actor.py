@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors.messages import Deliver, SendRetained, StoreRetained
+from actors.messages import DeliverRetained, SendRetained, StoreRetained
 from actors.runtime import GeventActor, tell_if_alive
 from core.message import is_expired
 from core.session_state import Delivery
@@ -49,4 +49,4 @@ class RetainerActor(GeventActor):
                 ids = (options.subscription_id,) if options.subscription_id else ()
                 deliveries.append(Delivery(message, min(message.qos, options.qos), True, ids))
         if deliveries:
-            tell_if_alive(request.session, Deliver(deliveries))
+            tell_if_alive(request.session, DeliverRetained(deliveries))

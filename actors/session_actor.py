@@ -60,8 +60,14 @@ from actors.messages import (
     Attach,
     CloseConnection,
     Deliver,
+    DeliverRetained,
     Detach,
+    EndForwarding,
+    ForwardingEnded,
     HandOff,
+    MovedIn,
+    MoveOut,
+    MoveSettled,
     Reauthorize,
     RemoveRoutes,
     RoutesChanged,
@@ -72,7 +78,12 @@ from actors.messages import (
     Terminate,
     WillDue,
 )
-from actors.persistence import may_commit_lazily, session_meta, stored_subscriptions
+from actors.persistence import (
+    may_commit_lazily,
+    session_meta,
+    stored_delivery,
+    stored_subscriptions,
+)
 from actors.runtime import GeventActor, tell_if_alive
 from actors.transport import Transport
 from channel.actions import (
@@ -89,6 +100,7 @@ from channel.store_refusal import refused_pubrec
 from core.client import ClientInfo
 from core.flow import Transition
 from core.message import Message
+from core.move_in import MoveIn, queued_qos0
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import (
     Action,
@@ -122,6 +134,7 @@ from store.base import (
     DeleteSession,
     MarkInFlight,
     Op,
+    PutMessage,
     PutSession,
     StoredSubscription,
 )
@@ -164,8 +177,27 @@ class SessionActor(GeventActor):
         self._flow = context.flow
         self._load = context.flow.new_load(self.actor_ref)
         self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
+        # Pool (docs/pool.md "Deliveries during a move"): moving in from another worker
+        # (set before launch), or moved away and forwarding what still reaches it.
+        self.move_in: MoveIn | None = None
+        self._move_out: MoveOut | None = None
+        # The last user of a session that moved in (the store keeps no username).
+        self.moved_user: str | None = None
+        self.moved_user_known = False
+
+    def moving_in(self, username: str | None, user_known: bool) -> None:
+        """Before launch: this session, just loaded, is moving in from another worker whose
+        last user was `username` (if `user_known`)."""
+        state = self.state
+        self.move_in = MoveIn(
+            [*(state.queue or ()), *(e.delivery for e in state.inflight.values())]
+        )
+        self.moved_user, self.moved_user_known = username, user_known
+        state.max_queued = 0  # not offline: its client is attaching (see `_account`)
 
     def on_receive(self, message: Any) -> Any:
+        if self._move_out is not None:
+            return self._while_moved_away(message)
         return _MESSAGE_HANDLERS[type(message)](self, message)
 
     def after_drain(self) -> None:
@@ -276,12 +308,15 @@ class SessionActor(GeventActor):
             return answer
 
         owner = self._client
-        if owner is not None and owner.username != client.username:
+        known, previous = self.moved_user_known, self.moved_user  # restored: none known
+        if owner is not None:
+            known, previous = True, owner.username
+        if known and previous != client.username:
             logger.warning(
                 "session %r of user %r taken by user %r: its subscriptions and queued "
                 "messages are re-authorised for the new user",
                 self.state.client_id,
-                owner.username,
+                previous,
                 client.username,
             )
         actions = self.state.keep_readable(readable)
@@ -406,38 +441,86 @@ class SessionActor(GeventActor):
     def _hand_off(self, hand_off: HandOff) -> None:
         """Pool: a connection on another worker takes this session (docs/pool.md). The
         connection here is closed as in any takeover (its will is published [MQTT-3.1.4-2]);
-        the state is left in the store for the new owner, which resumes it from there."""
+        the state is left in the store for the new owner, which resumes it from there. A
+        stored session keeps its routes and forwards what still reaches it to the new owner
+        (`hand_off.move`) until `EndForwarding`."""
         if hand_off.discard:
             self._terminate(Terminate(reason="clean_start"))  # deletes it [MQTT-3.1.2-4]
         else:
             self._cancel_expiry()
             # Leaving this worker: publishers it holds resume, and the load is not kept.
             self._flow.forget(self.actor_ref)
+            move = hand_off.move if self._stored else None
+            if move is not None:
+                client = self._client
+                known = client is not None or self.moved_user_known
+                user = client.username if client is not None else self.moved_user
+                move.begin(user, known, *queued_qos0(self.state.queue))
             if self._stored:
                 self._ops.append(self._meta_op(disconnected_at=time.time()))
             self.after_drain()
             if self._client_ref is not None:
                 tell_if_alive(self._client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
             self._client_ref = self._transport = None
-            filters = list(self.state.subscriptions)
-            if filters:
-                self._context.router.tell(
-                    RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
-                )
             self._context.registry.ended(self.state.client_id, self.actor_ref)
-            self.stop()
+            if move is None:
+                self._leave_routes(None)
+                self.stop()
+            else:
+                self._move_out = move
         self._persistence.submit((), hand_off.then)
+
+    def _leave_routes(self, reply_to: Any) -> None:
+        filters = list(self.state.subscriptions)
+        if filters or reply_to is not None:
+            self._context.router.tell(
+                RemoveRoutes(
+                    self.state.client_id,
+                    filters,
+                    session=self.actor_ref,
+                    reply_to=reply_to,
+                    token=_FORWARDING_ENDS,
+                )
+            )
+
+    def _while_moved_away(self, message: Any) -> None:
+        """Moved to another worker: forward deliveries once their puts are committed (the
+        new owner may have loaded them: it knows them by seq); leave the routes when told,
+        and end once the router has (`_FORWARDING_ENDS`). Nothing else concerns this
+        session any more: its connection is closed and its state is the new owner's."""
+        move = self._move_out
+        assert move is not None
+        kind = type(message)
+        if kind is Deliver or kind is DeliverRetained:
+            deliveries = message.deliveries
+            self._persistence.submit((), lambda: move.forward(deliveries))
+        elif kind is EndForwarding:
+            self._leave_routes(self.actor_ref)
+        elif kind is RoutesChanged and message.token is _FORWARDING_ENDS:
+            self._persistence.submit((), move.end)
+            self.stop()
 
     # ----- outgoing messages ----------------------------------------------------------
 
     def _deliver(self, deliver: Deliver) -> None:
+        deliveries = deliver.deliveries
+        if self.move_in is not None:
+            deliveries, duplicates = self.move_in.direct(deliveries)
+            self._drop_duplicates(duplicates)
+            if not deliveries:
+                return
+        self._deliver_now(deliveries)
+
+    def _deliver_retained(self, deliver: DeliverRetained) -> None:
+        self._deliver_now(deliver.deliveries)
+
+    def _deliver_now(self, deliveries: list[Delivery]) -> None:
         transport = self._transport
         connected = transport is not None
         slow = (
             transport is not None
             and transport.backlog_bytes > self._context.limits.max_write_buffer
         )
-        deliveries = deliver.deliveries
         if not connected:
             deliveries = self._give_back_shared(deliveries)
         actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
@@ -454,6 +537,81 @@ class SessionActor(GeventActor):
         self._carry_out(actions)
         self._account()
 
+    # ----- moving in from another worker (pool) ----------------------------------------
+
+    def _moved_in(self, moved: MovedIn) -> None:
+        """Deliveries the previous owner forwarded: after what the store had, in order."""
+        move_in = self.move_in
+        if move_in is None:  # not expected (the pool stops forwarding before it settles)
+            self._deliver_now(self._readable(moved.deliveries))  # rather than lose them
+            return
+        fresh = move_in.forwarded(moved.deliveries)
+        if self._stored:
+            fresh = [self._stored_here(delivery) for delivery in fresh]
+        self._deliver_now(self._readable(fresh))
+
+    def _stored_here(self, delivery: Delivery) -> Delivery:
+        """A forwarded delivery as this session stores it: one the previous owner stored
+        keeps its seq (its put is committed), so new ones order after it; a QoS 1/2 one it
+        did not store gets a seq and a put here."""
+        persistence = self._persistence
+        if delivery.seq:
+            persistence.advance_past(delivery.seq)
+            return delivery
+        if not delivery.qos:
+            return delivery
+        delivery = delivery._replace(seq=persistence.next_seq())
+        self._ops.append(PutMessage(self.state.client_id, delivery.seq, stored_delivery(delivery)))
+        return delivery
+
+    def _readable(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """Forwarded deliveries the attached client may read (a new user may have resumed
+        the session: `_reauthorize`); the others are dropped."""
+        client = self._client
+        if client is None or not deliveries or not self._hooks.has(HookPoint.CLIENT_AUTHORIZE):
+            return deliveries
+        keep = []
+        denied = []
+        for delivery in deliveries:
+            if may_read(self._hooks, client, delivery.message.topic, delivery.qos):
+                keep.append(delivery)
+            else:
+                denied.append(Dropped(delivery, DropReason.NOT_AUTHORIZED))
+        if denied:
+            self._drops = denied
+            self._report_dropped()
+        return keep
+
+    def _forwarding_ended(self, ended: ForwardingEnded) -> None:
+        """The previous owner forwards nothing more: the deliveries held meanwhile go now,
+        but for the duplicates of forwarded ones."""
+        if self.move_in is None:
+            return
+        deliveries, duplicates = self.move_in.end()
+        self._drop_duplicates(duplicates)
+        logger.info(
+            "session %r moved in from worker %d: %d deliveries forwarded, %d held meanwhile, "
+            "%d duplicates dropped",
+            self.state.client_id,
+            ended.source,
+            self.move_in.forwarded_count,
+            len(deliveries) + len(duplicates),
+            len(duplicates),
+        )
+        if deliveries:
+            self._deliver_now(self._readable(deliveries))
+
+    def _move_settled(self, _settled: MoveSettled) -> None:
+        self.move_in = None
+
+    def _drop_duplicates(self, duplicates: list[Delivery]) -> None:
+        """Copies of deliveries the session already has: not delivered, and their stored
+        copies (put by this worker's dispatcher) deleted."""
+        if self._stored:
+            for delivery in duplicates:
+                if delivery.seq:
+                    self._store_deleted(delivery.seq)
+
     def _account(self) -> None:
         """Publish the load to flow control; apply the bound and drop policy when flow
         control does not hold this session (offline, stuck, or flow control off)."""
@@ -468,8 +626,10 @@ class SessionActor(GeventActor):
                 self._flow.went_over(self.actor_ref, load, state.client_id)
             else:
                 self._flow.drained(load, state.client_id)
-        if load.enabled and not load.stalled:
-            state.max_queued = 0  # flow control bounds it: its publishers pause
+        if (load.enabled and not load.stalled) or self.move_in is not None:
+            # Flow control bounds it: its publishers pause. A session moving in from another
+            # worker is not offline: its client is attaching, as in a takeover on one worker.
+            state.max_queued = 0
             return
         limits = self._context.limits
         state.max_queued = limits.max_queued_messages
@@ -913,6 +1073,7 @@ class SessionActor(GeventActor):
 # holds no per-instance table of bound methods.
 _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Deliver: SessionActor._deliver,
+    DeliverRetained: SessionActor._deliver_retained,
     Acknowledged: SessionActor._acknowledged,
     InboundQos2: SessionActor._inbound_qos2,
     Released: SessionActor._released,
@@ -927,7 +1088,12 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Stalled: SessionActor._stalled,
     Reauthorize: SessionActor._reauthorize_on_reload,
     WillDue: SessionActor._will_due,
+    MovedIn: SessionActor._moved_in,
+    ForwardingEnded: SessionActor._forwarding_ended,
+    MoveSettled: SessionActor._move_settled,
 }
+
+_FORWARDING_ENDS = object()  # the token of the router's answer to a moved session's leave
 
 
 # What the session does for each action of `core.session_state` (see its docstring); a

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from core.message import Message, stored_message
+from core.session_state import Delivery
 from core.share_origin import ShareOrigin
 from mqtt.errors import MqttError
 from mqtt.packets import PacketType
@@ -304,6 +305,46 @@ def _check_flow(why: str) -> None:
         raise ValueError(f"a flow frame's reason is {why!r}, not one of {FLOW_REASONS}")
 
 
+@dataclass(frozen=True, slots=True)
+class MovingOut:
+    """From the previous owner to the claimant, before `HandedOver`: the sender gives the
+    session of `client_id` up and, until `MoveEnded`, forwards what arrives for it
+    (`MovedDeliveries`). What the store does not hold travels here: `username`, the
+    session's last user (if `user_known`: a session restored at start-up has had none
+    yet), and `qos0`, the QoS 0 deliveries of its queue; `after[i]` is the seq of the
+    stored delivery that `qos0[i]` followed in the queue (0: none)."""
+
+    client_id: str
+    username: str | None
+    user_known: int
+    qos0: tuple[Delivery, ...]
+    after: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MovedDeliveries:
+    """From the previous owner: deliveries for the moving session of `client_id` that
+    arrived after it was handed over, in arrival order (`seq` 0: not stored by the sender)."""
+
+    client_id: str
+    deliveries: tuple[Delivery, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRoutesKnown:
+    """From the claimant: the moved session's routes are known to every worker, so the
+    previous owner can stop forwarding once what was already on its way has arrived."""
+
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoveEnded:
+    """From the previous owner: nothing more is forwarded for `client_id`."""
+
+    client_id: str
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -332,6 +373,10 @@ Frame = (
     | BansSnapshot
     | FlowHold
     | FlowRelease
+    | MovingOut
+    | MovedDeliveries
+    | MoveRoutesKnown
+    | MoveEnded
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -357,24 +402,32 @@ _KINDS: dict[type[Any], int] = {
     SharesChanged: 40,
     SharesSnapshot: 41,
     ForwardShared: 42,
-    # 60-79: the operations surface
+    # 50-59: flow control across the pool.
+    FlowHold: 50,
+    FlowRelease: 51,
+    # 60-79: the operations surface.
     OpsRequest: 60,
     OpsReply: 61,
     BanSet: 62,
     BanLifted: 63,
     BansSnapshot: 64,
-    # 50-59: flow control across the pool.
-    FlowHold: 50,
-    FlowRelease: 51,
+    # 80-99: moving a session between workers.
+    MovingOut: 80,
+    MovedDeliveries: 81,
+    MoveRoutesKnown: 82,
+    MoveEnded: 83,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)
+# Frames that carry deliveries: their other fields, then the deliveries, as the last field.
+_CARRY_DELIVERIES: dict[type[Any], str] = {MovingOut: "qos0", MovedDeliveries: "deliveries"}
 # What each field of a control frame may hold, from its annotation: a peer's frame with
 # another type is refused, not carried into the broker.
 _FIELD_CHECKS: dict[str, Any] = {
     "int": lambda value: type(value) is int,
     "str": lambda value: type(value) is str,
     "int | None": lambda value: value is None or type(value) is int,
+    "str | None": lambda value: value is None or type(value) is str,
     "tuple[str, ...]": lambda value: all(type(item) is str for item in value),
     "tuple[int, ...]": lambda value: all(type(item) is int for item in value),
     "dict[str, Any]": lambda value: type(value) is dict,
@@ -383,7 +436,11 @@ _FIELD_CHECKS: dict[str, Any] = {
     ),
 }
 _FIELDS = {
-    cls: tuple((field.name, _FIELD_CHECKS[str(field.type)]) for field in fields(cls))
+    cls: tuple(
+        (field.name, _FIELD_CHECKS[str(field.type)])
+        for field in fields(cls)
+        if field.name != _CARRY_DELIVERIES.get(cls)
+    )
     for cls in _KINDS
     if cls not in _CARRY_MESSAGES
 }
@@ -404,6 +461,8 @@ def encode_frame(frame: Frame) -> bytes:
         body = _U32.pack(frame.publisher) + _encode_messages(frame.messages)
     elif isinstance(frame, _CARRY_MESSAGES):
         body = _encode_messages(frame.messages)
+    elif type(frame) in _CARRY_DELIVERIES:
+        body = _encode_deliveries(frame)
     else:
         body = orjson.dumps([getattr(frame, name) for name, _check in _FIELDS[type(frame)]])
     return _FRAME_HEADER.pack(len(body), _KINDS[type(frame)]) + body
@@ -431,6 +490,47 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
         tail.append(message.payload)
     header = orjson.dumps(rows)
     return b"".join((_U32.pack(len(header)), header, *tail))
+
+
+def _encode_deliveries(frame: Frame) -> bytes:
+    """A frame's fields and one row per delivery (orjson), then the deliveries' messages."""
+    deliveries: tuple[Delivery, ...] = getattr(frame, _CARRY_DELIVERIES[type(frame)])
+    rows = [[d.qos, d.retain, d.subscription_ids, d.seq] for d in deliveries]
+    head = orjson.dumps([*(getattr(frame, name) for name, _check in _FIELDS[type(frame)]), rows])
+    messages = _encode_messages(tuple(delivery.message for delivery in deliveries))
+    return b"".join((_U32.pack(len(head)), head, messages))
+
+
+def _decode_deliveries(cls: type[Any], body: bytes) -> Frame:
+    (head_size,) = _U32.unpack_from(body, 0)
+    pos = _U32.size + head_size
+    values = _checked_values(cls, orjson.loads(body[_U32.size : pos]), extra=1)
+    messages = _decode_messages(body[pos:])
+    rows = values.pop()
+    if type(rows) is not tuple or len(rows) != len(messages):
+        raise FrameError(f"a {cls.__name__} frame's delivery rows are {rows!r}")
+    deliveries = tuple(
+        Delivery(message, *_checked_delivery_row(row))
+        for message, row in zip(messages, rows, strict=True)
+    )
+    named = {name: value for (name, _check), value in zip(_FIELDS[cls], values, strict=True)}
+    return cls(**named, **{_CARRY_DELIVERIES[cls]: deliveries})  # type: ignore[no-any-return]
+
+
+def _checked_delivery_row(row: Any) -> tuple[int, bool, tuple[int, ...], None, int]:
+    """A delivery's row (QoS, retain, subscription ids, seq), checked; else FrameError."""
+    if (
+        type(row) is list
+        and len(row) == 4
+        and row[0] in (0, 1, 2)
+        and type(row[1]) is bool
+        and type(row[2]) is list
+        and all(type(item) is int for item in row[2])
+        and type(row[3]) is int
+        and row[3] >= 0
+    ):
+        return row[0], row[1], tuple(row[2]), None, row[3]
+    raise FrameError(f"a delivery's row is {row!r}")
 
 
 def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
@@ -529,15 +629,22 @@ def _decode_body(kind: int, body: bytes) -> Frame:
         return Forward(_decode_messages(body, _U32.size), publisher)
     if cls in _CARRY_MESSAGES:
         return cls(_decode_messages(body))  # type: ignore[no-any-return]
-    values = orjson.loads(body)
+    if cls in _CARRY_DELIVERIES:
+        return _decode_deliveries(cls, body)
+    return cls(*_checked_values(cls, orjson.loads(body)))  # type: ignore[no-any-return]
+
+
+def _checked_values(cls: type[Any], values: Any, extra: int = 0) -> list[Any]:
+    """A control frame's field values (lists as tuples), each of its field's type, and
+    `extra` more values after them, unchecked; else FrameError."""
     checks = _FIELDS[cls]
-    if type(values) is not list or len(values) != len(checks):
+    if type(values) is not list or len(values) != len(checks) + extra:
         raise FrameError(f"a {cls.__name__} frame holds {values!r}")
-    values = [tuple(value) if type(value) is list else value for value in values]
-    for (name, check), value in zip(checks, values, strict=True):
+    checked: list[Any] = [tuple(value) if type(value) is list else value for value in values]
+    for (name, check), value in zip(checks, checked, strict=False):
         if not check(value):
             raise FrameError(f"a {cls.__name__} frame's {name} is {value!r}")
-    return cls(*values)  # type: ignore[no-any-return]
+    return checked
 
 
 class FrameDecoder:

@@ -178,11 +178,6 @@ def test_a_will_on_sys_is_dropped(broker: BrokerProcess) -> None:
 # ----- resumed sessions -------------------------------------------------------------------
 
 
-@pytest.mark.pool_gap(
-    "a session resumed from the store on another worker does not know the user it had (the "
-    "store keeps no username), so the 'taken by user' warning this test reads is not logged "
-    "when the two connections land on different workers; the ACL re-check still applies"
-)
 def test_resuming_another_users_session_yields_nothing_it_may_not_read(
     acl_broker: BrokerProcess,
 ) -> None:

@@ -135,10 +135,6 @@ def test_persistent_session_queues_qos1_qos2_in_order_not_qos0(broker: BrokerPro
     publisher.close()
 
 
-@pytest.mark.pool_gap(
-    "QoS 0 messages queued for an offline session (queue_qos0) live in memory, not in the "
-    "store, so they do not move with the session when it resumes on another worker"
-)
 def test_queue_qos0_option_queues_qos0_for_offline_session(queue_broker: BrokerProcess) -> None:
     client_id = unique("q0queue")
     topic = unique("q0q")

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.message import Message, stored_message
+from core.session_state import Delivery
 from core.share_origin import ShareOrigin
 from fabric.frames import (
     FLOW_REASONS,
@@ -32,6 +33,10 @@ from fabric.frames import (
     HandOver,
     Hello,
     Leaving,
+    MovedDeliveries,
+    MoveEnded,
+    MoveRoutesKnown,
+    MovingOut,
     Owned,
     Release,
     Retained,
@@ -72,6 +77,32 @@ def messages(draw: st.DrawFn) -> Message:
 message_batches = st.lists(messages(), max_size=5).map(tuple)
 publisher_ids = st.integers(0, 2**32 - 1)  # a Forward's 4-byte publisher id
 flow_reasons = st.sampled_from(FLOW_REASONS)
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> Delivery:
+    """A delivery as it crosses the fabric: no shared 3.x encoding, no share origin."""
+    return Delivery(
+        draw(messages()),
+        draw(st.integers(0, 2)),
+        draw(st.booleans()),
+        tuple(draw(st.lists(st.integers(1, 268_435_455), max_size=3))),
+        None,
+        draw(st.integers(0, 2**53)),
+    )
+
+
+delivery_batches = st.lists(deliveries(), max_size=4).map(tuple)
+
+
+@st.composite
+def moving_out(draw: st.DrawFn) -> MovingOut:
+    qos0 = draw(delivery_batches)
+    after = tuple(draw(st.integers(0, 2**53)) for _ in qos0)
+    user = draw(st.none() | texts)
+    return MovingOut(draw(client_ids), user, draw(st.sampled_from([0, 1])), qos0, after)
+
+
 filter_sets = st.lists(topic_filters, max_size=5).map(tuple)
 
 share_marks = st.builds(
@@ -121,6 +152,10 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     share_counts().map(lambda pair: SharesChanged(*pair)),
     share_counts().map(lambda pair: SharesSnapshot(*pair)),
     forward_shared(),
+    moving_out(),
+    st.builds(MovedDeliveries, client_ids, delivery_batches),
+    st.builds(MoveRoutesKnown, client_ids),
+    st.builds(MoveEnded, client_ids),
 )
 
 
