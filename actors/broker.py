@@ -85,7 +85,7 @@ class Broker:
         # and gathers their tables and figures for the operations surface.
         self.route_replica: RouteReplication | None = None
         self.ops: PoolOps | None = None
-        self.context.flow = FlowControl(config.overload, self.context.stats)
+        self.context.flow = FlowControl(config.overload, self.context.stats, config.workers or 1)
         self.context.auth_failures = AuthFailureDelays(
             config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
         )

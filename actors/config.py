@@ -207,9 +207,8 @@ class BrokerConfig:
     log_level: str = "info"
     plugins: tuple[dict[str, Any], ...] = ()
     config_dir: Path = Path()
-    # [broker] workers: processes in the pool; None: "auto" (the CPU cores). 1 by default:
-    # a pool does not yet do everything one process does (docs/pool.md, "Gaps").
-    workers: int | None = 1
+    # [broker] workers: processes in the pool; None: "auto" (the CPU cores), the default.
+    workers: int | None = None
 
     @property
     def listener(self) -> ListenerConfig:
@@ -502,11 +501,11 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
 
 
 def _broker_section(values: Any) -> int | None:
-    """`[broker] workers`: a number of worker processes (default 1), or "auto" (None: the
-    CPU cores)."""
+    """`[broker] workers`: a number of worker processes, or "auto" (None: the CPU cores; the
+    default)."""
     if not isinstance(values, dict) or set(values) - {"workers"}:
         raise ConfigError("[broker] must be a table with the one key workers")
-    return parse_workers(values.get("workers", 1), "[broker] workers")
+    return parse_workers(values.get("workers", "auto"), "[broker] workers")
 
 
 def parse_workers(value: Any, where: str) -> int | None:

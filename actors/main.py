@@ -6,8 +6,8 @@ Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-
 
 `--workers` (or `[broker] workers`) above 1 runs a process pool: this process becomes its
 supervisor (actors.pool_main) and starts the workers, which run this module again with
-`--worker-id` (docs/pool.md). The default, 1, is one process; "auto" is one worker per CPU
-core. 1 is the default until a pool does all that one process does (docs/pool.md, "Gaps").
+`--worker-id` (docs/pool.md). The default, "auto", is one worker per CPU core (one process,
+with no supervisor, on a single core); 1 is one process.
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--workers",
-        help='worker processes: a number (default 1: one process), or "auto" (the CPU cores)',
+        help='worker processes: "auto" (the default: the CPU cores) or a number (1: one process)',
     )
     parser.add_argument(
         "--http-port", type=int, help="port of the admin HTTP listener (default 18083; 0: none)"

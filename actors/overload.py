@@ -51,7 +51,10 @@ def total_memory() -> int:
 
 
 class FlowControl:
-    def __init__(self, config: OverloadConfig, stats: BrokerStats) -> None:
+    def __init__(self, config: OverloadConfig, stats: BrokerStats, workers: int = 1) -> None:
+        """`workers`: the processes of the broker (a pool's), which share the memory
+        watermark evenly: each worker's alarm is at its 1/`workers` part, so the pool as a
+        whole stays under `memory_high_watermark` as one process does."""
         self.config = config
         self.enabled = config.flow_control
         self.marks = Watermarks(
@@ -62,7 +65,8 @@ class FlowControl:
         )
         self.loads: dict[Any, SessionLoad] = {}  # session ActorRef -> its load
         self.over: dict[SessionLoad, Any] = {}  # loads over their mark -> session ActorRef
-        self.alarm = MemoryAlarm(memory_watermark(config.memory_high_watermark, total_memory()))
+        watermark = memory_watermark(config.memory_high_watermark, total_memory())
+        self.alarm = MemoryAlarm(watermark // workers)
         self._stats = stats
         self._checker: gevent.Greenlet | None = None
 

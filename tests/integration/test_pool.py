@@ -325,26 +325,17 @@ def test_config_workers_key_starts_a_pool(tmp_path: Path) -> None:
         assert broker.stop(timeout=10) == 0
 
 
-def test_the_default_is_one_process_without_a_supervisor(tmp_path: Path) -> None:
-    """No --workers and no [broker] workers: one process (docs/pool.md says why)."""
-    broker = start_broker(tmp_path, None, pass_workers=False)
-    try:
-        connect_raw(broker, unique("default")).close()
-        assert "supervisor" not in broker.log()
-        assert "workers)" not in broker.log()  # the pool's ready line names its workers
-    finally:
-        assert broker.stop() == 0
-
-
-def test_workers_auto_runs_one_worker_per_cpu_core(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["default", "auto"])
+def test_the_default_and_auto_run_one_worker_per_cpu_core(tmp_path: Path, how: str) -> None:
+    """No --workers and no [broker] workers is "auto": one worker per CPU core, as a pool
+    under a supervisor (on a single core: one process)."""
     cores = os.cpu_count() or 1
     if cores > 8:
         pytest.skip(f"{cores} CPU cores: a pool that size is too heavy for a test run")
-    broker = start_broker(
-        tmp_path, '[store]\nkind = "memory"\n', ("--workers", "auto"), pass_workers=False
-    )
+    extra = ("--workers", "auto") if how == "auto" else ()
+    broker = start_broker(tmp_path, '[store]\nkind = "memory"\n', extra, pass_workers=False)
     try:
-        connect_raw(broker, unique("auto")).close()
+        connect_raw(broker, unique(how)).close()
         if cores > 1:
             assert f"({cores} workers)" in broker.log()
         else:

@@ -119,6 +119,16 @@ def test_memory_watermark_is_a_fraction_up_to_one_else_bytes() -> None:
         memory_watermark(0, 1000)
 
 
+def test_the_workers_of_a_pool_share_the_memory_watermark_evenly() -> None:
+    """Each worker's alarm is at its part of the watermark: the pool as a whole stays under
+    it, as one process does (docs/pool.md, "Per-worker limits")."""
+    config = OverloadConfig(memory_high_watermark=6e6)
+    one = FlowControl(config, BrokerStats())
+    three = FlowControl(config, BrokerStats(), workers=3)
+    assert one.alarm.high_watermark == 6_000_000
+    assert three.alarm.high_watermark == 2_000_000
+
+
 def test_an_intake_holds_reads_until_its_last_release_and_names_its_state() -> None:
     intake = Intake(max_packets=100, max_bytes=10_000)
     resumed: list[bool] = []

@@ -10,11 +10,11 @@ from actors.config import ConfigError, load_config
 from actors.persistence import Persistence
 
 
-def test_workers_default_to_one_process(tmp_path: Path) -> None:
-    assert load_config(None).workers == 1
+def test_workers_default_to_auto_one_per_cpu_core(tmp_path: Path) -> None:
+    assert load_config(None).workers is None  # "auto"
     path = tmp_path / "broker.toml"
     path.write_text("[broker]\n", encoding="utf-8")
-    assert load_config(path).workers == 1
+    assert load_config(path).workers is None
 
 
 @pytest.mark.parametrize(("text", "workers"), [('"auto"', None), ("1", 1), ("4", 4)])
