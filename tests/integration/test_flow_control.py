@@ -120,15 +120,22 @@ def test_a_slow_subscriber_pauses_only_its_publishers(
 CROSS_WORKER_MESSAGES = 20_000
 
 
-def _slow_pair_on_two_workers(
+def _held_across_workers(
     broker: BrokerProcess, workers: int, topic: str
 ) -> tuple[SwitchableSubscriber, PipelinedPublisher]:
-    """A subscriber that does not read yet on worker 1 and a publisher on worker 0 (with one
-    process, both on it)."""
+    """A subscriber that does not read on worker 1 and a publisher on worker 0 (with one
+    process, both on it) that streams `CROSS_WORKER_MESSAGES` to it until it is held: the
+    session went over its mark, and the publisher's PUBACKs stopped far short of the end
+    (without the hold crossing the workers, its worker took and acknowledged them all)."""
     sub_client, _ = connect_on_worker(broker, unique("slow-sub"), 1 % workers, workers)
     slow = SwitchableSubscriber(broker, "", topic, client=sub_client)
     pub_client, _ = connect_on_worker(broker, unique("slow-pub"), 0, workers)
-    return slow, PipelinedPublisher(broker, "", client=pub_client)
+    publisher = PipelinedPublisher(broker, "", client=pub_client)
+    publisher.publish(topic, b"s", CROSS_WORKER_MESSAGES, size=256)
+    wait_for_log(broker, "flow: session", timeout=10)
+    time.sleep(1.0)
+    assert publisher.acked_count() < CROSS_WORKER_MESSAGES // 4, publisher.acked_count()
+    return slow, publisher
 
 
 def test_a_slow_subscriber_on_another_worker_pauses_its_publisher_there(
@@ -139,16 +146,10 @@ def test_a_slow_subscriber_on_another_worker_pauses_its_publisher_there(
     queue stays bounded; once it drains, every message arrives once, in order."""
     broker = broker_factory(SLOW_CONFIG)
     topic = unique("cross-worker")
-    slow, publisher = _slow_pair_on_two_workers(broker, workers, topic)
-    publisher.publish(topic, b"s", CROSS_WORKER_MESSAGES, size=256)
-    wait_for_log(broker, "flow: session", timeout=10)
-    time.sleep(1.0)
+    slow, publisher = _held_across_workers(broker, workers, topic)
     held_at = publisher.acked_count()
     time.sleep(1.0)
-    # Held, not merely slow: no PUBACK while nothing drained. Without the hold crossing
-    # the workers, the publisher's worker took and acknowledged all 20,000 at once.
-    assert publisher.acked_count() == held_at
-    assert held_at < CROSS_WORKER_MESSAGES // 4, held_at
+    assert publisher.acked_count() == held_at  # held, not merely slow: nothing drained
 
     slow.reading.set()
     assert slow.wait_received(CROSS_WORKER_MESSAGES, timeout=90), slow.count()
@@ -169,13 +170,7 @@ def test_a_worker_that_dies_holding_a_publisher_lets_it_go(
     if workers == 1:
         pytest.skip("a pool's worker dying: nothing to hold across with one process")
     broker = broker_factory(SLOW_CONFIG)
-    topic = unique("dying-holder")
-    slow, publisher = _slow_pair_on_two_workers(broker, workers, topic)
-    publisher.publish(topic, b"d", CROSS_WORKER_MESSAGES, size=256)
-    wait_for_log(broker, "flow: session", timeout=10)
-    time.sleep(1.0)
-    held_at = publisher.acked_count()
-    assert held_at < CROSS_WORKER_MESSAGES // 4, held_at
+    slow, publisher = _held_across_workers(broker, workers, unique("dying-holder"))
     os.kill(worker_pid(broker, 1), signal.SIGKILL)
     # Released: the rest is read and acknowledged (no subscriber left: PUBACK all the same).
     assert publisher.wait_acked(CROSS_WORKER_MESSAGES, timeout=30), publisher.acked_count()

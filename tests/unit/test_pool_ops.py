@@ -19,8 +19,8 @@ from actors.admission import Admission
 from actors.config import FlappingConfig
 from actors.pool_ops import PoolOps
 from core.bans import Ban, BanKind
-from core.client import ClientInfo
 from fabric.frames import Frame, FrameDecoder, encode_frame
+from tests.unit.test_ops_units import client
 
 
 class Pool:
@@ -105,17 +105,6 @@ def test_a_failing_answer_is_an_empty_part_and_logged(caplog: pytest.LogCaptureF
     pool.ops[1].answer = broken
     assert pool.ops[0].gather("clients", {}) == ({1: []}, [])
     assert "answering 'clients' for worker 0 failed" in caplog.text
-
-
-def client(client_id: str) -> ClientInfo:
-    return ClientInfo(
-        client_id=client_id,
-        username=None,
-        peer="127.0.0.1:1",
-        protocol_version=5,
-        clean_start=True,
-        keepalive=60,
-    )
 
 
 def test_bans_hold_on_every_worker_and_only_worker_0_writes_the_file(tmp_path: Path) -> None:
