@@ -63,25 +63,45 @@ class Admission:
         if not self.table and not self._flapping.max_connects:
             return None  # no bans, no flapping detection (the default): nothing to look at
         now = time.time()
+        self.count(client.client_id, now)
+        return self.refusal(client, now)
+
+    @property
+    def flapping_on(self) -> bool:
+        return self._flapping.max_connects > 0
+
+    def count(self, client_id: str, now: float) -> None:
+        """Record a CONNECT of `client_id` for flapping detection; the `max_connects`-th
+        within `window` bans the client id for `ban_time`."""
         self._connects += 1
         if self._connects % FORGET_EVERY == 0:
             self._flapping.forget_idle(now)
-        if self._flapping.connect(client.client_id, now):
+        if self._flapping.connect(client_id, now):
             logger.warning(
                 "client %r flapping: %d CONNECTs within %g s; banned for %g s ([flapping])",
-                client.client_id,
+                client_id,
                 self._flapping.max_connects,
                 self._flapping.window,
                 self._ban_time,
             )
-            self.add(
-                Ban(BanKind.CLIENT_ID, client.client_id, now + self._ban_time, "flapping", now)
-            )
+            self.add(Ban(BanKind.CLIENT_ID, client_id, now + self._ban_time, "flapping", now))
+
+    def refusal(self, client: ClientInfo, now: float) -> str | None:
+        """Why the bans in force refuse this CONNECT at `now`, or None."""
         ban = self.table.match(client.client_id, client.username, client.peer, now)
         if ban is None:
             return None
         self.refused += 1
-        return f"banned ({ban.kind.value} {ban.value}{': ' + ban.reason if ban.reason else ''})"
+        return _why(ban)
+
+    def client_id_refusal(self, client_id: str, now: float) -> str | None:
+        """Why a ban of `client_id` itself refuses it at `now`, or None (a pool's home
+        worker answers a claim with it, actors.pool_node)."""
+        ban = self.table.get(BanKind.CLIENT_ID, client_id) if self.table else None
+        if ban is None or ban.expired(now):
+            return None
+        self.refused += 1
+        return _why(ban)
 
     def add(self, ban: Ban, *, replicate: bool = True) -> None:
         """Add `ban` (replacing one of its kind and value); `replicate=False`: it comes
@@ -141,3 +161,8 @@ class Admission:
                 path,
                 error,
             )
+
+
+def _why(ban: Ban) -> str:
+    """The Reason String of a CONNACK 0x8A for `ban`."""
+    return f"banned ({ban.kind.value} {ban.value}{': ' + ban.reason if ban.reason else ''})"

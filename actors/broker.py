@@ -114,7 +114,7 @@ class Broker:
         )
         self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
-        context.admission = Admission(self.config.flapping, self._bans_path())
+        context.admission = self._make_admission()
         context.router = RouterActor.start(
             context.route_table,
             context.shared_subscriptions,
@@ -168,6 +168,9 @@ class Broker:
 
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
         return SessionRegistry(self.context, sessions)
+
+    def _make_admission(self) -> Admission:
+        return Admission(self.config.flapping, self._bans_path())
 
     def _bans_path(self) -> Path | None:
         """Where the bans are kept (None: in memory only, `[store] kind = "none"`)."""

@@ -31,6 +31,7 @@ from actors.endpoint import Endpoint
 from actors.messages import (
     CloseConnection,
     ConnectionLost,
+    ConnectRefused,
     Detach,
     PacketsReceived,
     PeerIdentified,
@@ -122,6 +123,8 @@ class ClientActor(GeventActor):
             self._carry_out(
                 channel.close(message.reason, message.detail, session_ended=message.session_ended)
             )
+        elif isinstance(message, ConnectRefused):
+            self._carry_out(channel.session_refused(message.reason_code, message.why))
         if channel.phase is Phase.CLOSED:
             self.stop()
 

@@ -67,6 +67,15 @@ class SessionAttached:
     session_present: bool
 
 
+@dataclass(slots=True)
+class ConnectRefused:
+    """The registry refuses the CONNECT instead of opening its session (a pool's home
+    worker found the client id banned): CONNACK `reason_code`, `why` its Reason String."""
+
+    reason_code: int
+    why: str
+
+
 # ----- client actor / registry -> session actor ---------------------------------------
 
 

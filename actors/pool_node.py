@@ -19,7 +19,9 @@ state as this worker sees it:
 - client ids: this worker runs the `ClientIdArbiter` of the ids homed here. `claim` and
   `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
   the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
-  CONNECT never hangs on a dead worker.
+  CONNECT never hangs on a dead worker. Flapping detection counts the CONNECTs of the ids
+  homed here (`Connecting`, actors.pool_admission), and a claim for a banned id is
+  answered `ClaimRefused`.
 - operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
   admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
@@ -35,6 +37,7 @@ homed here) are handled in a later loop callback, like a peer's.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,8 +58,10 @@ from fabric.frames import (
     BanSet,
     BansSnapshot,
     Claim,
+    ClaimRefused,
     CommitSync,
     Committed,
+    Connecting,
     FlowHold,
     FlowRelease,
     Forward,
@@ -283,15 +288,16 @@ class PoolNode:
 
     # ----- client ids ---------------------------------------------------------------------
 
-    def claim(self, client_id: str) -> Granted | None:
-        """Ask the id's home for it and wait for the grant (None: the home is unreachable or
-        did not answer in time; the caller goes on as the only claimant)."""
+    def claim(self, client_id: str) -> Granted | ClaimRefused | None:
+        """Ask the id's home for it and wait for the grant, or its refusal (the id is
+        banned); None: the home is unreachable or did not answer in time, and the caller
+        goes on as the only claimant."""
         result: gevent.event.AsyncResult = gevent.event.AsyncResult()
         self._claims[client_id] = result
         try:
             if not self.send(home_of(client_id, self.workers), Claim(client_id, self.worker)):
                 return None
-            granted: Granted | None = result.get(timeout=CLAIM_TIMEOUT)
+            granted: Granted | ClaimRefused | None = result.get(timeout=CLAIM_TIMEOUT)
             return granted
         except gevent.Timeout:
             logger.warning(
@@ -348,6 +354,10 @@ class PoolNode:
             return
         arbiter = self.arbiter
         if type(frame) is Claim:
+            refused = self._banned(frame.client_id)
+            if refused is not None:
+                self.send(frame.claimant, ClaimRefused(frame.client_id, refused))
+                return
             grants = arbiter.claim(frame.client_id, frame.claimant)
         elif type(frame) is Settled:
             grants = arbiter.settled(frame.client_id, frame.owner)
@@ -357,6 +367,27 @@ class PoolNode:
             return
         for granted in grants:
             self.send(granted.claimant, granted)
+
+    def _banned(self, client_id: str) -> str | None:
+        """Why a claim for `client_id` is refused: the id is banned (a ban flapping
+        detection here made for the CONNECT that claims it, say); None if it is not."""
+        admission = self._context.admission
+        if admission is None or not admission.table:
+            return None
+        refusal: str | None = admission.client_id_refusal(client_id, time.time())
+        return refusal
+
+    def _on_connecting(self, frame: Connecting) -> None:
+        """A CONNECT of an id homed here reached admission on another worker: flapping
+        detection counts it here (actors.pool_admission)."""
+        admission = self._context.admission
+        if admission is not None:
+            admission.count(frame.client_id, time.time())
+
+    def _on_claim_refused(self, refused: ClaimRefused) -> None:
+        result = self._claims.get(refused.client_id)
+        if result is not None and not result.ready():
+            result.set(refused)  # else its CONNECT gave up waiting: nothing was granted
 
     def _on_granted(self, granted: Granted) -> None:
         result = self._claims.get(granted.client_id)
@@ -469,6 +500,10 @@ class PoolNode:
     def _on_client_ids(self, worker: int, frame: Frame) -> None:
         if isinstance(frame, Granted):
             self._on_granted(frame)
+        elif isinstance(frame, Connecting):
+            self._on_connecting(frame)
+        elif isinstance(frame, ClaimRefused):
+            self._on_claim_refused(frame)
         elif isinstance(frame, HandOver):
             self._on_hand_over(frame)
         elif isinstance(frame, HandedOver):

@@ -5,7 +5,9 @@ but before the session is opened the id is claimed from its home worker (docs/po
 
 1. `claim`: the home's arbiter grants one claim per id at a time and names the previous
    owner. Connections with one id on this worker take their turns (one claim each, in
-   order), so a reconnect storm ends with exactly one session per id.
+   order), so a reconnect storm ends with exactly one session per id. A home that finds
+   the id banned refuses the claim instead (`ClaimRefused`, actors.pool_admission), and
+   the CONNECT is refused with CONNACK 0x8A (3.1.1: 0x05), its session never opened.
 2. If the previous owner is another worker, it is asked to hand the session over: it closes
    its connection (a takeover, the will as usual [MQTT-3.1.4-2]), commits the session's
    state to the store (or deletes it for a clean start [MQTT-3.1.2-4]) and answers.
@@ -28,10 +30,14 @@ import gevent
 import gevent.lock
 
 from actors.context import BrokerContext
+from actors.messages import ConnectRefused
 from actors.pool_node import PoolNode
+from actors.runtime import tell_if_alive
 from actors.session_registry import SessionRegistry
 from actors.transport import Transport
 from core.client import ClientInfo
+from fabric.frames import ClaimRefused
+from mqtt.reason_codes import ReasonCode
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +106,11 @@ class PoolRegistry(SessionRegistry):
         node = self._node
         client_id = client.client_id
         granted = node.claim(client_id)
+        if isinstance(granted, ClaimRefused):
+            # Banned at the home (flapping detection there counted this very CONNECT, or
+            # the ban has not reached this worker yet): refused as one process refuses it.
+            tell_if_alive(client_ref, ConnectRefused(ReasonCode.BANNED, granted.reason))
+            return
         previous = granted.previous if granted is not None else None
         if previous is not None and previous != node.worker:
             node.hand_over(previous, client_id, discard=client.clean_start)

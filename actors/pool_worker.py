@@ -29,12 +29,14 @@ import gevent.event
 import gevent.socket
 
 import core.message
+from actors.admission import Admission
 from actors.broker import Broker
 from actors.config import BrokerConfig
 from actors.endpoint import Endpoint
 from actors.fabric_link import Fabric
 from actors.messages import AddRoutes, Sync
 from actors.persistence import restored_state
+from actors.pool_admission import PoolAdmission
 from actors.pool_node import PoolNode
 from actors.pool_registry import PoolRegistry
 from actors.session_actor import SessionActor
@@ -108,6 +110,8 @@ class PoolBroker(Broker):
         assert admission is not None
         node.ops.admission = admission  # bans travel from the first link on
         admission.replica = node.ops
+        assert isinstance(admission, PoolAdmission)
+        admission.send = node.send  # flapping: CONNECTs are counted at their id's home
         node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
         node.fabric.start()
         others = set(range(self.workers)) - {self.worker_id}
@@ -136,6 +140,9 @@ class PoolBroker(Broker):
                 node.route_changed(topic_filter, True)  # a share group's member too
         node.rehost = self._rehost
         return sessions
+
+    def _make_admission(self) -> Admission:
+        return PoolAdmission(self.config.flapping, self._bans_path(), self.worker_id, self.workers)
 
     def _bans_path(self) -> Path | None:
         """Worker 0 alone keeps `bans.json`, from the pool-wide table (every worker holds

@@ -18,7 +18,8 @@ Phases, and what each accepts:
   credentials (`client.authenticate`) and the will (`client.authorize`) are checked here. A
   refused CONNECT gets its CONNACK code and a close [MQTT-3.2.2-5].
 - CONNECTING: the session is being opened; packets that arrive meanwhile are held and
-  handled, in order, once it is attached (their input counts as unhandled until then).
+  handled, in order, once it is attached (their input counts as unhandled until then). A
+  pool may still refuse the CONNECT here (`session_refused`: the id's home found it banned).
 - CONNECTED: PUBLISH QoS 0/1 are routed (with their PUBACK, [MQTT-4.3.2-2]); QoS 2 PUBLISH,
   PUBREL, acknowledgements, SUBSCRIBE and UNSUBSCRIBE become session inputs; a second CONNECT
   is a protocol violation [MQTT-3.1.0-2].
@@ -300,6 +301,16 @@ class Channel:
         """The transport authenticated the peer (a TLS client certificate's CN): with the
         listener's `use_identity_as_username` it becomes the username at CONNECT."""
         self._identity = identity
+
+    def session_refused(self, reason_code: int, why: str) -> list[Action]:
+        """The registry refused to open the session (a pool's home worker found the client
+        id banned): CONNACK `reason_code` and close, as a refusal at CONNECT does. The will
+        is dropped: only an accepted CONNECT stores one [MQTT-3.1.2-8]."""
+        actions = self._actions = []
+        if self.phase is Phase.CONNECTING:
+            self._will = None
+            self._refuse(reason_code, why)
+        return actions
 
     def session_attached(self, session_present: bool) -> list[Action]:
         """The session wrote CONNACK (and its resends): handle what was held meanwhile."""

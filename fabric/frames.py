@@ -153,6 +153,24 @@ class Granted:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRefused:
+    """From the home, instead of `Granted`: `client_id` is banned (flapping detection there
+    counted this CONNECT, or a ban the claimant had not heard of yet). The claimant refuses
+    the CONNECT with CONNACK 0x8A; `reason` is its Reason String."""
+
+    client_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Connecting:
+    """To the client id's home: a CONNECT of `client_id` reached admission on the sender;
+    the home's flapping detection counts it (`actors.pool_admission`)."""
+
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Settled:
     """To the home: `owner`, granted the id, now holds its session; the next claim may go."""
 
@@ -377,6 +395,8 @@ Frame = (
     | MovedDeliveries
     | MoveRoutesKnown
     | MoveEnded
+    | Connecting
+    | ClaimRefused
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -416,6 +436,9 @@ _KINDS: dict[type[Any], int] = {
     MovedDeliveries: 81,
     MoveRoutesKnown: 82,
     MoveEnded: 83,
+    # 100-109: flapping detection across the pool.
+    Connecting: 100,
+    ClaimRefused: 101,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)

@@ -404,6 +404,29 @@ def test_publishes_before_a_subscribe_are_routed_before_it() -> None:
     assert kinds == [Publish, SubscribeRequest, UnsubscribeRequest, InputHandled]
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_session_refused_after_connect_gets_connack_banned_and_no_will(version: int) -> None:
+    # A pool's home worker refused the claim (the client id is banned): the CONNECT is
+    # refused as at admission, 0x8A (3.1.1: 0x05), and its will is never stored
+    # [MQTT-3.1.2-8].
+    channel = new_channel()
+    will = Will(topic="last", payload=b"bye")
+    channel.handle_in([Connect(client_id="c1", protocol_version=version, will=will)], 20)
+    assert channel.phase is Phase.CONNECTING
+    send, end = channel.session_refused(ReasonCode.BANNED, "banned (clientid c1: flapping)")
+    if version == 5:
+        assert said(send) == (ReasonCode.BANNED, "banned (clientid c1: flapping)")
+    else:
+        assert send == Send(bytes([0x20, 2, 0, 5]))
+    assert (end.reason, end.was_connected, end.will) == (
+        DisconnectReason.NOT_AUTHORIZED,
+        False,
+        None,
+    )
+    assert channel.phase is Phase.CLOSED
+    assert channel.session_refused(ReasonCode.BANNED, "again") == []  # ended once
+
+
 # ----- the end of a connection: once, with the will when it is due -------------------------
 
 
