@@ -260,9 +260,13 @@ def client_sessions(events: DataFrame, window: timedelta) -> DataFrame:
             _count_where(_is_event("message.delivered")).alias("messages_out"),
         )
     )
-    by_reason = F.map_filter(
-        F.create_map(*[part for r in reasons for part in (F.lit(r), F.col(f"_r_{r}"))]),
-        lambda _reason, count: count > 0,
+    # map_filter is interpreted, once per row: only the few rows with a disconnect need it
+    by_reason = F.when(F.col("disconnects") == 0, F.create_map().cast("map<string, bigint>"))
+    by_reason = by_reason.otherwise(
+        F.map_filter(
+            F.create_map(*[part for r in reasons for part in (F.lit(r), F.col(f"_r_{r}"))]),
+            lambda _reason, count: count > 0,
+        )
     )
     return _with_window_end(aggregated, window).select(
         "window_start",
@@ -350,13 +354,13 @@ class BatchWriter:
         )
         columns = [name for name, _ in tables.BATCHES.keys + tables.BATCHES.values]
         kinds = dict(tables.BATCHES.columns)
-        record = spark.createDataFrame(
-            [row], schema=", ".join(f"`{name}` BIGINT" for name in columns)
-        )
-        return record.select(
+        values = [F.lit(value).cast("bigint") for value in row]
+        # from a one-row range, not createDataFrame: a DataFrame of Python rows is read through
+        # a Python worker process, which this job otherwise never needs
+        return spark.range(1).select(
             *[
-                F.timestamp_micros(name).alias(name) if kinds[name] == "TIMESTAMP" else name
-                for name in columns
+                (F.timestamp_micros(value) if kinds[name] == "TIMESTAMP" else value).alias(name)
+                for name, value in zip(columns, values, strict=True)
             ]
         )
 
