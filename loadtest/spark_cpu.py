@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from loadtest.tree_cpu import CLOCK_TICKS, descendants
+from loadtest.tree_cpu import CLOCK_TICKS, descendants, sample_in_background
 
 READY_MARK = "spark session ready"
 DONE_MARK = "processed "
@@ -109,14 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     started, busy_before = time.monotonic(), machine_busy_seconds()
     child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     sampler = ThreadSampler(child.pid)
-    done = threading.Event()
-
-    def sample_until_done() -> None:
-        while not done.wait(0.5):
-            sampler.sample()
-
-    thread = threading.Thread(target=sample_until_done, daemon=True)
-    thread.start()
+    stop_sampling = sample_in_background(sampler.sample)
     startup_cpu, processed = None, None
     assert child.stderr is not None
     for line in child.stderr:
@@ -127,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         elif DONE_MARK in line:
             processed = line.split(": ", 1)[-1].strip()
     code = child.wait()
-    done.set()
-    thread.join()
+    stop_sampling()
     total = sampler.total()
     others = machine_busy_seconds() - busy_before - total
     record = {

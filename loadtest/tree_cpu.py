@@ -20,6 +20,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -88,6 +89,25 @@ class TreeSampler:
         ]
 
 
+def sample_in_background(sample: Callable[[], None], every: float = 0.5) -> Callable[[], None]:
+    """Call `sample` every `every` seconds in a thread; the function returned stops it and
+    waits for the thread (the CPU tools here sample a job while it runs)."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(every):
+            sample()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+
+    return stop
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON lines appended here")
@@ -100,17 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: child.send_signal(number))
     sampler = TreeSampler(child.pid)
-    done = threading.Event()
-
-    def sample_until_done() -> None:
-        while not done.wait(0.5):
-            sampler.sample()
-
-    thread = threading.Thread(target=sample_until_done, daemon=True)
-    thread.start()
+    stop_sampling = sample_in_background(sampler.sample)
     code = child.wait()
-    done.set()
-    thread.join()
+    stop_sampling()
     record = {"label": args.label, "wall_s": round(time.monotonic() - started, 2)}
     record["processes"] = sampler.report()
     with args.out.open("a", encoding="utf-8") as out:
