@@ -44,10 +44,16 @@ class Certificates:
 
 
 def listener_port(broker: BrokerProcess, kind: str, nth: int = 0, timeout: float = 5.0) -> int:
-    """The port of the `nth` listener of type `kind`, from the broker's "listening:" lines."""
+    """The port of the `nth` listener of type `kind`, from the broker's "listening:" lines.
+
+    In a pool every worker logs every listener, and the workers' lines interleave. Each worker
+    logs its listeners in configuration order, so the ports in order of first appearance are
+    the configured order whatever the interleaving.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        ports = [int(m[3]) for m in LISTENING.finditer(broker.log()) if m[1] == kind]
+        found = (int(m[3]) for m in LISTENING.finditer(broker.log()) if m[1] == kind)
+        ports = list(dict.fromkeys(found))
         if len(ports) > nth:
             return ports[nth]
         if time.monotonic() >= deadline:
