@@ -4,8 +4,12 @@ It binds every configured listener once (and the admin HTTP listener, which work
 serves), starts the pool's one store process (unless `[store] kind = "none"`), then runs N
 workers (`python -m actors.main ... --worker-id I`) under `actors.supervisor.Supervisor`,
 which restarts the ones that die, forwards SIGHUP and SIGTERM, and makes the workers end
-with it. Each worker inherits the listening sockets and accepts on them; the kernel spreads
-the connections.
+with it. Each TCP-family listener (tcp, tls, ws, wss) is bound once per worker with
+SO_REUSEPORT, so the kernel spreads new connections over the workers by a hash of their
+addresses, as nginx's `reuseport` does: a burst of a few connections does not all land on the
+worker that woke first, as it did when the workers shared one socket. The supervisor keeps
+every socket open, so the connections that arrive for a worker while it restarts wait in its
+socket's backlog for the new process. A Unix-socket listener is one socket the workers share.
 
 It logs "ready: accepting MQTT connections on HOST:PORT" once every worker has said, on the
 ready pipe, that it accepts: then every worker is linked to the others and has restored
@@ -51,20 +55,21 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
     store: subprocess.Popen[bytes] | None = None
     parent_w: int | None = None
     sockets: list[socket.socket] = []
+    # listeners[i][w]: the socket worker w accepts on for listener i (one shared for unix)
+    listeners: list[list[socket.socket]] = []
     try:
         if config.store.kind != "none":
             store, parent_w = _start_store(config, run_dir)
             if store is None:
                 return 1
-        failed = _listen(config, sockets)
+        failed = _listen(config, workers, listeners, sockets)
         if failed:
             return failed
         ready_r, ready_w = os.pipe()
-        address = _ready_address(config, sockets)
+        address = _ready_address(config, listeners)
         threading.Thread(
             target=_announce_ready, args=(ready_r, workers, address), daemon=True
         ).start()
-        fds = [sock.fileno() for sock in sockets[: len(config.listeners)]]
         # Worker 0 serves the admin HTTP API on the socket bound last by _listen; the others
         # run without one.
         http_fd = sockets[-1].fileno() if config.http.port else None
@@ -85,7 +90,7 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
                 "--pool-dir",
                 str(run_dir),
                 "--listen-fds",
-                ",".join(map(str, fds)),
+                _listen_fds(listeners, worker_id),
                 "--ready-fd",
                 str(ready_w),
                 *admin,
@@ -108,7 +113,7 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 logger.error("pool: the store process did not end in time: killed")
                 store.kill()
-        for listener, _bound in zip(config.listeners, sockets, strict=False):
+        for listener, _bound in zip(config.listeners, listeners, strict=False):
             if listener.type == "unix":  # bound here: the socket file is the pool's
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(listener.path)
@@ -164,10 +169,16 @@ def _start_store(
     return process, parent_w
 
 
-def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
-    """Check the listeners' TLS files and bind each listener into `sockets`, then the admin
-    HTTP listener (unless `[http] port` is 0), logging as one broker would; 0, or the exit
-    status (2: TLS configuration, 1: an address in use)."""
+def _listen(
+    config: BrokerConfig,
+    workers: int,
+    listeners: list[list[socket.socket]],
+    sockets: list[socket.socket],
+) -> int:
+    """Check the listeners' TLS files and bind each listener into `listeners` (its sockets,
+    one per worker) and every socket into `sockets`, then the admin HTTP listener (unless
+    `[http] port` is 0) into `sockets`, logging as one broker would; 0, or the exit status
+    (2: TLS configuration, 1: an address in use)."""
     try:
         endpoints = [Endpoint(listener) for listener in config.listeners]
     except TlsSetupError as error:
@@ -175,7 +186,7 @@ def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
         return 2
     for endpoint in endpoints:
         try:
-            sockets.append(_bind(endpoint.config))
+            own = _bind_per_worker(endpoint.config, workers)
         except OSError as error:
             logger.error(
                 "cannot listen for %s: %s (is another broker running? change the port)",
@@ -183,10 +194,12 @@ def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
                 error.strerror or error,
             )
             return 1
+        listeners.append(own)
+        sockets.extend(own)
     http = config.http
     if http.port:
         try:
-            sockets.append(_bind(ListenerConfig(host=http.host, port=http.port)))
+            sockets.append(_bind(http.host, http.port))
         except OSError as error:
             logger.error(
                 "cannot listen for the admin HTTP API on %s:%d: %s (change [http] port; 0 "
@@ -199,22 +212,51 @@ def _listen(config: BrokerConfig, sockets: list[socket.socket]) -> int:
     return 0
 
 
-def _bind(listener: ListenerConfig) -> socket.socket:
-    """The listening socket for `listener`, bound once here for every worker."""
+def _bind_per_worker(listener: ListenerConfig, workers: int) -> list[socket.socket]:
+    """The listening sockets for `listener`: one per worker, all on one port with
+    SO_REUSEPORT (the first picks the port when it is 0); a Unix socket's one, shared."""
     if listener.type == "unix":
         sock = bind_unix(listener.path, LISTEN_BACKLOG)
-        return socket.socket(fileno=sock.detach())
-    family = socket.getaddrinfo(listener.host, listener.port, type=socket.SOCK_STREAM)[0][0]
+        return [socket.socket(fileno=sock.detach())]
+    port = _free_port(listener.host, listener.port)
+    own: list[socket.socket] = []
+    try:
+        own.extend(_bind(listener.host, port, reuse_port=True) for _ in range(workers))
+    except OSError:
+        for sock in own:
+            sock.close()
+        raise
+    return own
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port` (or a free one for 0) after checking that nothing is bound to it. A plain bind
+    does the check: SO_REUSEPORT sockets would join another process's group on the port (of
+    the same user: a second broker) instead of failing with "address in use"."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        return int(probe.getsockname()[1])
+
+
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     return socket.create_server(
-        (listener.host, listener.port), family=family, backlog=LISTEN_BACKLOG
+        (host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=reuse_port
     )
 
 
-def _ready_address(config: BrokerConfig, sockets: list[socket.socket]) -> str:
+def _listen_fds(listeners: list[list[socket.socket]], worker_id: int) -> str:
+    """`--listen-fds` for `worker_id`: its own socket of each listener (or the shared one)."""
+    return ",".join(str(own[worker_id % len(own)].fileno()) for own in listeners)
+
+
+def _ready_address(config: BrokerConfig, listeners: list[list[socket.socket]]) -> str:
     index = next((i for i, x in enumerate(config.listeners) if x.type == "tcp"), 0)
     if config.listeners[index].type == "unix":
         return config.listeners[index].path
-    host, port = sockets[index].getsockname()[:2]
+    host, port = listeners[index][0].getsockname()[:2]
     return f"{host}:{port}"
 
 

@@ -12,6 +12,8 @@ import itertools
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mqtt.packets import PubAck, PubComp, Publish, PubRec, PubRel, Will
+from mqtt.packets import Connect, PubAck, PubComp, Publish, PubRec, PubRel, Will
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import (
@@ -264,8 +266,14 @@ def test_killed_worker_is_restarted_and_its_sessions_deliver_their_queue(
     victim = _worker_pid(pool, worker)
     os.kill(victim, signal.SIGKILL)
     started = time.monotonic()
-    probe = connect_raw(pool, unique("probe"))  # the pool keeps accepting meanwhile
-    probe.close()
+    # The pool keeps accepting meanwhile: connections the kernel hashes to the dead worker's
+    # socket wait in its backlog (the supervisor holds the socket) for the new process.
+    probes = [RawClient(pool.host, pool.port) for _ in range(8)]
+    for probe in probes:
+        probe.send(Connect(client_id=unique("probe")))
+    for probe in probes:
+        assert probe.expect(timeout=15).reason_code == 0  # from either worker
+        probe.close()
     while True:
         try:
             restarted = _worker_pid(pool, worker)
@@ -285,6 +293,42 @@ def test_killed_worker_is_restarted_and_its_sessions_deliver_their_queue(
     for packet in received:
         again.send(PubAck(packet.packet_id))
     again.close()
+
+
+def test_a_burst_of_connections_is_spread_over_both_workers(pool: BrokerProcess) -> None:
+    """Each worker accepts on its own SO_REUSEPORT socket, so the kernel hashes connections
+    over the workers; with one shared socket a burst all went to the worker that woke first
+    (docs/loadtest.md). All 16 on one worker by chance: 2 in 65,536."""
+    ids = [unique("burst") for _ in range(16)]
+    clients = [RawClient(pool.host, pool.port) for _ in ids]
+    for client, client_id in zip(clients, ids, strict=True):
+        client.send(Connect(client_id=client_id))
+    for client in clients:
+        assert client.expect().reason_code == 0
+    assert {worker_of(pool, client_id) for client_id in ids} == {0, 1}
+    for client in clients:
+        client.close()
+
+
+def test_a_second_pool_on_the_same_port_refuses_to_start(
+    pool: BrokerProcess, tmp_path: Path
+) -> None:
+    """SO_REUSEPORT sockets of one user would join another pool's port silently; the
+    supervisor checks the port with a plain bind first."""
+    config = tmp_path / "second.toml"
+    config.write_text(f"[[listeners]]\nport = {pool.port}\n", encoding="utf-8")
+    second = subprocess.run(
+        [sys.executable, "-m", "actors.main", "--config", str(config), "--workers", "2"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"127.0.0.1:{pool.port}: Address already in use" in second.stderr
+    client = connect_raw(pool, unique("still-served"))
+    client.close()
 
 
 def test_killed_supervisor_takes_its_workers_and_store_down(tmp_path: Path) -> None:
