@@ -173,10 +173,14 @@ class Dispatcher:
                 if unmatched is not None:
                     unmatched.add(original.message_id)
         self._stats.count_topics(messages)
+        # Submitted first: in a pool the frames for other workers are then written before the
+        # local sessions' drains run (each is a callback queued by `_deliver`), so the other
+        # workers fan out in parallel with this one instead of after it.
+        submitted = self._submit(ops, retained, on_durable, publisher)
         self._deliver(per_session, publisher)
         if retained:
             self._retainer.tell(StoreRetained(retained))
-        return self._submit(ops, retained, on_durable, publisher)
+        return submitted
 
     def _submit(
         self,
