@@ -4,10 +4,12 @@ A frame is a 4-byte little-endian body length, a 1-byte kind, then the body (the
 the store process's frames, `store.process_protocol`). Control frames have an orjson body.
 `Forward` and `Retained` carry messages: their message part is a 4-byte header length, an
 orjson header with one row per message, then each message's MQTT 5 property block (the
-codec's own encoding, so binary values travel as they are) and its payload, raw; a
-`Forward`'s body starts with its 4-byte publisher id. `ForwardShared` is a `Forward` whose
-messages are also (or only) for share groups: after the publisher id, a 4-byte length and an
-orjson list of one `ShareMark` per message, then the message part.
+codec's own encoding, so binary values travel as they are) and its payload, raw, or instead
+the PUBLISH a 3.x client sent for a QoS 0 message (`Message.wire`, which ends with the
+payload), so the receiving worker writes it to QoS 0 subscribers as it is instead of
+encoding it again. A `Forward`'s body starts with its 4-byte publisher id. `ForwardShared` is
+a `Forward` whose messages are also (or only) for share groups: after the publisher id, a
+4-byte length and an orjson list of one `ShareMark` per message, then the message part.
 Nothing is pickled and no actor reference crosses the link: a peer may be another process
 or, later, another machine (docs/pool.md).
 
@@ -34,6 +36,8 @@ from mqtt.properties import encode_properties, read_properties
 _FRAME_HEADER = struct.Struct("<IB")
 _U32 = struct.Struct("<I")
 _U32x2 = struct.Struct("<II")
+_PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
+_MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
 # The reasons of `FlowHold`/`FlowRelease`: core.flow.FlowState's values for a held publisher.
 FLOW_REASONS = ("flow", "blocked")
 MAX_FRAME = 256 * 1024 * 1024  # a frame longer than this is a broken link, not a big batch
@@ -496,6 +500,7 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
     tail: list[bytes] = []
     for message in messages:
         props = encode_properties(message.properties) if message.properties else b""
+        wire = message.wire
         rows.append(
             [
                 message.topic,
@@ -507,10 +512,11 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
                 message.message_id,
                 len(props),
                 len(message.payload),
+                0 if wire is None else len(wire) - len(message.payload),
             ]
         )
         tail.append(props)
-        tail.append(message.payload)
+        tail.append(message.payload if wire is None else wire)
     header = orjson.dumps(rows)
     return b"".join((_U32.pack(len(header)), header, *tail))
 
@@ -565,7 +571,7 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
         raise FrameError("a message frame's header is not a list")
     messages: list[Message] = []
     for row in rows:
-        topic, qos, retain, publisher, username, timestamp, message_id, props_size, size = (
+        (topic, qos, retain, publisher, username, timestamp, message_id, props_size, size, head) = (
             _checked_row(row)
         )
         stop = pos + props_size
@@ -576,13 +582,28 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
             properties, end = read_properties(body, pos, stop, PacketType.PUBLISH)
             if end != stop:
                 raise FrameError("a message's property block does not fill its declared size")
+        wire = None
+        if head:  # the encoded 3.x QoS 0 PUBLISH (`Message.wire`), which ends with the payload
+            wire = body[stop : stop + head + size]
+            if wire[0] != _PLAIN_QOS0_PUBLISH or head < _MIN_PUBLISH_HEAD:
+                raise FrameError("a message's encoded PUBLISH is not a plain QoS 0 PUBLISH")
+            stop += head
         payload = body[stop : stop + size]
         if len(payload) != size:
             raise FrameError("a message's payload runs past the end of the frame")
         pos = stop + size
         messages.append(
             stored_message(
-                topic, payload, qos, retain, publisher, username, timestamp, properties, message_id
+                topic,
+                payload,
+                qos,
+                retain,
+                publisher,
+                username,
+                timestamp,
+                properties,
+                message_id,
+                wire,
             )
         )
     if pos != len(body):
@@ -594,7 +615,7 @@ def _checked_row(row: Any) -> list[Any]:
     """A message's header row, if every value has its type and range; else FrameError."""
     if (
         type(row) is list
-        and len(row) == 9
+        and len(row) == 10
         and type(row[0]) is str
         and row[1] in (0, 1, 2)
         and type(row[2]) is bool
@@ -604,8 +625,10 @@ def _checked_row(row: Any) -> list[Any]:
         and type(row[6]) is int
         and type(row[7]) is int
         and type(row[8]) is int
+        and type(row[9]) is int
         and row[7] >= 0
         and row[8] >= 0
+        and row[9] >= 0
     ):
         return row
     raise FrameError(f"a message's header row is {row!r}")
