@@ -203,6 +203,7 @@ class Broker:
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
                 connection_rate=config.max_connection_rate,
+                workers=self.config.workers or 1,
             )
             server.max_accept = 256
             server.start()
