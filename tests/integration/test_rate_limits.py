@@ -93,11 +93,6 @@ def test_a_listener_connection_rate_makes_accepting_wait(
         client.close()
 
 
-@pytest.mark.pool_gap(
-    "refused-CONNECT delays are kept per worker: one address's failures spread over the "
-    "workers, so each worker's delay for it grows more slowly than this test expects "
-    "(pool-wide counting is not built)"
-)
 def test_refused_connects_from_one_address_wait_longer_and_longer(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
