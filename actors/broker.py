@@ -203,6 +203,7 @@ class Broker:
                 lambda sock, peer: accept_connection(sock, peer, context, endpoint, settings),
                 backlog=backlog,
                 connection_rate=config.max_connection_rate,
+                workers=self.config.workers or 1,
             )
             server.max_accept = 256
             server.start()
@@ -285,6 +286,11 @@ class Broker:
             context.persistence.submit(expired)
         return sessions
 
+    def _store_close_timeout(self, stop_started: float) -> float:
+        """Seconds the last commits may take at shutdown (`stop` began at `stop_started`);
+        past them, `stop` raises StoreError (main logs it and exits 1)."""
+        return STORE_CLOSE_TIMEOUT
+
     def reload(self) -> None:
         """SIGHUP: plugins re-read their files, tls/wss listeners their certificates (for new
         connections); connections stay up.
@@ -316,6 +322,7 @@ class Broker:
         )
 
     def stop(self, timeout: float = 3.0) -> None:
+        started = time.monotonic()
         self.ready = False
         if self._http is not None:
             self._http.stop()
@@ -341,7 +348,7 @@ class Broker:
         for actor in [*sessions, *self._actors]:
             if actor.is_alive():
                 actor.stop()
-        self.context.persistence.close(timeout=STORE_CLOSE_TIMEOUT)
+        self.context.persistence.close(timeout=self._store_close_timeout(started))
         close_plugins(self.plugins, self.context.hooks)
         stats = self.context.stats
         logger.info(

@@ -147,22 +147,31 @@ class ClientActor(GeventActor):
             None if limits.unlimited else RateLimiter(limits, gevent.get_hub().loop.now())
         )
 
-    def _refusal_delay(self, action: actions.End) -> float:
-        """Seconds the CONNACK of a refused CONNECT waits (docs/overload.md); 0: none."""
+    def _refused_from(self, action: actions.End) -> str | None:
+        """The address whose refused CONNECT this is, to slow down (docs/overload.md); None:
+        not a refused CONNECT (or from a unix socket)."""
         if action.reason is not DisconnectReason.NOT_AUTHORIZED or action.was_connected:
-            return 0.0
-        address = _address(self._connection.peer)
-        if address is None:
-            return 0.0
-        delay = self._context.auth_failures.failed(address, gevent.get_hub().loop.now())
-        if delay > 0:
-            logger.warning(
-                "refused CONNECT from %s again: its CONNACK waits %.2f s ([overload] "
-                "auth_failure_delay, doubling per refusal up to max_auth_failure_delay)",
-                address,
-                delay,
-            )
-        return delay
+            return None
+        return _address(self._connection.peer)
+
+    def _close_refused(self, address: str) -> None:
+        """Close a refused CONNECT's connection once its CONNACK waited the delay of the
+        address's refusals (counted pool-wide in a pool: actors.pool_auth_failures)."""
+        last_words, self._out = b"".join(self._out), []
+        self._context.stats.bytes_sent += len(last_words)
+        close_after = self._connection.close_after(last_words)
+
+        def answer(delay: float) -> None:
+            if delay > 0:
+                logger.warning(
+                    "refused CONNECT from %s again: its CONNACK waits %.2f s ([overload] "
+                    "auth_failure_delay, doubling per refusal up to max_auth_failure_delay)",
+                    address,
+                    delay,
+                )
+            close_after(delay)
+
+        self._context.auth_failures.refused(address, gevent.get_hub().loop.now(), answer)
 
     # ----- actions ----------------------------------------------------------------------
 
@@ -275,11 +284,10 @@ class ClientActor(GeventActor):
         self._connection.intake.done(action.packets, action.size)
 
     def _end(self, action: actions.End) -> None:
-        delay = self._refusal_delay(action)
-        if delay > 0:
-            # A refused CONNECT after earlier refusals from its address: its CONNACK waits.
-            last_words, self._out = b"".join(self._out), []
-            self._connection.close_later(delay, last_words)
+        refused_from = self._refused_from(action)
+        if refused_from is not None:
+            # A refused CONNECT: after earlier refusals from its address, its CONNACK waits.
+            self._close_refused(refused_from)
         else:
             self.after_drain()
             self._connection.close()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import gevent
@@ -156,9 +157,10 @@ class Connection:
         self.transport.close()
         self._stop()
 
-    def close_later(self, delay: float, last_words: bytes) -> None:
-        """Stop reading now; after `delay` seconds write `last_words` and close (the
-        CONNACK of a refused CONNECT, slowed down: `core.auth_failures`)."""
+    def close_after(self, last_words: bytes) -> Callable[[float], None]:
+        """Stop reading now; the answer, called with a delay, writes `last_words` and closes
+        that many seconds later (the CONNACK of a refused CONNECT, slowed down:
+        `core.auth_failures`; the delay may take a moment to count in a pool)."""
         self._stop()
         transport = self.transport
 
@@ -167,7 +169,13 @@ class Connection:
                 transport.write(last_words)
             transport.close()
 
-        gevent.spawn_later(delay, close)
+        def after(delay: float) -> None:
+            if delay > 0:
+                gevent.spawn_later(delay, close)
+            else:
+                close()
+
+        return after
 
     # ----- reading ----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from actors.rate_limited_log import RateLimitedLog
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
-from core.auth_failures import AuthFailureDelays
+from core.auth_failures import RefusalDelays
 from core.client import ClientInfo
 from core.rate_limit import RateLimits
 from router.fan_out import Route
@@ -52,7 +52,7 @@ class BrokerContext:
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     flow: FlowControl = field(init=False)  # set by Broker.__init__
-    auth_failures: AuthFailureDelays = field(init=False)  # set by Broker.__init__
+    auth_failures: RefusalDelays = field(init=False)  # set by Broker.__init__
     live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
     # Connected clients by client id: set when the session is attached, removed at the end.
     clients: dict[str, ConnectedClient] = field(default_factory=dict)

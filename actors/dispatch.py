@@ -82,6 +82,10 @@ class RemoteForwarder(Protocol):
         """Whether another worker wants `message` (it is then forwarded at `flush`)."""
         ...
 
+    def needs_store(self, topic: str) -> bool:
+        """Whether another worker has a persistent session subscribed to `topic`."""
+        ...
+
     def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
         """Forward `message` at `flush` to `worker`, for one of its members of the group."""
         ...
@@ -205,10 +209,16 @@ class Dispatcher:
 
     def needs_store(self, messages: list[Message]) -> bool:
         """Whether routing `messages` would store a QoS 1/2 delivery for a persistent session
-        (asked only while the store is failing: docs/overload.md)."""
+        on this worker or, in a pool, on another (asked only while the store is failing:
+        docs/overload.md)."""
         plan = self._fan_out_plans.plan
+        remote = self.remote
         return any(
-            message.qos and any(target.persistent for target in plan(message.topic))
+            message.qos
+            and (
+                any(target.persistent for target in plan(message.topic))
+                or (remote is not None and remote.needs_store(message.topic))
+            )
             for message in messages
         )
 

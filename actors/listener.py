@@ -21,7 +21,11 @@ itself would.
 
 With `max_connection_rate` (connections per second, a token bucket: `core.rate_limit`), a
 connection beyond the rate waits in the listen backlog: accepting stops until the bucket has
-a token again, and is logged at most once a second.
+a token again, and is logged at most once a second. In a pool of `workers` processes, which
+all accept on the one listening socket, each worker's bucket fills at its 1/`workers` part
+of the rate (and holds 1/`workers` of the burst): a worker whose bucket is empty stops
+accepting, so the kernel hands the waiting connections to the others, and the pool as a
+whole accepts at the configured rate (docs/pool.md).
 
 Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
 socket file made by `bind_unix`, removed again on close); what differs between them is in
@@ -85,11 +89,14 @@ class Listener(StreamServer):
         handle: Callable[[Any, Any], object],
         backlog: int | None,
         connection_rate: float = 0.0,
+        workers: int = 1,
     ) -> None:
         super().__init__(address, handle, backlog=backlog)
         self._log = RateLimitedLog(logger)
         self._pause = MIN_PAUSE
-        self._connection_rate = connection_rate  # per second; 0: unlimited
+        self._configured_rate = connection_rate  # the listener's, per second; 0: unlimited
+        self._workers = workers
+        self._connection_rate = connection_rate / workers  # this process's part of it
         self._bucket: TokenBucket | None = None  # made on the first accept (the loop's clock)
 
     def init_socket(self) -> None:
@@ -161,11 +168,13 @@ class Listener(StreamServer):
         wait = self._bucket.wait(1, now)
         if wait <= 0:
             return False
+        share = f", {self._connection_rate:g}/s on each of {self._workers} workers"
         self._log.note(
             "connection rate",
             1,
             f"listener {self._where()} is over max_connection_rate "
-            f"({self._connection_rate:g}/s): accepting waits {wait:.3f} s",
+            f"({self._configured_rate:g}/s{share if self._workers > 1 else ''}): "
+            f"accepting waits {wait:.3f} s",
             logging.INFO,
         )
         self.stop_accepting()

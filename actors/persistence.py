@@ -45,11 +45,33 @@ class Persistence:
         self._seqs = itertools.count(first_seq)
         self._worker, self._workers = 0, 1
         self.enabled = writer is not None
+        self._failing_at: set[int] = set()  # a pool's other workers whose commits fail
 
     @property
     def failing(self) -> bool:
-        """The store's commits are failing (disk full, I/O error): refuse new durable work."""
+        """The store's commits are failing (disk full, I/O error): refuse new durable work.
+        In a pool, the store is the pool's: any worker's failing commits count."""
+        return bool(self._failing_at) or self.failing_here
+
+    @property
+    def failing_here(self) -> bool:
+        """This process's store writer's commits are failing."""
         return self._writer is not None and self._writer.failing
+
+    def store_failing_at(self, worker: int, failing: bool) -> None:
+        """Pool: `worker` says its commits fail / succeed again (or it went away)."""
+        if failing == (worker in self._failing_at):
+            return
+        if failing:
+            self._failing_at.add(worker)
+            logger.warning(
+                "the store fails on worker %d: QoS 1/2 publishes to persistent sessions are "
+                "refused on every worker until that worker commits again",
+                worker,
+            )
+        else:
+            self._failing_at.discard(worker)
+            logger.info("the store works again on worker %d (or it is gone)", worker)
 
     def next_seq(self) -> int:
         return next(self._seqs)

@@ -22,6 +22,13 @@ state as this worker sees it:
   CONNECT never hangs on a dead worker. Flapping detection counts the CONNECTs of the ids
   homed here (`Connecting`, actors.pool_admission), and a claim for a banned id is
   answered `ClaimRefused`.
+- refused CONNECTs: the addresses homed here are counted here (`auth_failures`,
+  actors.pool_auth_failures), the others at their homes.
+- store faults: this worker's store writer's failing / recovering is broadcast
+  (`StoreFailing`), and the filters of its persistent sessions' subscriptions are
+  replicated like routes (`DurableRoutes`, the `durable` replica), so a publisher's worker
+  refuses durable publishes while any worker's commits fail, for persistent subscribers on
+  any worker (docs/overload.md).
 - operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
   admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
@@ -46,14 +53,20 @@ import gevent.event
 
 from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
+from actors.pool_auth_failures import PoolAuthFailures
 from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
 from actors.session_moves import SessionMoves
+from core.auth_failures import AuthFailureDelays
 from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
 from fabric.flow_control import Publishers, RemoteGates
 from fabric.frames import (
+    AuthFailed,
+    AuthFailing,
+    AuthFailures,
+    AuthSucceeded,
     BanLifted,
     BanSet,
     BansSnapshot,
@@ -62,6 +75,8 @@ from fabric.frames import (
     CommitSync,
     Committed,
     Connecting,
+    DurableRoutes,
+    DurableSnapshot,
     FlowHold,
     FlowRelease,
     Forward,
@@ -87,6 +102,7 @@ from fabric.frames import (
     Settled,
     SharesChanged,
     SharesSnapshot,
+    StoreFailing,
 )
 from fabric.outbox import ForwardOutbox
 from fabric.ownership import ClientIdArbiter, home_of
@@ -98,7 +114,14 @@ logger = logging.getLogger(__name__)
 
 # What the routes and share groups are made of: applied in order with the `RoutesSync`s.
 _RouteFrame = (
-    RoutesChanged | RoutesSnapshot | RoutesSync | RoutesSynced | SharesChanged | SharesSnapshot
+    RoutesChanged
+    | RoutesSnapshot
+    | RoutesSync
+    | RoutesSynced
+    | SharesChanged
+    | SharesSnapshot
+    | DurableRoutes
+    | DurableSnapshot
 )
 _ROUTE_FRAMES = (
     RoutesChanged,
@@ -107,6 +130,8 @@ _ROUTE_FRAMES = (
     RoutesSynced,
     SharesChanged,
     SharesSnapshot,
+    DurableRoutes,
+    DurableSnapshot,
 )
 CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
 HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
@@ -136,6 +161,10 @@ class PoolNode:
         self.remote = RemoteRoutes()
         self.share_announcer = ShareAnnouncer()
         self.shares = RemoteShares()
+        # The filters of persistent sessions' subscriptions, here and on the others: a
+        # publish matching one needs the store (refused while it fails, docs/overload.md).
+        self.durable_announcer = RouteAnnouncer()
+        self.durable = RemoteRoutes()
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
         self._outbox = ForwardOutbox()
@@ -156,7 +185,16 @@ class PoolNode:
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
-        self.ops = PoolOps(worker, workers, self.send, self._broadcast)
+        self.ops = PoolOps(worker, workers, self.send, self.broadcast)
+        overload = context.config.overload
+        self.auth_failures = PoolAuthFailures(
+            AuthFailureDelays(overload.auth_failure_delay, overload.max_auth_failure_delay),
+            worker,
+            workers,
+            gevent.spawn_later,
+        )
+        self.auth_failures.send = self.send
+        self.auth_failures.broadcast = self.broadcast
         self.moves = SessionMoves(self.send, self.when_routes_known, self._on_hand_over)
 
     # ----- routes -------------------------------------------------------------------------
@@ -178,6 +216,21 @@ class PoolNode:
             self._routes_flush_due = True
             self._loop.run_callback(self._flush_routes)
 
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None:
+        """A persistent session's route to `topic_filter` appeared / went (the router)."""
+        if added:
+            self.durable_announcer.subscribed(topic_filter)
+        else:
+            self.durable_announcer.unsubscribed(topic_filter)
+        if not self._routes_flush_due:
+            self._routes_flush_due = True
+            self._loop.run_callback(self._flush_routes)
+
+    def needs_store(self, topic: str) -> bool:
+        """Whether another worker has a persistent session subscribed to `topic` (asked only
+        while the store fails)."""
+        return bool(self.durable.workers_cached(topic))
+
     def when_routes_known(self, then: Callable[[], object]) -> None:
         """Call `then` once every linked worker has applied the route changes made so far
         (one `RoutesSync` round per loop turn, however many subscriptions wait on it)."""
@@ -194,6 +247,7 @@ class PoolNode:
         self._routes_flush_due = False
         change = self.announcer.changes()
         shares = self.share_announcer.changes()
+        durable = self.durable_announcer.changes()
         fabric = self.fabric
         if fabric is None:
             return
@@ -201,6 +255,8 @@ class PoolNode:
             fabric.broadcast(change)
         if shares is not None:
             fabric.broadcast(shares)
+        if durable is not None:
+            fabric.broadcast(DurableRoutes(durable.added, durable.removed))
         if self._waiting_for_sync:
             self._sync_token += 1
             waiting, self._waiting_for_sync = self._waiting_for_sync, []
@@ -421,6 +477,10 @@ class PoolNode:
         self._flush_routes()  # changes the others have not heard yet go out first
         self.fabric.send(worker, self.announcer.snapshot())
         self.fabric.send(worker, self.share_announcer.snapshot())
+        self.fabric.send(worker, DurableSnapshot(self.durable_announcer.snapshot().filters))
+        if self._context.persistence.failing_here:
+            self.fabric.send(worker, StoreFailing(1))
+        self.auth_failures.peer_up(worker)
         self.ops.peer_up(worker)  # bans: before `Owned`, which ends a starting peer's wait
         registry = self._context.registry
         owned = tuple(
@@ -443,10 +503,13 @@ class PoolNode:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
         self.remote.drop_worker(worker)
         self.shares.drop_worker(worker)
+        self.durable.drop_worker(worker)
+        self._context.persistence.store_failing_at(worker, False)
         self.publishers.peer_down(worker)  # a dead worker leaves no publisher paused
         self.remote_gates.peer_down(worker)
         self.owned_reported.discard(worker)
         self.ops.peer_down(worker)
+        self.auth_failures.peer_down(worker, self._loop.now())
         for token in list(self._syncs):
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
@@ -494,6 +557,8 @@ class PoolNode:
             self.ops.frame_received(worker, frame)
         elif isinstance(frame, MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded):
             self._on_move(worker, frame)
+        elif isinstance(frame, AuthFailed | AuthFailures | AuthFailing | AuthSucceeded):
+            self.auth_failures.frame_received(worker, frame, self._loop.now())
         else:
             self._on_client_ids(worker, frame)
 
@@ -512,6 +577,8 @@ class PoolNode:
                 result.set(None)
         elif isinstance(frame, Leaving):
             self._leaving.add(frame.worker)
+        elif isinstance(frame, StoreFailing):
+            self._context.persistence.store_failing_at(worker, bool(frame.failing))
         elif isinstance(frame, Owned):
             for client_id in frame.client_ids:
                 self.arbiter.adopt(client_id, frame.owner)
@@ -541,12 +608,16 @@ class PoolNode:
             self.shares.changed(worker, frame)
         elif isinstance(frame, SharesSnapshot):
             self.shares.replace(worker, frame)
+        elif isinstance(frame, DurableRoutes):
+            self.durable.changed(worker, RoutesChanged(frame.added, frame.removed))
+        elif isinstance(frame, DurableSnapshot):
+            self.durable.replace(worker, RoutesSnapshot(frame.filters))
         elif isinstance(frame, RoutesSync):
             self.send(worker, RoutesSynced(frame.token))
         else:
             self._synced(worker, frame.token)
 
-    def _broadcast(self, frame: Frame) -> None:
+    def broadcast(self, frame: Frame) -> None:
         if self.fabric is not None:
             self.fabric.broadcast(frame)
 

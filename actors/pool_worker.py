@@ -9,6 +9,8 @@ It is the single-process `Broker` with the pool's parts put in (docs/pool.md):
   owns, and announces their routes;
 - the dispatcher forwards to the other workers through the `PoolNode`, the router reports
   route changes to it, and the `PoolRegistry` claims every client id from its home;
+- refused CONNECTs are counted at their address's home worker (`actors.pool_auth_failures`),
+  so their delays grow pool-wide;
 - worker 0 serves the admin HTTP API on the socket the supervisor bound (`--http-fd`) and
   keeps `bans.json`; every worker answers its part of the API's tables and figures and
   holds every ban (`actors.pool_ops`);
@@ -41,10 +43,13 @@ from actors.pool_node import PoolNode
 from actors.pool_registry import PoolRegistry
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
+from actors.supervisor import STOP_TIMEOUT
 from admin.tables import local_rows
 from core.move_in import insert_qos0
+from fabric.frames import StoreFailing
 from fabric.ownership import home_of
 from router.fan_out import Route
+from router.shared import is_shared
 from store import SQLITE_FILE_NAME, ProcessStore
 from store.base import Snapshot, Store, StoredSession, StoreError
 
@@ -53,6 +58,7 @@ logger = logging.getLogger(__name__)
 LINK_WAIT = 3.0  # seconds a starting worker waits to hear every other worker's ownerships
 MESSAGE_ID_SPACE = 1 << 40  # each worker's message ids: [worker << 40, (worker + 1) << 40)
 STORE_SOCKET = "store.sock"
+STOP_MARGIN = 0.5  # seconds kept between the last commits' wait and the supervisor's kill
 ROUTES_TIMEOUT = 5.0  # seconds a resumed session waits for its routes to be known pool-wide
 
 
@@ -78,6 +84,7 @@ class PoolBroker(Broker):
         self.route_replica = self.node
         self.ops = self.node.ops
         self.ops.answer = partial(local_rows, self)
+        self.context.auth_failures = self.node.auth_failures
         self._store: ProcessStore | None = None
 
     # ----- Broker's start-up steps, pool flavoured ----------------------------------------
@@ -98,6 +105,11 @@ class PoolBroker(Broker):
             m.message_id for m in snapshot.retained if low <= m.message_id < low + MESSAGE_ID_SPACE
         ]
         core.message.skip_message_ids(max(mine, default=low))
+        if self.store_writer is not None:  # the pool's store: every worker hears its faults
+            node = self.node
+            self.store_writer.on_failing = lambda failing: node.broadcast(
+                StoreFailing(int(failing))
+            )
         return snapshot
 
     def _restore_sessions(self, snapshot: Snapshot) -> dict[str, Any]:
@@ -138,6 +150,8 @@ class PoolBroker(Broker):
             node.arbiter.adopt(client_id, self.worker_id)
             for topic_filter in homed[client_id].meta.subscriptions:
                 node.route_changed(topic_filter, True)  # a share group's member too
+                if not is_shared(topic_filter):
+                    node.durable_route_changed(topic_filter, True)
         node.rehost = self._rehost
         return sessions
 
@@ -173,6 +187,13 @@ class PoolBroker(Broker):
             os.write(self._ready_fd, bytes((self.worker_id % 256,)))
             os.close(self._ready_fd)
             self._ready_fd = None
+
+    def _store_close_timeout(self, stop_started: float) -> float:
+        """The supervisor kills a worker `STOP_TIMEOUT` seconds after its SIGTERM: the last
+        commits get what is left of that, less a margin, so that a worker whose commits
+        keep failing (a full disk) says so and exits 1 instead of being killed."""
+        left = STOP_TIMEOUT - STOP_MARGIN - (time.monotonic() - stop_started)
+        return max(left, STOP_MARGIN)
 
     def stop(self, timeout: float = 3.0) -> None:
         # Going down: no re-hosting of the sessions of workers that leave meanwhile (the

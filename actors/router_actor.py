@@ -36,6 +36,11 @@ class RouteReplication(Protocol):
         joined / left its group)."""
         ...
 
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None:
+        """A persistent session's route to `topic_filter` (not a `$share/...` one) is new /
+        gone: a publish matching it needs the store (refused while the store fails)."""
+        ...
+
     def when_routes_known(self, then: Callable[[], object]) -> None: ...
 
 
@@ -73,23 +78,11 @@ class RouterActor(GeventActor):
         if isinstance(message, Sync):
             return  # the mailbox is FIFO: every change told before is applied
         if isinstance(message, AddRoutes):
-            replica = self._replica
             for topic_filter, route in message.routes:
-                added = add_route(
-                    self._table,
-                    self._shares,
-                    topic_filter,
-                    message.client_id,
-                    route,
-                    worker=self._worker,
-                )
-                if added and replica is not None:
-                    replica.route_changed(topic_filter, True)
+                self._add(topic_filter, message.client_id, route)
         elif isinstance(message, RemoveRoutes):
             for topic_filter in message.topic_filters:
-                removed = self._remove(topic_filter, message.client_id, message.session)
-                if removed and self._replica is not None:
-                    self._replica.route_changed(topic_filter, False)
+                self._remove(topic_filter, message.client_id, message.session)
         else:
             logger.warning("router: unexpected message %r", message)
             return
@@ -102,16 +95,41 @@ class RouterActor(GeventActor):
             else:
                 tell_if_alive(message.reply_to, RoutesChanged(message.token))
 
-    def _remove(self, topic_filter: str, client_id: str, session: Any) -> bool:
+    def _add(self, topic_filter: str, client_id: str, route: Any) -> None:
+        """Add the route; tell the replica of a new route, and of a persistent session's
+        route that appears (or replaces a clean session's, or the other way round)."""
+        replica = self._replica
+        previous = None if is_shared(topic_filter) else self._table.subscribers(topic_filter)
+        was_durable = previous is not None and _durable(previous.get(client_id))
+        added = add_route(
+            self._table, self._shares, topic_filter, client_id, route, worker=self._worker
+        )
+        if replica is None:
+            return
+        if added:
+            replica.route_changed(topic_filter, True)
+        if previous is not None and _durable(route) != was_durable:
+            replica.durable_route_changed(topic_filter, not was_durable)
+
+    def _remove(self, topic_filter: str, client_id: str, session: Any) -> None:
         """Remove the route (or group membership) only if it still points at `session` (not a
-        newer one's); True if it went."""
+        newer one's), and tell the replica."""
+        replica = self._replica
         if is_shared(topic_filter):
             current = self._shares.member_route(topic_filter, client_id)
-            if current is not None and current.session is session:
-                return self._shares.remove(topic_filter, client_id)
-            return False
+            removed = current is not None and current.session is session
+            if removed and self._shares.remove(topic_filter, client_id) and replica is not None:
+                replica.route_changed(topic_filter, False)
+            return
         current = self._table.subscribers(topic_filter).get(client_id)
         if current is not None and current.session is session:
             self._table.remove(topic_filter, client_id)
-            return True
-        return False
+            if replica is not None:
+                replica.route_changed(topic_filter, False)
+                if _durable(current):
+                    replica.durable_route_changed(topic_filter, False)
+
+
+def _durable(route: Any) -> bool:
+    """Whether `route` (a `router.fan_out.Route`, or None) is a persistent session's."""
+    return route is not None and bool(route.persistent)

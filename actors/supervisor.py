@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 FAST_DEATH = 2.0  # seconds: a worker dying sooner after its start is restarted after a delay
 FIRST_BACKOFF, MAX_BACKOFF = 0.2, 5.0
+STOP_TIMEOUT = 5.0  # seconds the workers have to end after SIGTERM before they are killed
 POLL_INTERVAL = 0.05
 _PR_SET_PDEATHSIG = 1
 
@@ -54,7 +55,7 @@ class Supervisor:
         workers: int,
         *,
         pass_fds: Sequence[int] = (),
-        stop_timeout: float = 5.0,
+        stop_timeout: float = STOP_TIMEOUT,
         fatal_status: int | None = None,
     ) -> None:
         self._command = command

@@ -367,6 +367,68 @@ class MoveEnded:
     client_id: str
 
 
+# ----- refused CONNECTs and the store's state, pool-wide (docs/pool.md) -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailed:
+    """To the home of `address` (`fabric.ownership.home_of` of the IP address): a CONNECT
+    from it was refused on the sender; answer `AuthFailures(token, count)`."""
+
+    token: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailures:
+    """The home's answer to `AuthFailed(token, ...)`: the address's refusals counted so far,
+    this one included (the sender's CONNACK waits the delay of that count)."""
+
+    token: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailing:
+    """From the home of `address`, to every worker: its first refusal was counted; an
+    accepted CONNECT from it on any worker is told to the home (`AuthSucceeded`)."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSucceeded:
+    """To the home of `address`: a CONNECT from it was accepted; its count starts over."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFailing:
+    """The sender's store writer's commits fail (1) / succeed again (0); to every worker,
+    and to a worker whose link comes up while they fail. While any worker's fail, every
+    worker refuses durable publishes (docs/overload.md, "Store faults")."""
+
+    failing: int
+
+
+@dataclass(frozen=True, slots=True)
+class DurableRoutes:
+    """Filters the sender now has persistent sessions' subscriptions to, and filters it no
+    longer has: a publish they match needs the store (refused while it fails)."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSnapshot:
+    """After `Hello`, beside `RoutesSnapshot`: every filter the sender has persistent
+    sessions' subscriptions to, replacing what the peer knew."""
+
+    filters: tuple[str, ...]
+
+
 Frame = (
     Hello
     | RoutesChanged
@@ -401,6 +463,13 @@ Frame = (
     | MoveEnded
     | Connecting
     | ClaimRefused
+    | AuthFailed
+    | AuthFailures
+    | AuthFailing
+    | AuthSucceeded
+    | StoreFailing
+    | DurableRoutes
+    | DurableSnapshot
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -443,6 +512,14 @@ _KINDS: dict[type[Any], int] = {
     # 100-109: flapping detection across the pool.
     Connecting: 100,
     ClaimRefused: 101,
+    # 110-119: refused-CONNECT delays and the store's state across the pool.
+    AuthFailed: 110,
+    AuthFailures: 111,
+    AuthFailing: 112,
+    AuthSucceeded: 113,
+    StoreFailing: 114,
+    DurableRoutes: 115,
+    DurableSnapshot: 116,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)

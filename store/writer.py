@@ -21,7 +21,7 @@ A failed commit is logged (naming the store and the failure) and retried with ex
 backoff, the batch unchanged, until it succeeds; no callback of the batch runs before that.
 Meanwhile `failing` is True, so the broker refuses new work that needs the store (a full
 disk, an I/O error: docs/overload.md); the first commit that succeeds again clears it and
-is logged.
+is logged. `on_failing` hears each change of `failing` (a pool worker tells the others).
 Callbacks must not block (tell an actor, write to a socket buffer); one that raises is
 logged and skipped. The store belongs to the writer once it is started: nobody else may call
 it, and `close()` closes it.
@@ -76,6 +76,8 @@ class StoreWriter:
         self._commit_now = gevent.event.Event()
         self._closing = False
         self.failing = False  # the last commit attempt failed
+        # Told when `failing` changes (a pool tells the other workers: docs/pool.md).
+        self.on_failing: Callable[[bool], object] | None = None
         self.transactions = 0  # commits made, for statistics and tests
         self.committed_ops = 0
         self.commit_latency = LatencyHistogram()  # seconds per successful commit (metrics)
@@ -190,7 +192,7 @@ class StoreWriter:
             try:
                 self._store.apply(ops)
             except Exception as error:  # StoreError, or a bug: either way, retry and say so
-                self.failing = True
+                self._set_failing(True)
                 logger.error(
                     "store %r: commit of %d operations failed (attempt %d), retrying in %.2f s: %s",
                     self._store,
@@ -207,7 +209,7 @@ class StoreWriter:
             self.transactions += 1
             self.committed_ops += len(ops)
             if self.failing:
-                self.failing = False
+                self._set_failing(False)
                 logger.warning(
                     "store %r: commits succeed again after %d failed attempts: QoS 1/2 "
                     "publishes to persistent sessions are accepted again",
@@ -215,6 +217,13 @@ class StoreWriter:
                     attempt - 1,
                 )
             return
+
+    def _set_failing(self, failing: bool) -> None:
+        if failing == self.failing:
+            return
+        self.failing = failing
+        if self.on_failing is not None:
+            self._run_callback(lambda: self.on_failing and self.on_failing(failing))
 
     def _run_callback(self, on_commit: Callback) -> None:
         try:

@@ -66,11 +66,6 @@ def test_a_plugin_sets_the_rate_of_chosen_clients(
     free.close()
 
 
-@pytest.mark.pool_gap(
-    "max_connection_rate is applied by each worker to the connections it accepts: a pool "
-    "of N accepts up to N times the rate, and the burst N times (a pool-wide rate is not "
-    "built)"
-)
 def test_a_listener_connection_rate_makes_accepting_wait(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
@@ -98,11 +93,6 @@ def test_a_listener_connection_rate_makes_accepting_wait(
         client.close()
 
 
-@pytest.mark.pool_gap(
-    "refused-CONNECT delays are kept per worker: one address's failures spread over the "
-    "workers, so each worker's delay for it grows more slowly than this test expects "
-    "(pool-wide counting is not built)"
-)
 def test_refused_connects_from_one_address_wait_longer_and_longer(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:

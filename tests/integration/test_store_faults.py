@@ -12,17 +12,42 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
 
-from mqtt.packets import PubAck, Publish, PubRec
+from mqtt.packets import Disconnect, PubAck, Publish, PubRec
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, connect_raw, unique
+from tests.support.raw_client import RawClient
+from tests.support.workers import connections_of
 
 DISK_BYTES = 8 * 1024 * 1024
 PAYLOAD = bytes(64 * 1024)
+
+
+def connect_on(
+    broker: BrokerProcess, prefix: str, worker: int, workers: int, **kwargs: Any
+) -> RawClient:
+    """A client connected to `worker` (with one process: at once). Each try has a client id
+    of its own: a session that ended on a worker whose commits fail releases its id only
+    once they succeed (docs/pool.md, "Store faults across the pool")."""
+    for _ in range(40):
+        client_id = unique(prefix)
+        client = connect_raw(broker, client_id, **kwargs)
+        if workers == 1:
+            return client
+        deadline = time.monotonic() + 5
+        while not connections_of(broker, client_id):
+            assert time.monotonic() < deadline, f"no worker logged {client_id!r} connected"
+            time.sleep(0.01)
+        if connections_of(broker, client_id) == [worker]:
+            return client
+        client.send(Disconnect())
+        client.close()
+    raise AssertionError(f"40 connections missed worker {worker}")
 
 
 @pytest.fixture
@@ -55,15 +80,8 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-@pytest.mark.pool_gap(
-    "store faults are seen per worker: the publisher's worker refuses (0x97) only when its "
-    "own store writer fails and its own subscribers need the store; with the persistent "
-    "subscriber on the other worker it writes nothing, never refuses, and its PUBACKs wait "
-    "for that worker's commit, which waits for the disk (a pool-wide store state is not "
-    "built)"
-)
 def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
-    broker_factory: Callable[..., BrokerProcess], small_disk: Path
+    broker_factory: Callable[..., BrokerProcess], small_disk: Path, workers: int
 ) -> None:
     broker = broker_factory(None, "--data-dir", str(small_disk), "--store", "sqlite")
     kept_topic, free_topic = unique("kept"), unique("free")
@@ -73,9 +91,13 @@ def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
     keeper.close()  # offline: its QoS 1 messages must be stored
     free = PahoCollector(broker, unique("free-sub"))
     assert free.subscribe(free_topic, 1)[0].value == 1
+    # In a pool the publishers are on another worker than the persistent session, which
+    # stays (offline) on the worker it connected to: the store fails there, and the
+    # publishers' worker, which writes nothing, must refuse all the same.
+    elsewhere = 1 - connections_of(broker, keeper_id)[-1] if workers > 1 else 0
 
     filler = fill(small_disk)
-    v5 = connect_raw(broker, unique("pub5"), version=5)
+    v5 = connect_on(broker, "pub5", elsewhere, workers, version=5)
     answers: dict[int, int] = {}
     packet_id = 0
     deadline = time.monotonic() + 20
@@ -97,7 +119,7 @@ def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
     pubrec = v5.expect(timeout=5)
     assert isinstance(pubrec, PubRec) and pubrec.reason_code == 0x97, pubrec
     # A 3.1.1 client has no reason code: it is disconnected.
-    v4 = connect_raw(broker, unique("pub4"))
+    v4 = connect_on(broker, "pub4", elsewhere, workers)
     v4.send(Publish(kept_topic, b"durable?", qos=1, packet_id=1))
     assert v4.is_closed_by_broker(timeout=5)
     # Everything else goes on: QoS 1 to a clean subscriber, and new connections.
@@ -130,3 +152,26 @@ def test_a_full_disk_refuses_durable_publishes_serves_the_rest_and_recovers(
     assert broker.stop() == 0
     assert "Traceback" not in broker.log()
     assert paho.MQTT_ERR_SUCCESS == 0  # paho's constant the helpers rely on
+
+
+def test_a_pool_worker_whose_commits_fail_at_shutdown_exits_before_it_is_killed(
+    broker_factory: Callable[..., BrokerProcess], small_disk: Path, workers: int
+) -> None:
+    if workers == 1:
+        pytest.skip("the supervisor's kill 5 s after SIGTERM is a pool's (one process waits 30 s)")
+    broker = broker_factory(None, "--data-dir", str(small_disk), "--store", "sqlite")
+    topic, keeper_id = unique("kept"), unique("keeper")
+    keeper = PahoCollector(broker, keeper_id, clean_session=False)
+    assert keeper.subscribe(topic, 1)[0].value == 1
+    keeper.close()
+    fill(small_disk)
+    publisher = connect_raw(broker, unique("pub"), version=5)
+    publisher.send(Publish(topic, PAYLOAD, qos=1, packet_id=1))
+    wait_for_log(broker, "commit of", timeout=10)  # its commit fails, and is retried
+    started = time.monotonic()
+    assert broker.stop(timeout=10) != 0
+    assert time.monotonic() - started < 5.0
+    log = broker.log()
+    assert "could not commit the last changes to the store" in log
+    assert "killed" not in log
+    publisher.close()

@@ -18,11 +18,17 @@ from core.session_state import Delivery
 from core.share_origin import ShareOrigin
 from fabric.frames import (
     FLOW_REASONS,
+    AuthFailed,
+    AuthFailing,
+    AuthFailures,
+    AuthSucceeded,
     Claim,
     ClaimRefused,
     CommitSync,
     Committed,
     Connecting,
+    DurableRoutes,
+    DurableSnapshot,
     FlowHold,
     FlowRelease,
     Forward,
@@ -50,6 +56,7 @@ from fabric.frames import (
     ShareMark,
     SharesChanged,
     SharesSnapshot,
+    StoreFailing,
     encode_frame,
 )
 from mqtt.encoder import encode_publish
@@ -166,6 +173,13 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(MovedDeliveries, client_ids, delivery_batches),
     st.builds(MoveRoutesKnown, client_ids),
     st.builds(MoveEnded, client_ids),
+    st.builds(AuthFailed, st.integers(0, 2**40), texts),
+    st.builds(AuthFailures, st.integers(0, 2**40), st.integers(0, 2**40)),
+    st.builds(AuthFailing, texts),
+    st.builds(AuthSucceeded, texts),
+    st.builds(StoreFailing, st.sampled_from([0, 1])),
+    st.builds(DurableRoutes, filter_sets, filter_sets),
+    st.builds(DurableSnapshot, filter_sets),
 )
 
 
