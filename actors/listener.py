@@ -21,11 +21,11 @@ itself would.
 
 With `max_connection_rate` (connections per second, a token bucket: `core.rate_limit`), a
 connection beyond the rate waits in the listen backlog: accepting stops until the bucket has
-a token again, and is logged at most once a second. In a pool of `workers` processes, which
-all accept on the one listening socket, each worker's bucket fills at its 1/`workers` part
-of the rate (and holds 1/`workers` of the burst): a worker whose bucket is empty stops
-accepting, so the kernel hands the waiting connections to the others, and the pool as a
-whole accepts at the configured rate (docs/pool.md).
+a token again, and is logged at most once a second. In a pool of `workers` processes, each
+accepting on its own SO_REUSEPORT socket to which the kernel hashes about 1/`workers` of the
+connections, each worker's bucket fills at its 1/`workers` part of the rate (and holds
+1/`workers` of the burst), so the pool as a whole accepts at about the configured rate
+(docs/pool.md).
 
 Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
 socket file made by `bind_unix`, removed again on close); what differs between them is in
