@@ -62,7 +62,7 @@ class ClientActor(GeventActor):
     ) -> None:
         super().__init__()
         self._endpoint = endpoint  # the listener it came in on: counts its connections
-        endpoint.connections += 1
+        endpoint.opened()
         self._connection = connection
         self._transport = connection.transport
         self._context = context
@@ -293,7 +293,7 @@ class ClientActor(GeventActor):
             self._connection.close()
         self._connection.intake.close()
         self._context.live_clients.discard(self.actor_ref)
-        self._endpoint.connections -= 1
+        self._endpoint.closed()
         session = self._session
         client = self._channel.client
         if session is None and client is not None:
@@ -387,13 +387,16 @@ def _set_up(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     else:
         peer = f"unix:{sock.fileno()}"  # a unix socket's clients have no address
-    limit = endpoint.config.max_connections
-    if endpoint.connections >= limit:
+    if endpoint.full:
+        elsewhere = endpoint.elsewhere
         logger.warning(
-            "refusing connection from %s: max_connections (%d) of listener %s reached",
+            "refusing connection from %s: max_connections (%d) of listener %s reached%s",
             peer,
-            limit,
+            endpoint.config.max_connections,
             endpoint.name,
+            f" ({endpoint.connections} here, {elsewhere} on the other workers)"
+            if elsewhere
+            else "",
         )
         sock.close()
         return

@@ -2,7 +2,8 @@
 
 An `Endpoint` is the sans-I/O half of a listener (the socket half is `actors.listener`): it
 makes a fresh layer stack per connection (None for tcp and unix: plain bytes, no cost), counts
-its open connections against its own `max_connections`, and says whether the client
+its open connections against its own `max_connections` (in a pool with the other workers'
+last reported counts, `elsewhere`: `actors.pool_connection_counts`), and says whether the client
 certificate's CN replaces the CONNECT's user name. A tls or wss endpoint holds its
 `ssl.SSLContext`; `reload` (SIGHUP) builds a new one from the files for new connections and
 keeps the old one if the new files are unusable (mosquitto#2038: a certificate renewal must
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 
 from actors.config import ListenerConfig
 from actors.stream_layers import LayerStack, StreamLayer
@@ -26,19 +28,36 @@ logger = logging.getLogger(__name__)
 class Endpoint:
     """One listener's per-connection settings; see the module docstring."""
 
-    __slots__ = ("_ssl_context", "config", "connections", "name")
+    __slots__ = ("_ssl_context", "config", "connections", "elsewhere", "name", "on_count_changed")
 
     def __init__(self, config: ListenerConfig) -> None:
         """Raises TlsSetupError if a tls/wss listener's files are unusable."""
         self.config = config
         self.name = config.describe()  # the broker sets the bound address once listening
-        self.connections = 0  # open connections, against config.max_connections
+        self.connections = 0  # open connections here, against config.max_connections
+        self.elsewhere = 0  # a pool's: the other workers' open connections on this listener
+        self.on_count_changed: Callable[[Endpoint], None] | None = None  # a pool's report
         self._ssl_context: ssl.SSLContext | None = None
         if config.is_tls:
             try:
                 self._ssl_context = server_context(config)
             except TlsSetupError as error:
                 raise TlsSetupError(f"listener {self.name}: {error}") from error
+
+    @property
+    def full(self) -> bool:
+        """Whether a new connection would pass `max_connections` (pool-wide in a pool)."""
+        return self.connections + self.elsewhere >= self.config.max_connections
+
+    def opened(self) -> None:
+        self.connections += 1
+        if self.on_count_changed is not None:
+            self.on_count_changed(self)
+
+    def closed(self) -> None:
+        self.connections -= 1
+        if self.on_count_changed is not None:
+            self.on_count_changed(self)
 
     @property
     def use_identity_as_username(self) -> bool:

@@ -57,8 +57,17 @@ def socket_path(run_dir: Path, worker: int) -> Path:
 class PeerLink:
     """One stream socket to one peer: frames out, batched per loop turn; frames in."""
 
-    __slots__ = ("_decoder", "_loop", "_on_frames", "_on_lost", "_out", "_reader", "_sock",
-                 "transport", "worker")
+    __slots__ = (
+        "_decoder",
+        "_loop",
+        "_on_frames",
+        "_on_lost",
+        "_out",
+        "_reader",
+        "_sock",
+        "transport",
+        "worker",
+    )
 
     def __init__(
         self,

@@ -29,6 +29,9 @@ state as this worker sees it:
   replicated like routes (`DurableRoutes`, the `durable` replica), so a publisher's worker
   refuses durable publishes while any worker's commits fail, for persistent subscribers on
   any worker (docs/overload.md).
+- connections: each listener's open connections here are reported to the others
+  (`ListenerCounts`, `connection_counts`: actors.pool_connection_counts), so a listener's
+  `max_connections` holds pool-wide.
 - operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
   admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
@@ -54,6 +57,7 @@ import gevent.event
 from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
 from actors.pool_auth_failures import PoolAuthFailures
+from actors.pool_connection_counts import PoolConnectionCounts
 from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
 from actors.session_moves import SessionMoves
@@ -86,6 +90,7 @@ from fabric.frames import (
     HandedOver,
     HandOver,
     Leaving,
+    ListenerCounts,
     MovedDeliveries,
     MoveEnded,
     MoveRoutesKnown,
@@ -185,6 +190,9 @@ class PoolNode:
         self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
+        # The listeners' counts against pool-wide max_connections (the pool worker gives it
+        # the listeners once they exist).
+        self.connection_counts = PoolConnectionCounts(self._loop, self.broadcast, self.send)
         self.ops = PoolOps(worker, workers, self.send, self.broadcast)
         overload = context.config.overload
         self.auth_failures = PoolAuthFailures(
@@ -481,6 +489,7 @@ class PoolNode:
         if self._context.persistence.failing_here:
             self.fabric.send(worker, StoreFailing(1))
         self.auth_failures.peer_up(worker)
+        self.connection_counts.peer_up(worker)
         self.ops.peer_up(worker)  # bans: before `Owned`, which ends a starting peer's wait
         registry = self._context.registry
         owned = tuple(
@@ -510,6 +519,7 @@ class PoolNode:
         self.owned_reported.discard(worker)
         self.ops.peer_down(worker)
         self.auth_failures.peer_down(worker, self._loop.now())
+        self.connection_counts.peer_down(worker)
         for token in list(self._syncs):
             self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
@@ -557,10 +567,22 @@ class PoolNode:
             self.ops.frame_received(worker, frame)
         elif isinstance(frame, MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded):
             self._on_move(worker, frame)
-        elif isinstance(frame, AuthFailed | AuthFailures | AuthFailing | AuthSucceeded):
-            self.auth_failures.frame_received(worker, frame, self._loop.now())
+        elif isinstance(
+            frame, AuthFailed | AuthFailures | AuthFailing | AuthSucceeded | ListenerCounts
+        ):
+            self._on_limits(worker, frame)
         else:
             self._on_client_ids(worker, frame)
+
+    def _on_limits(
+        self,
+        worker: int,
+        frame: AuthFailed | AuthFailures | AuthFailing | AuthSucceeded | ListenerCounts,
+    ) -> None:
+        if isinstance(frame, ListenerCounts):
+            self.connection_counts.received(worker, frame)
+        else:
+            self.auth_failures.frame_received(worker, frame, self._loop.now())
 
     def _on_client_ids(self, worker: int, frame: Frame) -> None:
         if isinstance(frame, Granted):

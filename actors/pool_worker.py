@@ -124,6 +124,7 @@ class PoolBroker(Broker):
         admission.replica = node.ops
         assert isinstance(admission, PoolAdmission)
         admission.send = node.send  # flapping: CONNECTs are counted at their id's home
+        node.connection_counts.watch(self.endpoints)
         node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
         node.fabric.start()
         others = set(range(self.workers)) - {self.worker_id}

@@ -413,6 +413,20 @@ class StoreFailing:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerCounts:
+    """The sender's open connections on each listener, in configuration order: sent when
+    they change (coalesced, `fabric.connection_counts`) and to a worker whose link comes up.
+    A worker refuses a connection when its own and the others' last counts reach the
+    listener's `max_connections`."""
+
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if any(count < 0 for count in self.counts):
+            raise ValueError(f"negative connection counts {self.counts!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class DurableRoutes:
     """Filters the sender now has persistent sessions' subscriptions to, and filters it no
     longer has: a publish they match needs the store (refused while it fails)."""
@@ -470,6 +484,7 @@ Frame = (
     | StoreFailing
     | DurableRoutes
     | DurableSnapshot
+    | ListenerCounts
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -520,6 +535,8 @@ _KINDS: dict[type[Any], int] = {
     StoreFailing: 114,
     DurableRoutes: 115,
     DurableSnapshot: 116,
+    # 120-129: listeners' connection counts across the pool.
+    ListenerCounts: 120,
 }
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)

@@ -143,10 +143,6 @@ def test_custom_path_and_allowed_origin(ws_broker: BrokerProcess) -> None:
     custom.close()
 
 
-@pytest.mark.pool_gap(
-    "max_connections is counted by each worker for its own connections: a pool of N takes "
-    "up to N times it per listener; a pool-wide count is not built"
-)
 def test_max_connections_of_one_listener(ws_broker: BrokerProcess) -> None:
     port = listener_port(ws_broker, "ws", 2)
     first = websocket_client(ws_broker, port)

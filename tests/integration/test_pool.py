@@ -331,6 +331,49 @@ def test_a_second_pool_on_the_same_port_refuses_to_start(
     client.close()
 
 
+def test_a_listeners_max_connections_holds_for_the_whole_pool(tmp_path: Path) -> None:
+    """Each worker adds the others' reported counts to its own (`ListenerCounts`): 6 open
+    connections over both workers fill a listener of 6, and closing 2 makes room for 2."""
+    broker = start_broker(
+        tmp_path, "[[listeners]]\nport = 0\nmax_connections = 6\n", ("--workers", "2")
+    )
+    try:
+        for _attempt in range(5):  # until the kernel put some on each worker
+            ids = [unique("counted") for _ in range(6)]
+            held = [connect_raw(broker, client_id) for client_id in ids]
+            if {worker_of(broker, client_id) for client_id in ids} == {0, 1}:
+                break
+            for client in held:
+                client.close()
+            time.sleep(0.3)  # the closes reach both workers' counts
+        else:
+            raise AssertionError("5 times 6 connections all landed on one worker")
+        for _ in range(6):  # whichever worker the kernel picks refuses it
+            refused = RawClient(broker.host, broker.port)
+            refused.send(Connect(client_id=unique("over")))
+            assert refused.is_closed_by_broker(), "a 7th connection was served"
+            refused.close()
+        wait_for_log(broker, "max_connections (6) of listener tcp")
+        for client in held[:2]:
+            client.close()
+        deadline = time.monotonic() + 5
+        accepted = 0
+        while accepted < 2:  # once both workers have heard of the closed ones
+            assert time.monotonic() < deadline, "no room after 2 connections closed"
+            client = RawClient(broker.host, broker.port)
+            client.send(Connect(client_id=unique("room")))
+            if client.is_closed_by_broker(timeout=0.3):
+                client.close()
+                time.sleep(0.05)
+                continue
+            held.append(client)
+            accepted += 1
+        for client in held[2:]:
+            client.close()
+    finally:
+        assert broker.stop(timeout=10) == 0, broker.log()
+
+
 def test_killed_supervisor_takes_its_workers_and_store_down(tmp_path: Path) -> None:
     broker = start_broker(tmp_path, None, ("--workers", "2"))
     children = _children(broker.process.pid)
