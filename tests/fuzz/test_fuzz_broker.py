@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 FUZZ_SECONDS = float(os.environ.get("FUZZ_SECONDS", "60"))
 CLIENT_IDS = 50  # fuzz sessions reuse these ids, so persistent ones stay few
 MAX_SILENT = 100  # connections held open after a partial packet
+SESSION_READ_LIMIT = 1.0  # seconds a fuzz session reads the broker's answers at the most
 CONFIG = """
 [limits]
 connect_timeout = 2.0
@@ -165,7 +166,11 @@ def _send(broker: BrokerProcess, session: FuzzSession) -> socket.socket | None:
         if session.ending == "silence":
             return sock
         sock.settimeout(0.05)
-        while sock.recv(65536):  # whatever the broker answers, until it closes or is quiet
+        # Whatever the broker answers, until it closes or is quiet, for at most
+        # SESSION_READ_LIMIT: a session that subscribed to a filter the good clients' topic
+        # matches ('#', say) receives a message every ~20 ms and is never quiet for 50 ms.
+        until = time.monotonic() + SESSION_READ_LIMIT
+        while sock.recv(65536) and time.monotonic() < until:
             pass
     except OSError:
         pass  # reset or timed out: both are answers
