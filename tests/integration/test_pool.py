@@ -348,10 +348,13 @@ def test_a_listeners_max_connections_holds_for_the_whole_pool(tmp_path: Path) ->
             time.sleep(0.3)  # the closes reach both workers' counts
         else:
             raise AssertionError("5 times 6 connections all landed on one worker")
+        # The limit is pool-wide once the last count has crossed the fabric (docs/pool.md,
+        # "Limits in a pool"): a connection accepted within that hop may pass it.
+        time.sleep(0.2)
         for _ in range(6):  # whichever worker the kernel picks refuses it
             refused = RawClient(broker.host, broker.port)
             refused.send(Connect(client_id=unique("over")))
-            assert refused.is_closed_by_broker(), "a 7th connection was served"
+            assert refused.is_closed_by_broker(), f"a 7th connection was served:\n{broker.log()}"
             refused.close()
         wait_for_log(broker, "max_connections (6) of listener tcp")
         for client in held[:2]:
