@@ -220,9 +220,7 @@ class PoolNode:
             self.announcer.subscribed(topic_filter)
         else:
             self.announcer.unsubscribed(topic_filter)
-        if not self._routes_flush_due:
-            self._routes_flush_due = True
-            self._loop.run_callback(self._flush_routes)
+        self._flush_routes_soon()
 
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
         """A persistent session's route to `topic_filter` appeared / went (the router)."""
@@ -230,6 +228,10 @@ class PoolNode:
             self.durable_announcer.subscribed(topic_filter)
         else:
             self.durable_announcer.unsubscribed(topic_filter)
+        self._flush_routes_soon()
+
+    def _flush_routes_soon(self) -> None:
+        """Announce the route changes of this loop turn at its end, in one flush."""
         if not self._routes_flush_due:
             self._routes_flush_due = True
             self._loop.run_callback(self._flush_routes)
@@ -247,9 +249,7 @@ class PoolNode:
             then()
             return
         self._waiting_for_sync.append(then)
-        if not self._routes_flush_due:
-            self._routes_flush_due = True
-            self._loop.run_callback(self._flush_routes)
+        self._flush_routes_soon()
 
     def _flush_routes(self) -> None:
         self._routes_flush_due = False
