@@ -21,7 +21,8 @@ in CONNACK 0x00 (AUTH 0x00 after `reauthenticate`) is checked before paho sees t
 broker has not proved that it holds the user's ServerKey: the client does not trust the
 connection: `on_connect` is not called, `scram_error` and `on_scram_result` get the
 ScramError, an ERROR line is logged and the client sends DISCONNECT 0x80 (with a Reason
-String) and does not reconnect. A refusal by the broker reaches paho's callbacks as usual
+String) and does not reconnect (paho's `on_disconnect` follows, reporting 0x00 as for any
+disconnection the client asked for). A refusal by the broker reaches paho's callbacks as usual
 (CONNACK 0x86 in `on_connect`, DISCONNECT 0x87 after a failed re-authentication in
 `on_disconnect`); an AUTH out of turn is a protocol error (paho closes, as for any packet it
 does not expect).
@@ -242,16 +243,20 @@ class ScramPahoClient(paho.Client):
         exchange.stage = _Stage.SENT_FINAL
         return self._packet_queue(AUTH, auth_packet(CONTINUE_AUTHENTICATION, client_final), 0, 0)
 
+    @property
+    def _log_id(self) -> str:
+        return self._client_id.decode("utf-8", "replace")
+
     def _protocol_error(self, what: str) -> MQTTErrorCode:
         """paho closes the connection, reports 0x82 to `on_disconnect` and may reconnect."""
-        logger.warning("%s: client %r: protocol error: %s", METHOD, self._client_id, what)
+        logger.warning("%s: client %r: protocol error: %s", METHOD, self._log_id, what)
         return MQTTErrorCode.MQTT_ERR_PROTOCOL
 
     def _verified(self, what: str) -> None:
         logger.info(
             "%s: client %r: %s: the broker proved it holds the key of %r",
             METHOD,
-            self._client_id,
+            self._log_id,
             what,
             self._scram_username,
         )
@@ -262,7 +267,7 @@ class ScramPahoClient(paho.Client):
         logger.error(
             "%s: client %r does not trust the broker, disconnecting: %s",
             METHOD,
-            self._client_id,
+            self._log_id,
             error,
         )
         self.scram_error = error

@@ -224,14 +224,15 @@ def test_reauthentication_with_a_broker_without_the_server_key_is_not_trusted(
     kind, error = session.next()  # the broker's AUTH 0x00 carries a server-final that fails
     assert kind == "scram" and isinstance(error, ScramError), (kind, error)
     assert session.client.scram_error is error
-    assert session.next()[0] == "disconnect"
+    kind, reason = session.next()  # after our DISCONNECT, which paho reports as 0x00
+    assert (kind, reason.value) == ("disconnect", 0x00), (kind, reason)
     with pytest.raises(queue.Empty):
         session.next(timeout=1.5)  # no reconnect
     assert not session.client.is_connected()
 
 
 def test_a_broker_without_the_server_key_is_not_trusted(
-    broker: BrokerProcess, sessions: list[Session]
+    broker: BrokerProcess, sessions: list[Session], caplog: pytest.LogCaptureFixture
 ) -> None:
     # The broker's entry for carol checks her proof (right StoredKey), so it answers
     # CONNACK 0x00, but its server-final is signed with the wrong ServerKey.
@@ -240,9 +241,10 @@ def test_a_broker_without_the_server_key_is_not_trusted(
     kind, error = session.next()
     assert kind == "scram" and isinstance(error, ScramError), (kind, error)
     assert session.client.scram_error is error
-    kind, _reason = session.next()
-    assert kind == "disconnect"  # after our DISCONNECT; on_connect was never called
+    kind, reason = session.next()  # on_connect was never called
+    assert (kind, reason.value) == ("disconnect", 0x00), (kind, reason)
     with pytest.raises(queue.Empty):
         session.next(timeout=1.5)  # and no reconnect
     assert not session.client.is_connected()
     wait_for_log(broker, f"authenticated as {IMPOSTOR_TARGET!r}")  # the broker did accept
+    assert "does not trust the broker, disconnecting: server-final does not prove" in caplog.text
