@@ -6,7 +6,8 @@ message as Authentication Data is answered with AUTH 0x18 (server-first); its AU
 server-final message (`v=...`) so the client can check the broker too. A wrong password or
 unknown user gets CONNACK 0x86 (a failed re-authentication: DISCONNECT 0x87). The exchange
 itself is `plugins.auth_scram.scram`; the channel runs the AUTH packets
-(`channel.enhanced_auth`).
+(`channel.enhanced_auth`). paho-mqtt applications log in with the client-side adapter
+`plugins.auth_scram.paho_client` (not imported by the broker).
 
 The credentials file has one `user:SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`
 line per user (PostgreSQL's format; blank lines and `#` comments skipped), written by

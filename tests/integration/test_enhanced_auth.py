@@ -1,11 +1,12 @@
 """MQTT 5.0 enhanced authentication over real sockets (section 4.12).
 
 SCRAM-SHA-256 (plugins.auth_scram, credentials made by its command-line tool) is driven
-with raw packets from the project's codec and the client side of `plugins.auth_scram.scram`:
-paho-mqtt 2.2 sends the Authentication Method and Data of CONNECT but cannot answer an AUTH
-packet (its packet handler knows no AUTH), so it cannot do a multi-step exchange. paho does
-complete a one-step method (the test plugin "TOKEN") and sees CONNACK 0x8C for a method no
-plugin speaks.
+with raw packets from the project's codec and the client side of `plugins.auth_scram.scram`,
+so every packet of the exchange is checked as the broker sends it. Plain paho-mqtt 2.2
+cannot answer an AUTH packet (its packet handler knows no AUTH); with it, these tests
+complete a one-step method (the test plugin "TOKEN") and see CONNACK 0x8C for a method no
+plugin speaks. SCRAM through paho, with the adapter `plugins.auth_scram.paho_client`, is
+tests/integration/test_scram_paho.py.
 """
 
 from __future__ import annotations

@@ -80,3 +80,21 @@ def test_stream_layers_are_sans_io(module: str) -> None:
     assert imported_roots(path) & IO_ROOTS == set()
     actors_imports = {name for name in imported_modules(path) if name.startswith("actors.")}
     assert actors_imports <= {f"actors.{name}" for name in (*SANS_IO_MODULES, "config")}
+
+
+# paho-mqtt is a client library (the `dev` and `load` extras), not a broker dependency: of the
+# packages the project ships, only the paho SCRAM adapter, itself a client library, imports it.
+SHIPPED = (
+    *("mqtt", "core", "channel", "router", "hooks", "fabric", "actors", "store", "plugins"),
+    *("spark", "loadtest", "admin"),
+)
+
+
+def test_only_the_paho_scram_adapter_imports_paho() -> None:
+    importers = {
+        str(path.relative_to(ROOT))
+        for package in SHIPPED
+        for path in (ROOT / package).rglob("*.py")
+        if "paho" in imported_roots(path)
+    }
+    assert importers == {"plugins/auth_scram/paho_client.py"}
