@@ -18,7 +18,6 @@ certificates.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import resource
@@ -31,6 +30,7 @@ import gevent.event
 
 from actors.broker import Broker, ListenError
 from actors.config import BrokerConfig, ConfigError, load_config
+from actors.idle_gc import start_idle_gc
 from actors.pool_main import run_pool
 from actors.pool_worker import PoolBroker
 from actors.tls_context import TlsSetupError
@@ -40,7 +40,6 @@ from store.base import StoreError
 logger = logging.getLogger("actors.main")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython default: 700)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -209,17 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     status = _start(broker)
     if status:
         return status
-    # Every connection allocates a few hundred objects; with CPython's default thresholds the
-    # cyclic GC then runs full collections over all live connections again and again
-    # (measured: 20% of the CPU of a 10,000-connection storm). Objects made at start-up never
-    # die, so freeze them, and collect young objects less eagerly.
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
+    # The cyclic GC's cost is in scanning what connections keep alive: collect it in quiet
+    # moments, not in the middle of a connection storm (core/gc_schedule.py).
+    idle_gc = start_idle_gc()
     stopping = gevent.event.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(signum, stopping.set)
     gevent.signal_handler(signal.SIGHUP, broker.reload)
     stopping.wait()
+    idle_gc.stop()
     try:
         broker.stop()
     except StoreError as error:
