@@ -22,7 +22,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.listeners import Certificates
 from tests.support.raw_client import RawClient
-from tests.support.workers import connect_on_worker, connections_of, refusals_of
+from tests.support.workers import connect_on_worker, connections_of, refusals_of, worker_pid
 
 OPERATOR, OPERATOR_PASSWORD = "operator", "s3cret-pass"
 
@@ -48,6 +48,14 @@ def wait_until(condition: object, timeout: float = 5.0) -> None:
 
 def connected_ids(admin: Admin) -> set[str]:
     return {c["clientid"] for c in admin.get("/api/v1/clients?limit=10000")["data"]}
+
+
+def test_the_http_listener_leaves_the_mqtt_process_one_thread(admin: Admin, workers: int) -> None:
+    """pywsgi looked the host name up through gevent's thread pool, whose idle thread then
+    cost MQTT connection storms about a tenth of their rate (docs/loadtest.md)."""
+    assert admin.get("/api/v1/health", key=None) == {"status": "ok"}
+    pid = admin.broker.process.pid if workers == 1 else worker_pid(admin.broker, 0)
+    assert len(list(Path(f"/proc/{pid}/task").iterdir())) == 1
 
 
 # ----- authentication ----------------------------------------------------------------------
