@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +127,28 @@ class Session:
         self.client.loop_stop()
 
 
+OpenSession = Callable[[str, str], Session]
+
+
 @pytest.fixture
-def sessions() -> Iterator[list[Session]]:
+def open_session(broker: BrokerProcess) -> Iterator[OpenSession]:
+    """Sessions against `broker` (user, password), closed at the end of the test."""
     opened: list[Session] = []
-    yield opened
+
+    def open_one(user: str, password: str) -> Session:
+        session = Session(broker, user, password)
+        opened.append(session)
+        return session
+
+    yield open_one
     for session in opened:
         session.close()
 
 
 def test_right_password_connects_verifies_the_broker_and_carries_messages(
-    broker: BrokerProcess, sessions: list[Session]
+    broker: BrokerProcess, open_session: OpenSession
 ) -> None:
-    session = Session(broker, "alice", PASSWORD)
-    sessions.append(session)
+    session = open_session("alice", PASSWORD)
     session.expect_connected()
     wait_for_log(broker, "authenticated as 'alice' (SCRAM-SHA-256)")
     session.round_trip(unique("scram/topic"), b"through the broker")
@@ -151,21 +160,17 @@ def test_right_password_connects_verifies_the_broker_and_carries_messages(
     ids=["wrong-password", "unknown-user"],
 )
 def test_refusal_is_connack_0x86_in_on_connect(
-    broker: BrokerProcess, sessions: list[Session], user: str, password: str
+    open_session: OpenSession, user: str, password: str
 ) -> None:
-    session = Session(broker, user, password)
-    sessions.append(session)
+    session = open_session(user, password)
     kind, reason = session.next()
     assert (kind, reason.value, str(reason)) == ("connect", 0x86, "Bad user name or password")
     assert not session.client.is_connected()
     assert session.client.scram_error is None  # the broker refused; nothing to distrust
 
 
-def test_each_connection_attempt_uses_a_new_nonce(
-    broker: BrokerProcess, sessions: list[Session]
-) -> None:
-    session = Session(broker, "alice", PASSWORD)
-    sessions.append(session)
+def test_each_connection_attempt_uses_a_new_nonce(open_session: OpenSession) -> None:
+    session = open_session("alice", PASSWORD)
     session.expect_connected()
     session.client.disconnect()
     session.client.loop_stop()
@@ -182,11 +187,8 @@ def test_each_connection_attempt_uses_a_new_nonce(
     session.round_trip(unique("scram/again"), b"after the reconnect")
 
 
-def test_reauthentication_succeeds_and_the_connection_carries_on(
-    broker: BrokerProcess, sessions: list[Session]
-) -> None:
-    session = Session(broker, "alice", PASSWORD)
-    sessions.append(session)
+def test_reauthentication_succeeds_and_the_connection_carries_on(open_session: OpenSession) -> None:
+    session = open_session("alice", PASSWORD)
     session.expect_connected()
     topic = unique("scram/reauth")
     session.round_trip(topic, b"before")
@@ -197,10 +199,9 @@ def test_reauthentication_succeeds_and_the_connection_carries_on(
 
 
 def test_reauthentication_after_a_password_change_is_disconnect_0x87(
-    broker: BrokerProcess, credentials: Path, workers: int, sessions: list[Session]
+    broker: BrokerProcess, credentials: Path, workers: int, open_session: OpenSession
 ) -> None:
-    session = Session(broker, ROTATING, "before the rotation")
-    sessions.append(session)
+    session = open_session(ROTATING, "before the rotation")
     session.expect_connected()
     reload_credentials(
         broker, credentials, workers, {ROTATING: make_credential(b"after the rotation")}
@@ -212,10 +213,9 @@ def test_reauthentication_after_a_password_change_is_disconnect_0x87(
 
 
 def test_reauthentication_with_a_broker_without_the_server_key_is_not_trusted(
-    broker: BrokerProcess, credentials: Path, workers: int, sessions: list[Session]
+    broker: BrokerProcess, credentials: Path, workers: int, open_session: OpenSession
 ) -> None:
-    session = Session(broker, DOUBTED, PASSWORD)
-    sessions.append(session)
+    session = open_session(DOUBTED, PASSWORD)
     session.expect_connected()
     reload_credentials(
         broker, credentials, workers, {DOUBTED: without_server_key(CREDENTIALS[DOUBTED])}
@@ -232,12 +232,11 @@ def test_reauthentication_with_a_broker_without_the_server_key_is_not_trusted(
 
 
 def test_a_broker_without_the_server_key_is_not_trusted(
-    broker: BrokerProcess, sessions: list[Session], caplog: pytest.LogCaptureFixture
+    broker: BrokerProcess, open_session: OpenSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The broker's entry for carol checks her proof (right StoredKey), so it answers
     # CONNACK 0x00, but its server-final is signed with the wrong ServerKey.
-    session = Session(broker, IMPOSTOR_TARGET, PASSWORD)
-    sessions.append(session)
+    session = open_session(IMPOSTOR_TARGET, PASSWORD)
     kind, error = session.next()
     assert kind == "scram" and isinstance(error, ScramError), (kind, error)
     assert session.client.scram_error is error
