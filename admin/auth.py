@@ -39,7 +39,13 @@ def hash_key(key: str) -> str:
 
 
 def new_key() -> str:
-    return secrets.token_urlsafe(32)
+    """A random API key (256 bits, URL-safe). Never one that starts with "-": a shell
+    command line would take it for an option (`actor-mqtt-broker-ctl hash-key KEY`,
+    `--api-key KEY`), which a key drawn from the URL-safe alphabet did once in 64."""
+    while True:
+        key = secrets.token_urlsafe(32)
+        if not key.startswith("-"):
+            return key
 
 
 class Authenticator:

@@ -14,7 +14,7 @@ from actors.admission import Admission
 from actors.config import ConfigError, FlappingConfig, HttpConfig, load_config
 from actors.figures import Figures
 from actors.sys_topics import LoadAverages, load_counters, sys_values
-from admin.auth import Authenticator, AuthSetupError, hash_key
+from admin.auth import Authenticator, AuthSetupError, hash_key, new_key
 from core.bans import Ban, BanKind
 from core.client import ClientInfo
 from core.latency import LatencyHistogram
@@ -190,3 +190,12 @@ def test_admission_bans_a_flapping_client(tmp_path: Path) -> None:
     assert admission.check(client("f")) == "banned (clientid f: flapping)"
     time.sleep(0.25)
     assert admission.check(client("f")) is None
+
+
+def test_new_keys_never_look_like_options() -> None:
+    # One URL-safe key in 64 started with "-", and `ctl hash-key KEY` then failed; 2,000
+    # keys would all miss that with a chance of 2e-14.
+    keys = [new_key() for _ in range(2_000)]
+    assert not [key for key in keys if key.startswith("-")]
+    assert len(set(keys)) == len(keys)
+    assert all(len(key) == 43 for key in keys)  # 32 random bytes, base64url
