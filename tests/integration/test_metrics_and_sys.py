@@ -147,11 +147,16 @@ def test_sys_values_match_known_traffic(tmp_path: Path, workers: int) -> None:
             "heap/current",
             "store/bytes",
         }
-        # Live updates after the subscription: read until one counts the watcher.
+        # Live updates after the subscription: read until one counts the watcher and its
+        # subscription (in a pool the last worker's figures reach worker 0 in periodic
+        # reports, and one may fall between the watcher's CONNECT and its SUBSCRIBE).
         deadline = time.monotonic() + 5
         while True:
             values = read_sys(watcher, {prefix + name for name in names})
-            if values[prefix + "clients/connected"] == "3":
+            if (
+                values[prefix + "clients/connected"] == "3"
+                and values[prefix + "subscriptions/count"] == "2"
+            ):
                 break
             assert time.monotonic() < deadline, values
         assert values[prefix + "messages/received"] == "7"  # 6 published and the retained one
