@@ -99,16 +99,15 @@ class RouterActor(GeventActor):
         """Add the route; tell the replica of a new route, and of a persistent session's
         route that appears (or replaces a clean session's, or the other way round)."""
         replica = self._replica
-        if replica is None:  # one process: nobody to tell, no lookup of the previous route
-            add_route(
-                self._table, self._shares, topic_filter, client_id, route, worker=self._worker
-            )
-            return
-        previous = None if is_shared(topic_filter) else self._table.subscribers(topic_filter)
+        # One process (no replica) has nobody to tell: no lookup of the previous route.
+        told = replica is not None and not is_shared(topic_filter)
+        previous = self._table.subscribers(topic_filter) if told else None
         was_durable = previous is not None and _durable(previous.get(client_id))
         added = add_route(
             self._table, self._shares, topic_filter, client_id, route, worker=self._worker
         )
+        if replica is None:
+            return
         if added:
             replica.route_changed(topic_filter, True)
         if previous is not None and _durable(route) != was_durable:

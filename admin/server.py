@@ -70,7 +70,8 @@ class AdminServer:
         address = (config.host, config.port) if listener is None else listener
         # SERVER_NAME given, so pywsgi does not look the host up with socket.getfqdn: gevent
         # resolves through its thread pool, and the idle thread it leaves behind cost MQTT
-        # connection storms a tenth of their rate (docs/loadtest.md, "An idle thread").
+        # connection storms a tenth of their rate (docs/loadtest.md, "Quiet-moment garbage
+        # collection and one thread").
         environ = {"SERVER_NAME": config.host}
         if config.certfile:
             server = pywsgi.WSGIServer(

@@ -148,8 +148,8 @@ def test_sys_values_match_known_traffic(tmp_path: Path, workers: int) -> None:
             "store/bytes",
         }
         # Live updates after the subscription: read until one counts the watcher and its
-        # subscription (in a pool the last worker's figures reach worker 0 in periodic
-        # reports, and one may fall between the watcher's CONNECT and its SUBSCRIBE).
+        # subscription (an update may be taken after the watcher's CONNECT was counted but
+        # before its SUBSCRIBE reached the route table).
         deadline = time.monotonic() + 5
         while True:
             values = read_sys(watcher, {prefix + name for name in names})
