@@ -546,9 +546,10 @@ class _Receiver:
 
 def _publish_numbers(
     publisher: PahoCollector, name: str, topic: str, qos: int, stop: threading.Event
-) -> list[int]:
+) -> tuple[list[int], threading.Thread]:
     """Publish `name:0`, `name:1`, ... one at a time (each acknowledged) until `stop`; the
-    numbers sent go into the list returned, as they are acknowledged."""
+    numbers sent go into the list returned, as they are acknowledged, by the thread
+    returned (join it before counting: the last acknowledgement may still be on its way)."""
     sent: list[int] = []
 
     def stream() -> None:
@@ -558,8 +559,9 @@ def _publish_numbers(
             sent.append(number)
             number += 1
 
-    threading.Thread(target=stream, daemon=True).start()
-    return sent
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    return sent, thread
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -585,10 +587,11 @@ def _moves_under_a_stream(pool: BrokerProcess, qos: int) -> None:
     subscribe_raw(subscriber, 1, (topic, qos))
     publishers = spread(lambda cid: PahoCollector(pool, cid), pool, "streamer", 2)
     stop = threading.Event()
-    sent = {
+    streams = {
         name: _publish_numbers(publisher, name, topic, qos, stop)  # type: ignore[arg-type]
         for name, (publisher, _worker) in publishers.items()
     }
+    sent = {name: numbers for name, (numbers, _thread) in streams.items()}
     try:
         for _move in range(MOVES):
             receiver.read(subscriber, 0.3)
@@ -600,7 +603,9 @@ def _moves_under_a_stream(pool: BrokerProcess, qos: int) -> None:
             subscriber = moved
     finally:
         stop.set()
-    time.sleep(0.5)  # the last publishes are acknowledged
+    for _numbers, thread in streams.values():  # the last publishes are acknowledged
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "a publisher's last publish was not acknowledged in 10 s"
     totals = {name: len(numbers) for name, numbers in sent.items()}
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(
