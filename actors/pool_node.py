@@ -41,7 +41,10 @@ state as this worker sees it:
   (`SessionMoves`, actors.session_moves).
 
 Everything runs on this worker's gevent loop; frames to this worker itself (a client id
-homed here) are handled in a later loop callback, like a peer's.
+homed here) are handled in a later loop callback, like a peer's, except the client-id
+ownership frames: the arbiter here handles those at once, in the order they are sent, so a
+CONNECT whose id is homed here is granted its id without waiting for a loop turn
+(`claim_now`), and no ownership frame to itself can overtake an earlier one.
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ from router.share_replica import RemoteShares, ShareAnnouncer
 from router.shared import is_shared
 
 logger = logging.getLogger(__name__)
+
+# Client-id ownership: handled at once when this worker sends them to itself (see above).
+_OWNERSHIP_FRAMES = frozenset((Claim, Granted, ClaimRefused, Settled, Release))
 
 # What the routes and share groups are made of: applied in order with the `RoutesSync`s.
 _RouteFrame = (
@@ -351,6 +357,23 @@ class PoolNode:
             ack.then()
 
     # ----- client ids ---------------------------------------------------------------------
+
+    def claim_now(self, client_id: str) -> Granted | ClaimRefused | None:
+        """The arbiter's answer to this worker's claim of an id homed here, when it answers
+        at once: the grant, or the refusal of a banned id. None, and nothing claimed, when
+        the claim has to wait (`claim`): the id's home is another worker, start-up holds
+        claims back, or an earlier grant of the id has not settled."""
+        if (
+            self._early_claims is not None
+            or home_of(client_id, self.workers) != self.worker
+            or self.arbiter.granting(client_id)
+        ):
+            return None
+        refused = self._banned(client_id)
+        if refused is not None:
+            return ClaimRefused(client_id, refused)
+        (granted,) = self.arbiter.claim(client_id, self.worker)
+        return granted
 
     def claim(self, client_id: str) -> Granted | ClaimRefused | None:
         """Ask the id's home for it and wait for the grant, or its refusal (the id is
@@ -647,6 +670,9 @@ class PoolNode:
         """Send `frame` to `worker` (to this worker: handled in a later loop callback).
         False if that worker is not linked now."""
         if worker == self.worker:
-            self._loop.run_callback(self._on_frame, worker, frame)
+            if type(frame) in _OWNERSHIP_FRAMES:
+                self._on_client_ids(worker, frame)
+            else:
+                self._loop.run_callback(self._on_frame, worker, frame)
             return True
         return self.fabric is not None and self.fabric.send(worker, frame)

@@ -16,14 +16,18 @@ but before the session is opened the id is claimed from its home worker (docs/po
    whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker.
 4. `Settled` tells the home this worker holds the id; a session that ends `Release`s it.
 
-The claim and hand-over wait on other workers, so each CONNECT runs them in a greenlet of
-its own; the connection meanwhile waits for its CONNACK as it would for a slow store.
+The claim and hand-over wait on other workers, so a CONNECT that waits runs them in a
+greenlet of its own; the connection meanwhile waits for its CONNACK as it would for a slow
+store. Half the ids are homed on the worker that accepted them (with two workers): when
+the arbiter here grants such a claim at once and there is no session to hand over or load,
+the session opens at once, with no greenlet, as in one broker.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -36,7 +40,7 @@ from actors.runtime import tell_if_alive
 from actors.session_registry import SessionRegistry
 from actors.transport import Transport
 from core.client import ClientInfo
-from fabric.frames import ClaimRefused
+from fabric.frames import ClaimRefused, Granted
 from mqtt.reason_codes import ReasonCode
 
 logger = logging.getLogger(__name__)
@@ -74,43 +78,62 @@ class PoolRegistry(SessionRegistry):
         transport: Transport,
         connack_properties: dict[int, Any],
     ) -> None:
-        gevent.spawn(self._open_in_turn, client, client_ref, transport, connack_properties)
-
-    def _open_in_turn(
-        self,
-        client: ClientInfo,
-        client_ref: Any,
-        transport: Transport,
-        connack_properties: dict[int, Any],
-    ) -> None:
         client_id = client.client_id
+        node = self._node
+        claim: Callable[[], Granted | ClaimRefused | None]
+        if client_id in self._turns:  # an earlier connection of the id waits: after it
+            claim = partial(node.claim, client_id)
+        else:
+            granted = node.claim_now(client_id)
+            if granted is not None and self._opens_at_once(client, granted):
+                self._open_claimed(client, client_ref, transport, connack_properties, granted)
+                return
+            claim = partial(node.claim, client_id) if granted is None else lambda: granted
         turn = self._turns.get(client_id)
         if turn is None:
             turn = self._turns[client_id] = _Turn()
         turn.waiting += 1
+        gevent.spawn(
+            self._open_in_turn,
+            turn,
+            client_id,
+            lambda: self._open_claimed(client, client_ref, transport, connack_properties, claim()),
+        )
+
+    def _opens_at_once(self, client: ClientInfo, granted: Granted | ClaimRefused) -> bool:
+        """Whether the session opens without a wait: no other worker hands one over and
+        nothing is loaded from the store."""
+        if isinstance(granted, ClaimRefused):
+            return True
+        previous = granted.previous
+        return previous == self._node.worker or (previous is None and client.clean_start)
+
+    def _open_in_turn(self, turn: _Turn, client_id: str, open_claimed: Callable[[], None]) -> None:
         try:
             with turn.lock:
-                self._open_owned(client, client_ref, transport, connack_properties)
+                open_claimed()
         finally:
             turn.waiting -= 1
             if not turn.waiting:
                 del self._turns[client_id]
 
-    def _open_owned(
+    def _open_claimed(
         self,
         client: ClientInfo,
         client_ref: Any,
         transport: Transport,
         connack_properties: dict[int, Any],
+        granted: Granted | ClaimRefused | None,
     ) -> None:
-        node = self._node
-        client_id = client.client_id
-        granted = node.claim(client_id)
+        """Open the session of a claim's answer (None: the home did not answer, and this
+        worker goes on as the only claimant)."""
         if isinstance(granted, ClaimRefused):
             # Banned at the home (flapping detection there counted this very CONNECT, or
             # the ban has not reached this worker yet): refused as one process refuses it.
             tell_if_alive(client_ref, ConnectRefused(ReasonCode.BANNED, granted.reason))
             return
+        node = self._node
+        client_id = client.client_id
         previous = granted.previous if granted is not None else None
         if previous is not None and previous != node.worker:
             node.hand_over(previous, client_id, discard=client.clean_start)

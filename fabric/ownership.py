@@ -54,6 +54,11 @@ class ClientIdArbiter:
         record = self._records.get(client_id)
         return None if record is None else record.owner
 
+    def granting(self, client_id: str) -> bool:
+        """Whether a grant of the id is in transit: a claim now would wait its turn."""
+        record = self._records.get(client_id)
+        return record is not None and record.in_transit
+
     def owned_by(self, worker: int) -> list[str]:
         """The ids `worker` owns (granted or settled)."""
         return [client_id for client_id, record in self._records.items() if record.owner == worker]

@@ -32,6 +32,16 @@ def test_a_claim_waits_until_the_grant_before_it_settles_and_names_the_previous_
     assert arbiter.owner("c") == 1
 
 
+def test_granting_says_whether_a_claim_now_would_wait() -> None:
+    arbiter = ClientIdArbiter()
+    assert not arbiter.granting("c")
+    arbiter.claim("c", 0)
+    assert arbiter.granting("c")  # granted, not settled: the next claim waits
+    arbiter.settled("c", 0)
+    assert not arbiter.granting("c")  # owned and settled: the next claim is granted at once
+    assert arbiter.claim("c", 1) == [Granted("c", 1, 0)]
+
+
 def test_a_worker_waiting_twice_keeps_one_place() -> None:
     arbiter = ClientIdArbiter()
     arbiter.claim("c", 0)
