@@ -36,7 +36,7 @@ import gevent.lock
 from actors.context import BrokerContext
 from actors.messages import ConnectRefused
 from actors.pool_node import PoolNode
-from actors.runtime import tell_if_alive
+from actors.runtime import run_soon, tell_if_alive
 from actors.session_registry import SessionRegistry
 from actors.transport import Transport
 from core.client import ClientInfo
@@ -93,11 +93,16 @@ class PoolRegistry(SessionRegistry):
         if turn is None:
             turn = self._turns[client_id] = _Turn()
         turn.waiting += 1
-        gevent.spawn(
-            self._open_in_turn,
-            turn,
-            client_id,
-            lambda: self._open_claimed(client, client_ref, transport, connack_properties, claim()),
+        # A parked pool greenlet: a new one would map and unmap a frame stack of its own.
+        run_soon(
+            partial(
+                self._open_in_turn,
+                turn,
+                client_id,
+                lambda: self._open_claimed(
+                    client, client_ref, transport, connack_properties, claim()
+                ),
+            )
         )
 
     def _opens_at_once(self, client: ClientInfo, granted: Granted | ClaimRefused) -> bool:

@@ -67,13 +67,24 @@ def run_soon(function: Any) -> None:
     that waits on them: the callback resumes when `function` finishes or blocks. Deferring it
     to the loop's callback phase instead cost a loop turn per hop (16 us of a 1 -> 1
     message's ~130 us in the broker, measured at 1,000 msg/s; docs/loadtest.md).
+
+    Called from a greenlet, the loop's callback picks the pool greenlet when it runs, not
+    now: the jobs queued in one loop turn (hundreds in a connect storm) then run one after
+    another in the same few greenlets, instead of each holding one of its own until the
+    callback phase, which made a new greenlet (and its frame stack, mapped and unmapped)
+    for nearly every connection once more than `MAX_PARKED` waited at once.
     """
     hub = gevent.get_hub()
-    worker = _parked.pop() if _parked else greenlet.greenlet(_pool_greenlet, parent=hub)
     if greenlet.getcurrent() is hub:
-        worker.switch(_Job(function))
+        _switch_to_pool_greenlet(function)
     else:
-        hub.loop.run_callback(worker.switch, _Job(function))
+        hub.loop.run_callback(_switch_to_pool_greenlet, function)
+
+
+def _switch_to_pool_greenlet(function: Any) -> None:
+    hub = gevent.get_hub()
+    worker = _parked.pop() if _parked else greenlet.greenlet(_pool_greenlet, parent=hub)
+    worker.switch(_Job(function))
 
 
 def _pool_greenlet(job: Any) -> None:
