@@ -17,8 +17,9 @@ state as this worker sees it:
   subscribers and members only, a `Retained` goes into this worker's replica of the
   retained index.
 - client ids: this worker runs the `ClientIdArbiter` of the ids homed here. `claim` and
-  `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant, then
-  the previous owner's `HandedOver`. A peer that goes down fails the waits on it, so a
+  `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant (a
+  callback, so a CONNECT waiting for it holds no greenlet), then the previous owner's
+  `HandedOver`. A peer that goes down fails the waits on it, so a
   CONNECT never hangs on a dead worker. Flapping detection counts the CONNECTs of the ids
   homed here (`Connecting`, actors.pool_admission), and a claim for a banned id is
   answered `ClaimRefused`.
@@ -145,6 +146,9 @@ _ROUTE_FRAMES = (
     DurableSnapshot,
 )
 CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
+CLAIM_SWEEP = 1.0  # seconds between two looks for claims whose home did not answer in time
+
+ClaimAnswer = Granted | ClaimRefused | None  # None: no answer; the claimant goes on alone
 HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
 
 
@@ -189,7 +193,10 @@ class PoolNode:
         self._waiting_for_sync: list[Callable[[], object]] = []
         self._sync_token = 0
         self._syncs: dict[int, tuple[set[int], list[Callable[[], object]]]] = {}
-        self._claims: dict[str, gevent.event.AsyncResult] = {}
+        # This worker's claims waiting for their home's answer: client id -> (answer, when
+        # it stops waiting); looked at every CLAIM_SWEEP seconds while there are any.
+        self._claims: dict[str, tuple[Callable[[ClaimAnswer], object], float]] = {}
+        self._claim_sweep: Any = None
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
@@ -375,18 +382,30 @@ class PoolNode:
         (granted,) = self.arbiter.claim(client_id, self.worker)
         return granted
 
-    def claim(self, client_id: str) -> Granted | ClaimRefused | None:
-        """Ask the id's home for it and wait for the grant, or its refusal (the id is
-        banned); None: the home is unreachable or did not answer in time, and the caller
-        goes on as the only claimant."""
-        result: gevent.event.AsyncResult = gevent.event.AsyncResult()
-        self._claims[client_id] = result
-        try:
-            if not self.send(home_of(client_id, self.workers), Claim(client_id, self.worker)):
-                return None
-            granted: Granted | ClaimRefused | None = result.get(timeout=CLAIM_TIMEOUT)
-            return granted
-        except gevent.Timeout:
+    def claim(self, client_id: str, answer: Callable[[ClaimAnswer], object]) -> None:
+        """Ask the id's home for it; `answer` hears the grant, or its refusal (the id is
+        banned), or None: the home is unreachable, went down, or did not answer within
+        CLAIM_TIMEOUT, and the caller goes on as the only claimant. Never blocks: `answer`
+        is called from the frame that answers (at once, if the home is this worker and
+        grants at once). One claim per id at a time (the registry takes turns)."""
+        self._claims[client_id] = (answer, self._loop.now() + CLAIM_TIMEOUT)
+        if not self.send(home_of(client_id, self.workers), Claim(client_id, self.worker)):
+            self._answer_claim(client_id, None)
+        elif self._claim_sweep is None and client_id in self._claims:
+            self._claim_sweep = self._loop.timer(CLAIM_SWEEP, CLAIM_SWEEP)
+            self._claim_sweep.start(self._sweep_claims)
+
+    def _answer_claim(self, client_id: str, answer: ClaimAnswer) -> bool:
+        """Give a claim of this worker its answer; False if none waits (it timed out)."""
+        waiting = self._claims.pop(client_id, None)
+        if waiting is None:
+            return False
+        waiting[0](answer)
+        return True
+
+    def _sweep_claims(self) -> None:
+        now = self._loop.now()
+        for client_id in [c for c, (_answer, until) in self._claims.items() if until <= now]:
             logger.warning(
                 "client id %r: its home worker %d did not grant it within %.0f s; taking it "
                 "without (two sessions for the id may exist until one ends)",
@@ -394,9 +413,10 @@ class PoolNode:
                 home_of(client_id, self.workers),
                 CLAIM_TIMEOUT,
             )
-            return None
-        finally:
-            del self._claims[client_id]
+            self._answer_claim(client_id, None)
+        if not self._claims and self._claim_sweep is not None:
+            self._claim_sweep.stop()
+            self._claim_sweep = None
 
     def settle(self, client_id: str, has_session: bool) -> None:
         """This worker holds the id's session now (or, without one, gives the id back)."""
@@ -472,15 +492,12 @@ class PoolNode:
             admission.count(frame.client_id, time.time())
 
     def _on_claim_refused(self, refused: ClaimRefused) -> None:
-        result = self._claims.get(refused.client_id)
-        if result is not None and not result.ready():
-            result.set(refused)  # else its CONNECT gave up waiting: nothing was granted
+        # If its CONNECT gave up waiting, nothing was granted: nothing to do.
+        self._answer_claim(refused.client_id, refused)
 
     def _on_granted(self, granted: Granted) -> None:
-        result = self._claims.get(granted.client_id)
-        if result is not None and not result.ready():
-            result.set(granted)
-        else:  # its CONNECT gave up waiting: give the id back, or it stays blocked
+        if not self._answer_claim(granted.client_id, granted):
+            # Its CONNECT gave up waiting: give the id back, or it stays blocked.
             self.release(granted.client_id)
 
     def _on_hand_over(self, frame: HandOver) -> None:
@@ -551,9 +568,8 @@ class PoolNode:
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
-        for client_id, claim in self._claims.items():
-            if home_of(client_id, self.workers) == worker and not claim.ready():
-                claim.set(None)
+        for client_id in [c for c in self._claims if home_of(c, self.workers) == worker]:
+            self._answer_claim(client_id, None)
         orphans = self.arbiter.owned_by(worker)
         for granted in self.arbiter.worker_down(worker):
             self.send(granted.claimant, granted)

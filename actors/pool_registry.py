@@ -16,9 +16,9 @@ but before the session is opened the id is claimed from its home worker (docs/po
    whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker.
 4. `Settled` tells the home this worker holds the id; a session that ends `Release`s it.
 
-The claim and hand-over wait on other workers, so a CONNECT that waits runs them in a
-greenlet of its own; the connection meanwhile waits for its CONNACK as it would for a slow
-store. Half the ids are homed on the worker that accepted them (with two workers): when
+The claim's answer comes back as a callback (no greenlet waits for it); the session is then
+opened in a pool greenlet, where the hand-over and the store load may wait. The connection
+meanwhile waits for its CONNACK as it would for a slow store. Half the ids are homed on the worker that accepted them (with two workers): when
 the arbiter here grants such a claim at once and there is no session to hand over or load,
 the session opens at once, with no greenlet, as in one broker.
 """
@@ -26,16 +26,14 @@ the session opens at once, with no greenlet, as in one broker.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import gevent
-import gevent.lock
-
 from actors.context import BrokerContext
 from actors.messages import ConnectRefused
-from actors.pool_node import PoolNode
+from actors.pool_node import ClaimAnswer, PoolNode
 from actors.runtime import run_soon, tell_if_alive
 from actors.session_registry import SessionRegistry
 from actors.transport import Transport
@@ -45,15 +43,7 @@ from mqtt.reason_codes import ReasonCode
 
 logger = logging.getLogger(__name__)
 
-
-class _Turn:
-    """The connections of one client id waiting on this worker, served one at a time."""
-
-    __slots__ = ("lock", "waiting")
-
-    def __init__(self) -> None:
-        self.lock = gevent.lock.Semaphore()
-        self.waiting = 0
+_Opening = Callable[[ClaimAnswer], None]  # opens one CONNECT's session, given its claim's answer
 
 
 class PoolRegistry(SessionRegistry):
@@ -69,7 +59,8 @@ class PoolRegistry(SessionRegistry):
         super().__init__(context, sessions)
         self._node = node
         self._resume = resume
-        self._turns: dict[str, _Turn] = {}
+        # The ids being opened here: the connections of each id waiting for their turn.
+        self._turns: dict[str, deque[_Opening]] = {}
 
     def open(
         self,
@@ -79,31 +70,20 @@ class PoolRegistry(SessionRegistry):
         connack_properties: dict[int, Any],
     ) -> None:
         client_id = client.client_id
-        node = self._node
-        claim: Callable[[], Granted | ClaimRefused | None]
-        if client_id in self._turns:  # an earlier connection of the id waits: after it
-            claim = partial(node.claim, client_id)
+        opening = partial(self._open_claimed, client, client_ref, transport, connack_properties)
+        waiting = self._turns.get(client_id)
+        if waiting is not None:  # an earlier connection of the id is being opened: after it
+            waiting.append(opening)
+            return
+        granted = self._node.claim_now(client_id)
+        if granted is not None and self._opens_at_once(client, granted):
+            opening(granted)
+            return
+        self._turns[client_id] = deque()
+        if granted is None:
+            self._claim(client_id, opening)
         else:
-            granted = node.claim_now(client_id)
-            if granted is not None and self._opens_at_once(client, granted):
-                self._open_claimed(client, client_ref, transport, connack_properties, granted)
-                return
-            claim = partial(node.claim, client_id) if granted is None else lambda: granted
-        turn = self._turns.get(client_id)
-        if turn is None:
-            turn = self._turns[client_id] = _Turn()
-        turn.waiting += 1
-        # A parked pool greenlet: a new one would map and unmap a frame stack of its own.
-        run_soon(
-            partial(
-                self._open_in_turn,
-                turn,
-                client_id,
-                lambda: self._open_claimed(
-                    client, client_ref, transport, connack_properties, claim()
-                ),
-            )
-        )
+            run_soon(partial(self._open_in_turn, client_id, opening, granted))
 
     def _opens_at_once(self, client: ClientInfo, granted: Granted | ClaimRefused) -> bool:
         """Whether the session opens without a wait: no other worker hands one over and
@@ -113,13 +93,22 @@ class PoolRegistry(SessionRegistry):
         previous = granted.previous
         return previous == self._node.worker or (previous is None and client.clean_start)
 
-    def _open_in_turn(self, turn: _Turn, client_id: str, open_claimed: Callable[[], None]) -> None:
+    def _claim(self, client_id: str, opening: _Opening) -> None:
+        self._node.claim(
+            client_id,
+            lambda granted: run_soon(partial(self._open_in_turn, client_id, opening, granted)),
+        )
+
+    def _open_in_turn(self, client_id: str, opening: _Opening, granted: ClaimAnswer) -> None:
+        """In a pool greenlet, as the hand-over and the store load wait; then the next
+        connection of the id waiting here claims it."""
         try:
-            with turn.lock:
-                open_claimed()
+            opening(granted)
         finally:
-            turn.waiting -= 1
-            if not turn.waiting:
+            waiting = self._turns[client_id]
+            if waiting:
+                self._claim(client_id, waiting.popleft())
+            else:
                 del self._turns[client_id]
 
     def _open_claimed(
@@ -128,7 +117,7 @@ class PoolRegistry(SessionRegistry):
         client_ref: Any,
         transport: Transport,
         connack_properties: dict[int, Any],
-        granted: Granted | ClaimRefused | None,
+        granted: ClaimAnswer,
     ) -> None:
         """Open the session of a claim's answer (None: the home did not answer, and this
         worker goes on as the only claimant)."""
