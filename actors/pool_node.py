@@ -200,7 +200,7 @@ class PoolNode:
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
-        self._early_claims: list[Frame] | None = []  # held until `open_for_claims`
+        self._early_claims: list[Claim] | None = []  # held until `open_for_claims`
         # Set by the pool worker: re-host a dead worker's persistent session homed here.
         self.rehost: Callable[[str], None] | None = None
         # The listeners' counts against pool-wide max_connections (the pool worker gives it
@@ -217,6 +217,7 @@ class PoolNode:
         self.auth_failures.send = self.send
         self.auth_failures.broadcast = self.broadcast
         self.moves = SessionMoves(self.send, self.when_routes_known, self._on_hand_over)
+        self._handlers = self._frame_handlers()
 
     # ----- routes -------------------------------------------------------------------------
 
@@ -453,9 +454,9 @@ class PoolNode:
         answered now."""
         held, self._early_claims = self._early_claims or [], None
         for frame in held:
-            self._on_ownership(frame)
+            self._on_ownership(frame.claimant, frame)
 
-    def _on_ownership(self, frame: Frame) -> None:
+    def _on_ownership(self, _worker: int, frame: Frame) -> None:
         if self._early_claims is not None and type(frame) is Claim:
             self._early_claims.append(frame)
             return
@@ -583,69 +584,73 @@ class PoolNode:
             self._on_frame(worker, frame)
 
     def _on_frame(self, worker: int, frame: Frame) -> None:
-        if isinstance(frame, Forward | ForwardShared):  # the frequent ones first
-            dispatcher = self._context.dispatcher
-            if dispatcher is not None:
-                marks = frame.marks if isinstance(frame, ForwardShared) else None
-                gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
-                dispatcher.publish_forwarded(frame.messages, marks, gate)
-        elif isinstance(frame, FlowHold):
-            self.publishers.hold(worker, frame)
-        elif isinstance(frame, FlowRelease):
-            self.publishers.release(worker, frame)
-        elif isinstance(frame, CommitSync):
-            token = frame.token
-            self._context.persistence.submit((), lambda: self.send(worker, Committed(token)))
-        elif isinstance(frame, Committed):
-            self._committed(worker, frame.token)
-        elif isinstance(frame, Retained):
-            self._context.retainer.tell(StoreRetained(list(frame.messages)))
-        elif isinstance(frame, _ROUTE_FRAMES):
-            self._on_routes(worker, frame)
-        elif isinstance(frame, OpsRequest | OpsReply | BanSet | BanLifted | BansSnapshot):
-            self.ops.frame_received(worker, frame)
-        elif isinstance(frame, MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded):
-            self._on_move(worker, frame)
-        elif isinstance(
-            frame, AuthFailed | AuthFailures | AuthFailing | AuthSucceeded | ListenerCounts
-        ):
-            self._on_limits(worker, frame)
-        else:
-            self._on_client_ids(worker, frame)
+        handler = self._handlers.get(type(frame))
+        if handler is not None:
+            handler(worker, frame)  # else a frame only the link reads (Hello): nothing here
 
-    def _on_limits(
-        self,
-        worker: int,
-        frame: AuthFailed | AuthFailures | AuthFailing | AuthSucceeded | ListenerCounts,
+    def _frame_handlers(self) -> dict[type[Any], Callable[[int, Any], None]]:
+        """Which method handles each kind of frame (one lookup per frame: a chain of
+        isinstance tests cost a claim's frames microseconds each in a connect storm)."""
+        handlers: dict[type[Any], Callable[[int, Any], None]] = {
+            Forward: self._on_forward,
+            ForwardShared: self._on_forward,
+            FlowHold: self.publishers.hold,
+            FlowRelease: self.publishers.release,
+            CommitSync: self._on_commit_sync,
+            Committed: lambda worker, frame: self._committed(worker, frame.token),
+            Retained: lambda _worker, frame: self._context.retainer.tell(
+                StoreRetained(list(frame.messages))
+            ),
+            Claim: self._on_ownership,
+            Settled: self._on_ownership,
+            Release: self._on_ownership,
+            Granted: lambda _worker, frame: self._on_granted(frame),
+            ClaimRefused: lambda _worker, frame: self._on_claim_refused(frame),
+            Connecting: lambda _worker, frame: self._on_connecting(frame),
+            HandOver: lambda _worker, frame: self._on_hand_over(frame),
+            HandedOver: self._on_handed_over,
+            Leaving: lambda _worker, frame: self._leaving.add(frame.worker),
+            StoreFailing: lambda worker, frame: self._context.persistence.store_failing_at(
+                worker, bool(frame.failing)
+            ),
+            Owned: self._on_owned,
+            ListenerCounts: self.connection_counts.received,
+        }
+        for route_frame in _ROUTE_FRAMES:
+            handlers[route_frame] = self._on_routes
+        for ops_frame in (OpsRequest, OpsReply, BanSet, BanLifted, BansSnapshot):
+            handlers[ops_frame] = self.ops.frame_received
+        for move_frame in (MovedDeliveries, MovingOut, MoveRoutesKnown, MoveEnded):
+            handlers[move_frame] = self._on_move
+        for auth_frame in (AuthFailed, AuthFailures, AuthFailing, AuthSucceeded):
+            handlers[auth_frame] = self._on_auth_failures
+        return handlers
+
+    def _on_forward(self, worker: int, frame: Forward | ForwardShared) -> None:
+        dispatcher = self._context.dispatcher
+        if dispatcher is not None:
+            marks = frame.marks if isinstance(frame, ForwardShared) else None
+            gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
+            dispatcher.publish_forwarded(frame.messages, marks, gate)
+
+    def _on_commit_sync(self, worker: int, frame: CommitSync) -> None:
+        token = frame.token
+        self._context.persistence.submit((), lambda: self.send(worker, Committed(token)))
+
+    def _on_auth_failures(
+        self, worker: int, frame: AuthFailed | AuthFailures | AuthFailing | AuthSucceeded
     ) -> None:
-        if isinstance(frame, ListenerCounts):
-            self.connection_counts.received(worker, frame)
-        else:
-            self.auth_failures.frame_received(worker, frame, self._loop.now())
+        self.auth_failures.frame_received(worker, frame, self._loop.now())
 
-    def _on_client_ids(self, worker: int, frame: Frame) -> None:
-        if isinstance(frame, Granted):
-            self._on_granted(frame)
-        elif isinstance(frame, Connecting):
-            self._on_connecting(frame)
-        elif isinstance(frame, ClaimRefused):
-            self._on_claim_refused(frame)
-        elif isinstance(frame, HandOver):
-            self._on_hand_over(frame)
-        elif isinstance(frame, HandedOver):
-            result = self._hand_overs.get((frame.client_id, worker))
-            if result is not None and not result.ready():
-                result.set(None)
-        elif isinstance(frame, Leaving):
-            self._leaving.add(frame.worker)
-        elif isinstance(frame, StoreFailing):
-            self._context.persistence.store_failing_at(worker, bool(frame.failing))
-        elif isinstance(frame, Owned):
-            for client_id in frame.client_ids:
-                self.arbiter.adopt(client_id, frame.owner)
-            self.owned_reported.add(worker)
-        else:
-            self._on_ownership(frame)
+    def _on_handed_over(self, worker: int, frame: HandedOver) -> None:
+        result = self._hand_overs.get((frame.client_id, worker))
+        if result is not None and not result.ready():
+            result.set(None)
+
+    def _on_owned(self, worker: int, frame: Owned) -> None:
+        for client_id in frame.client_ids:
+            self.arbiter.adopt(client_id, frame.owner)
+        self.owned_reported.add(worker)
 
     def _on_move(
         self, worker: int, frame: MovedDeliveries | MovingOut | MoveRoutesKnown | MoveEnded
@@ -687,7 +692,7 @@ class PoolNode:
         False if that worker is not linked now."""
         if worker == self.worker:
             if type(frame) in _OWNERSHIP_FRAMES:
-                self._on_client_ids(worker, frame)
+                self._handlers[type(frame)](worker, frame)
             else:
                 self._loop.run_callback(self._on_frame, worker, frame)
             return True
