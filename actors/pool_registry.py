@@ -18,9 +18,10 @@ but before the session is opened the id is claimed from its home worker (docs/po
 
 The claim's answer comes back as a callback (no greenlet waits for it); the session is then
 opened in a pool greenlet, where the hand-over and the store load may wait. The connection
-meanwhile waits for its CONNACK as it would for a slow store. Half the ids are homed on the worker that accepted them (with two workers): when
-the arbiter here grants such a claim at once and there is no session to hand over or load,
-the session opens at once, with no greenlet, as in one broker.
+meanwhile waits for its CONNACK as it would for a slow store. Half the ids are homed on the
+worker that accepted them (with two workers): when the arbiter here grants such a claim at
+once and there is no session to hand over or load, the session opens at once, with no
+greenlet, as in one broker.
 """
 
 from __future__ import annotations
