@@ -35,7 +35,10 @@ from fabric.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
 
 logger = logging.getLogger(__name__)
 
-READ_SIZE = 262144
+# Under glibc's mmap threshold (128 KiB): recv allocates its whole buffer before it reads,
+# and a bigger one was mapped, shrunk and unmapped on every read (three system calls and
+# the page faults, on every hop of a message to another worker).
+READ_SIZE = 65536
 RETRY_FIRST, RETRY_MAX = 0.02, 1.0  # seconds between attempts to reach a worker not listening
 _READ = 1
 
