@@ -34,7 +34,8 @@ from actors.idle_gc import start_idle_gc
 from actors.pool_main import run_pool
 from actors.pool_worker import PoolBroker
 from actors.tls_context import TlsSetupError
-from plugins.base import PluginConfigError
+from plugins.base import PluginConfigError, PluginContext
+from plugins.loader import check_plugins
 from store.base import StoreError
 
 logger = logging.getLogger("actors.main")
@@ -129,9 +130,17 @@ def _without_workers(argv: list[str]) -> list[str]:
 
 
 def _supervise(config: BrokerConfig, workers: int, argv: list[str]) -> int:
-    """Run the pool's supervisor (actors.pool_main); the exit status."""
+    """Run the pool's supervisor (actors.pool_main); the exit status. A plugin's
+    configuration error stops it before anything starts, as it stops one process."""
+    plugin_context = PluginContext(
+        config_dir=config.config_dir, node_name=config.node_name, worker_id=0
+    )
     try:
+        check_plugins(config.plugins, plugin_context)
         return run_pool(config, workers, _without_workers(argv))
+    except PluginConfigError as error:
+        logger.error("plugin configuration error: %s", error)
+        return 2
     except StoreError as error:
         logger.error("cannot open the store: %s", error)
         return 1

@@ -43,9 +43,37 @@ def load_plugins(
     return loaded
 
 
+def check_plugins(configs: Iterable[Mapping[str, Any]], context: PluginContext) -> None:
+    """Build every configured plugin and close it again, without registering it: raises the
+    PluginConfigError `load_plugins` would raise for a missing module, a bad option or an
+    unreadable file. A pool's supervisor calls it before it starts anything, so such an
+    error stops the pool at once, as it stops one process (a failing `register()` is found
+    by the workers, which load the plugins for real)."""
+    built: list[LoadedPlugin] = []
+    try:
+        for config in configs:
+            built.append(_build_one(config, context, {p.name for p in built}))
+    finally:
+        for loaded in reversed(built):
+            _close(loaded)
+
+
 def _load_one(
     config: Mapping[str, Any], bus: HookBus, context: PluginContext, seen: set[str]
 ) -> LoadedPlugin:
+    loaded = _build_one(config, context, seen)
+    try:
+        loaded.plugin.register(bus)
+    except Exception as error:
+        bus.unregister(loaded.name)
+        _close(loaded)
+        raise PluginConfigError(f"plugin {loaded.name}: register() failed: {error}") from error
+    logger.info("plugin %s loaded", loaded.name)
+    return loaded
+
+
+def _build_one(config: Mapping[str, Any], context: PluginContext, seen: set[str]) -> LoadedPlugin:
+    """The plugin of one `[[plugins]]` table, built with its options (not registered)."""
     name = config.get("module")
     if not isinstance(name, str) or not name:
         raise PluginConfigError(
@@ -63,13 +91,6 @@ def _load_one(
         raise
     except Exception as error:
         raise PluginConfigError(f"plugin {name}: failed to start: {error}") from error
-    try:
-        plugin.register(bus)
-    except Exception as error:
-        bus.unregister(name)
-        _close(LoadedPlugin(name, plugin))
-        raise PluginConfigError(f"plugin {name}: register() failed: {error}") from error
-    logger.info("plugin %s loaded", name)
     return LoadedPlugin(name, plugin)
 
 

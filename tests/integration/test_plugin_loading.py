@@ -65,11 +65,6 @@ BAD_PLUGIN_CONFIGS = {
 }
 
 
-@pytest.mark.pool_gap(
-    "a pool finds a plugin's configuration error in its workers, after their start-up (about "
-    "10 s on a loaded 2-core machine), not within the 5 s this test allows: the supervisor "
-    "does not load plugins itself"
-)
 @pytest.mark.parametrize("case", sorted(BAD_PLUGIN_CONFIGS))
 def test_bad_plugin_config_stops_the_broker_naming_the_plugin(tmp_path: Path, case: str) -> None:
     plugins, expected = BAD_PLUGIN_CONFIGS[case]

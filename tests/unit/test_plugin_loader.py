@@ -22,7 +22,7 @@ from hooks.events import (
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from plugins.base import PluginConfigError, PluginContext, parse_options
-from plugins.loader import close_plugins, load_plugins, reload_plugins
+from plugins.loader import check_plugins, close_plugins, load_plugins, reload_plugins
 
 _module_numbers = itertools.count()
 
@@ -108,6 +108,29 @@ def test_a_failing_plugin_closes_those_loaded_before_it(
         load_plugins([{"module": good}, {"module": bad, "fail": "init"}], bus, context)
     assert not bus.has(HookPoint.SESSION_CREATED)
     assert events_of(good)[-1] == ("close", good)
+
+
+def test_check_builds_and_closes_each_plugin_without_registering_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: PluginContext
+) -> None:
+    """What a pool's supervisor runs before it starts its workers."""
+    first = make_module(tmp_path, monkeypatch, RECORDING_PLUGIN)
+    second = make_module(tmp_path, monkeypatch, RECORDING_PLUGIN)
+    check_plugins([{"module": first, "colour": "blue"}, {"module": second}], context)
+    assert events_of(first) == [("init", first, {"colour": "blue"}), ("close", first)]
+    assert events_of(second) == [("init", second, {}), ("close", second)]
+
+
+def test_check_raises_the_error_loading_would_and_closes_what_it_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: PluginContext
+) -> None:
+    good = make_module(tmp_path, monkeypatch, RECORDING_PLUGIN)
+    bad = make_module(tmp_path, monkeypatch, RECORDING_PLUGIN)
+    with pytest.raises(PluginConfigError, match=f"plugin {bad}: failed to start: cannot open"):
+        check_plugins([{"module": good}, {"module": bad, "fail": "init"}], context)
+    assert events_of(good) == [("init", good, {}), ("close", good)]
+    with pytest.raises(PluginConfigError, match=f"plugin {good}: listed twice"):
+        check_plugins([{"module": good}, {"module": good}], context)
 
 
 def test_a_failing_register_is_reported_and_its_partial_registrations_removed(
