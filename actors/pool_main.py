@@ -221,7 +221,7 @@ def _bind_per_worker(listener: ListenerConfig, workers: int) -> list[socket.sock
     port = _free_port(listener.host, listener.port)
     own: list[socket.socket] = []
     try:
-        own.extend(_bind(listener.host, port, reuse_port=True) for _ in range(workers))
+        own.extend(_bind_for_worker(listener.host, port) for _ in range(workers))
     except OSError:
         for sock in own:
             sock.close()
@@ -240,11 +240,29 @@ def _free_port(host: str, port: int) -> int:
         return int(probe.getsockname()[1])
 
 
-def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def _bind(host: str, port: int) -> socket.socket:
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server(
-        (host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=reuse_port
-    )
+    return socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+
+
+def _bind_for_worker(host: str, port: int) -> socket.socket:
+    """A worker's SO_REUSEPORT socket on `port`, bound but not listening: the worker listens
+    once it can accept (`PoolBroker._listen_on`), so the port opens when the pool can serve
+    it, as one process's does, and a connection made while the workers start is refused
+    (the client retries) rather than left waiting in a backlog nobody reads yet. Once
+    listening it stays so while its worker restarts (the supervisor keeps it)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as create_server
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _listen_fds(listeners: list[list[socket.socket]], worker_id: int) -> str:

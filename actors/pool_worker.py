@@ -32,7 +32,7 @@ import gevent.socket
 
 import core.message
 from actors.admission import Admission
-from actors.broker import Broker
+from actors.broker import LISTEN_BACKLOG, Broker
 from actors.config import BrokerConfig
 from actors.endpoint import Endpoint
 from actors.fabric_link import Fabric
@@ -171,9 +171,14 @@ class PoolBroker(Broker):
         return registry
 
     def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
-        """The socket the supervisor bound for this endpoint (listeners keep their order)."""
+        """The socket the supervisor bound for this endpoint (listeners keep their order),
+        listening from now on (the supervisor binds a TCP-family worker's socket without
+        listening: the port opens when a worker can accept; again for a restarted worker's
+        socket, which is harmless)."""
         index = self.endpoints.index(endpoint)
-        return gevent.socket.socket(fileno=self._listen_fds[index]), None
+        sock = gevent.socket.socket(fileno=self._listen_fds[index])
+        sock.listen(LISTEN_BACKLOG)
+        return sock, None
 
     def _http_listener(self) -> Any:
         """The admin HTTP socket the supervisor bound: worker 0 serves the API (the others
