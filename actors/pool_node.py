@@ -692,7 +692,7 @@ class PoolNode:
         False if that worker is not linked now."""
         if worker == self.worker:
             if type(frame) in _OWNERSHIP_FRAMES:
-                self._handlers[type(frame)](worker, frame)
+                self._on_frame(worker, frame)
             else:
                 self._loop.run_callback(self._on_frame, worker, frame)
             return True

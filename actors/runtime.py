@@ -76,13 +76,12 @@ def run_soon(function: Any) -> None:
     """
     hub = gevent.get_hub()
     if greenlet.getcurrent() is hub:
-        _switch_to_pool_greenlet(function)
+        _switch_to_pool_greenlet(function, hub)
     else:
-        hub.loop.run_callback(_switch_to_pool_greenlet, function)
+        hub.loop.run_callback(_switch_to_pool_greenlet, function, hub)
 
 
-def _switch_to_pool_greenlet(function: Any) -> None:
-    hub = gevent.get_hub()
+def _switch_to_pool_greenlet(function: Any, hub: Any) -> None:
     worker = _parked.pop() if _parked else greenlet.greenlet(_pool_greenlet, parent=hub)
     worker.switch(_Job(function))
 
