@@ -29,10 +29,12 @@ from actors.connection import Connection
 from actors.context import BrokerContext, ConnectedClient
 from actors.endpoint import Endpoint
 from actors.messages import (
+    ArrivedHandled,
     CloseConnection,
     ConnectionLost,
     ConnectRefused,
     Detach,
+    HandleArrived,
     PacketsReceived,
     PeerIdentified,
     SessionAttached,
@@ -125,8 +127,21 @@ class ClientActor(GeventActor):
             )
         elif isinstance(message, ConnectRefused):
             self._carry_out(channel.session_refused(message.reason_code, message.why))
+        elif isinstance(message, HandleArrived):
+            self._handle_arrived(message)
         if channel.phase is Phase.CLOSED:
             self.stop()
+
+    def _handle_arrived(self, message: HandleArrived) -> None:
+        """Pool: this connection's session moves to the worker where its client connected
+        again. What the client sent before that is handled first, in order: a DISCONNECT
+        in it may end the session (section 3.14.2.2.2) or discard the will
+        [MQTT-3.14.4-3]. Ending the connection tells the session `Detach` instead."""
+        if message.read:
+            tell_if_alive(message.session, ArrivedHandled(self.actor_ref))
+            return
+        self._connection.read_arrived()  # tells this actor the packets, as any read does
+        self.actor_ref.tell(HandleArrived(message.session, read=True))
 
     def after_drain(self) -> None:
         if self._out:

@@ -76,6 +76,17 @@ class ConnectRefused:
     why: str
 
 
+@dataclass(slots=True)
+class HandleArrived:
+    """Pool: the session of this connection is handed to another worker. Handle what the
+    socket already holds (its client sent it before it connected there), then tell
+    `session` `ArrivedHandled`. The actor tells itself this again with `read` set, so that
+    the packets just read are handled before the answer."""
+
+    session: Any  # ActorRef of the SessionActor
+    read: bool = False
+
+
 # ----- client actor / registry -> session actor ---------------------------------------
 
 
@@ -95,6 +106,13 @@ class Detach:
     session_expiry: float | None = None  # a 5.0 DISCONNECT changed the session's expiry
     will: Message | None = None  # published after `will_delay` s unless the session resumes
     will_delay: float = 0.0
+
+
+@dataclass(slots=True)
+class ArrivedHandled:
+    """The answer to `HandleArrived`: what the connection held has been handled."""
+
+    client_ref: Any
 
 
 @dataclass(slots=True)

@@ -57,6 +57,7 @@ from actors.context import BrokerContext
 from actors.losses import report_loss
 from actors.messages import (
     AddRoutes,
+    ArrivedHandled,
     Attach,
     CloseConnection,
     Deliver,
@@ -64,6 +65,7 @@ from actors.messages import (
     Detach,
     EndForwarding,
     ForwardingEnded,
+    HandleArrived,
     HandOff,
     MovedIn,
     MoveOut,
@@ -141,6 +143,10 @@ from store.base import (
 
 logger = logging.getLogger(__name__)
 
+# What takes a session from its connection: another connection's Attach, a clean start's
+# Terminate (from the registry), a pool's HandOff to another worker.
+Takeover = Attach | HandOff | Terminate
+
 _PUBREL = PacketType.PUBREL
 _WIRE = itemgetter(4)  # Delivery.wire, read in C
 _AWAIT_PUBCOMP = Stage.AWAIT_PUBCOMP.value
@@ -184,6 +190,8 @@ class SessionActor(GeventActor):
         # The last user of a session that moved in (the store keeps no username).
         self.moved_user: str | None = None
         self.moved_user_known = False
+        # A takeover waiting for the connection attached now (`_waits_for_arrived`).
+        self._takeover: Takeover | None = None
 
     def moving_in(self, username: str | None, user_known: bool) -> None:
         """Before launch: this session, just loaded, is moving in from another worker whose
@@ -245,6 +253,10 @@ class SessionActor(GeventActor):
     # ----- connection binding ---------------------------------------------------------
 
     def _attach(self, attach: Attach) -> None:
+        if not self._waits_for_arrived(attach):
+            self._attach_now(attach)
+
+    def _attach_now(self, attach: Attach) -> None:
         previous = self._client_ref
         if previous is not None and previous is not attach.client_ref:
             # Takeover: the older connection is closed as for any non-DISCONNECT close,
@@ -362,6 +374,7 @@ class SessionActor(GeventActor):
         if self._stored:
             self._ops.append(self._meta_op(disconnected_at=time.time()))
         self.start_expiry_timer(self.state.expiry)
+        self._go_on()  # the connection is gone: a takeover waiting for it goes on
 
     def _keep(self, persistent: bool, expiry: float) -> None:
         """Set whether the session outlives its connection, and for how long. A stored
@@ -431,6 +444,11 @@ class SessionActor(GeventActor):
                 RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
             )
         self._context.registry.ended(self.state.client_id, self.actor_ref)
+        takeover, self._takeover = self._takeover, None
+        if type(takeover) is Attach:  # its connection gets a new session
+            self._context.registry.open_new(takeover)
+        elif type(takeover) is HandOff:  # the claimant finds none, once the delete is in
+            self._persistence.submit((), takeover.then)
         if self._hooks.has(HookPoint.SESSION_TERMINATED):
             self._hooks.run(
                 HookPoint.SESSION_TERMINATED,
@@ -438,12 +456,64 @@ class SessionActor(GeventActor):
             )
         self.stop()
 
+    def _clean_start(self, terminate: Terminate) -> None:
+        """The registry replaced this session by a clean start's [MQTT-3.1.2-4]."""
+        if not self._waits_for_arrived(terminate):
+            self._terminate(terminate)
+
     def _hand_off(self, hand_off: HandOff) -> None:
+        if not self._waits_for_arrived(hand_off):
+            self._give_up(hand_off)
+
+    def _waits_for_arrived(self, takeover: Takeover) -> bool:
+        """Whether `takeover` waits until the connection attached now has handled what it
+        already received. Its client sent that before it connected again, so it counts
+        first: a DISCONNECT in it may end the session (section 3.14.2.2.2), and it
+        discards the will [MQTT-3.14.4-3]. The client actor answers `ArrivedHandled`, or
+        ends the connection (`_detach`); a session that ends meanwhile passes the takeover
+        on (`_terminate`). One takeover waits at a time: a hand-off, which the pool's
+        arbiter ordered, stays; else the newer replaces the older, whose connection is
+        closed as taken over."""
+        waiting = self._takeover
+        if waiting is not None:
+            if type(waiting) is HandOff:
+                loser = takeover
+            else:
+                loser, self._takeover = waiting, takeover
+            if type(loser) is Attach:
+                tell_if_alive(loser.client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            return True
+        client = self._client_ref
+        if client is None or (type(takeover) is Attach and takeover.client_ref is client):
+            return False
+        if not tell_if_alive(client, HandleArrived(self.actor_ref)):
+            # The connection ended, and its Detach is in this mailbox already: the takeover
+            # goes on after it.
+            self.actor_ref.tell(ArrivedHandled(client))
+        self._takeover = takeover
+        return True
+
+    def _arrived_handled(self, handled: ArrivedHandled) -> None:
+        if handled.client_ref is self._client_ref:
+            self._go_on()
+
+    def _go_on(self) -> None:
+        """The connection handled what it had received, or ended: a waiting takeover goes
+        on."""
+        takeover, self._takeover = self._takeover, None
+        if type(takeover) is Attach:
+            self._attach_now(takeover)
+        elif type(takeover) is HandOff:
+            self._give_up(takeover)
+        elif type(takeover) is Terminate:
+            self._terminate(takeover)
+
+    def _give_up(self, hand_off: HandOff) -> None:
         """Pool: a connection on another worker takes this session (docs/pool.md). The
-        connection here is closed as in any takeover (its will is published [MQTT-3.1.4-2]);
-        the state is left in the store for the new owner, which resumes it from there. A
-        stored session keeps its routes and forwards what still reaches it to the new owner
-        (`hand_off.move`) until `EndForwarding`."""
+        connection here is closed as in any takeover (its will is published
+        [MQTT-3.1.4-2]); the state is left in the store for the new owner, which resumes it
+        from there. A stored session keeps its routes and forwards what still reaches it to
+        the new owner (`hand_off.move`) until `EndForwarding`."""
         if hand_off.discard:
             self._terminate(Terminate(reason="clean_start"))  # deletes it [MQTT-3.1.2-4]
         else:
@@ -1082,8 +1152,9 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     RoutesChanged: SessionActor._routes_changed,
     Attach: SessionActor._attach,
     Detach: SessionActor._detach,
-    Terminate: SessionActor._terminate,
+    Terminate: SessionActor._clean_start,
     HandOff: SessionActor._hand_off,
+    ArrivedHandled: SessionActor._arrived_handled,
     SessionExpired: SessionActor._expired,
     Stalled: SessionActor._stalled,
     Reauthorize: SessionActor._reauthorize_on_reload,

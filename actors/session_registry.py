@@ -47,20 +47,27 @@ class SessionRegistry:
                 session.tell(Terminate(reason="clean_start"))
             del self.sessions[client.client_id]
             session = None
-        session_present = session is not None
-        if session is None:
-            state = new_session_state(client.client_id, self._context.limits)
-            session = SessionActor.start(state, self._context, client.protocol_version)
-            self.sessions[client.client_id] = session
-        session.tell(
-            Attach(
-                client=client,
-                client_ref=client_ref,
-                transport=transport,
-                session_present=session_present,
-                connack_properties=connack_properties,
-            )
+        attach = Attach(
+            client=client,
+            client_ref=client_ref,
+            transport=transport,
+            session_present=session is not None,
+            connack_properties=connack_properties,
         )
+        if session is None:
+            self.open_new(attach)
+        else:
+            session.tell(attach)
+
+    def open_new(self, attach: Attach) -> None:
+        """Start a new session for `attach`'s connection: none was kept, or the one it was
+        to take over ended first (`SessionActor._waits_for_arrived`)."""
+        client = attach.client
+        attach.session_present = False
+        state = new_session_state(client.client_id, self._context.limits)
+        session = SessionActor.start(state, self._context, client.protocol_version)
+        self.sessions[client.client_id] = session
+        session.tell(attach)
 
     def ended(self, client_id: str, session: Any) -> None:
         """A session actor stopped: forget it (unless a newer one took its client id)."""

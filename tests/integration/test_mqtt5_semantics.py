@@ -85,6 +85,24 @@ def test_disconnect_can_end_the_session_section_3_14_2_2_2(broker: BrokerProcess
     v5(broker, client_id, clean=False, session_present=False).close()
 
 
+def test_a_disconnect_ending_the_session_counts_before_a_connect_that_overtakes_it(
+    broker: BrokerProcess,
+) -> None:
+    """The same, with the next CONNECT on a connection opened before the DISCONNECT was
+    sent: the broker may read that CONNECT first, on the same worker or another. The
+    takeover waits for the first connection's DISCONNECT, so no session is present. The
+    order is the event loop's (and the kernel's), so the test runs it 40 times."""
+    for _round in range(40):
+        client_id = unique("exp-overtaken")
+        client = v5(broker, client_id, clean=False, properties={0x11: 600})
+        again = RawClient(broker.host, broker.port, version=5)
+        client.send(Disconnect(properties={0x11: 0}))
+        client.close()
+        connack = again.connect(client_id, clean=False)
+        assert (connack.reason_code, connack.session_present) == (0, False), connack
+        again.close()
+
+
 def test_disconnect_setting_expiry_after_zero_is_a_protocol_error(broker: BrokerProcess) -> None:
     client = v5(broker, unique("exp-bad"))
     client.send(Disconnect(properties={0x11: 60}))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mqtt.packets import Connect, PubAck, PubComp, Publish, PubRec, PubRel, Will
+from mqtt.packets import Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, Will
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import (
@@ -160,6 +160,41 @@ def test_takeover_across_workers_closes_the_first_connection_and_publishes_its_w
     second.close()
     watcher.client.disconnect()
     watcher.client.loop_stop()
+
+
+def test_what_a_client_sent_before_it_connected_again_counts_on_either_worker(
+    pool: BrokerProcess,
+) -> None:
+    """A client that sends DISCONNECT and connects again at once may land on the other
+    worker while the first worker has not read that DISCONNECT yet. It is handled before
+    the session moves: a 5.0 DISCONNECT's Session Expiry Interval 0 ends the session
+    (section 3.14.2.2.2), and a normal DISCONNECT discards the will [MQTT-3.14.4-3]. The
+    race is the kernel's, so the test runs it 40 times and checks that it crossed."""
+    will_topic = unique("kept-will")
+    watcher = connect_raw(pool, unique("will-watch"))
+    subscribe_raw(watcher, 1, (will_topic, 0))
+    crossed = 0
+    for _round in range(40):
+        client_id = unique("again")
+        first = connect_raw(
+            pool,
+            client_id,
+            version=5,
+            clean=False,
+            properties={0x11: 600},
+            will=Will(will_topic, b"must not be published"),
+        )
+        again = RawClient(pool.host, pool.port, version=5)  # its CONNECT follows at once
+        first.send(Disconnect(properties={0x11: 0}))
+        first.close()
+        connack = again.connect(client_id, clean=False)
+        assert (connack.reason_code, connack.session_present) == (0, False), connack
+        again.close()
+        workers = [int(w) for w, cid in CONNECTED.findall(pool.log()) if cid == client_id]
+        crossed += len(set(workers)) == 2
+    watcher.expect_nothing(0.5)
+    assert crossed > 0, "all 40 reconnections landed on the first connection's worker"
+    watcher.close()
 
 
 def test_persistent_session_resumes_on_the_other_worker(pool: BrokerProcess) -> None:

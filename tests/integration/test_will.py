@@ -91,6 +91,30 @@ def test_no_will_after_disconnect_MQTT_3_1_2_10(broker: BrokerProcess) -> None:
     publisher.close()
 
 
+@pytest.mark.parametrize("clean", [True, False])
+def test_no_will_after_a_disconnect_the_next_connect_overtakes_MQTT_3_14_4_3(
+    broker: BrokerProcess, clean: bool
+) -> None:
+    """The client sends DISCONNECT, then CONNECT on a connection it opened before: the
+    broker may read that CONNECT first. The takeover waits until the first connection has
+    handled what it received, so the DISCONNECT discards the will [MQTT-3.14.4-3] and the
+    session is resumed [MQTT-3.2.2-2] or replaced [MQTT-3.1.2-4] as the flag says. The
+    order is the event loop's, so the test runs it 40 times."""
+    topic = unique("will-overtaken")
+    watcher = _watcher(broker, topic)
+    for _round in range(40):
+        client_id = unique("overtaken")
+        first = connect_raw(broker, client_id, clean=clean, will=Will(topic, b"never", qos=1))
+        second = RawClient(broker.host, broker.port)
+        first.send(Disconnect())
+        first.close()
+        connack = second.connect(client_id, clean=clean)
+        assert (connack.reason_code, connack.session_present) == (0, not clean), connack
+        second.close()
+    watcher.expect_nothing(0.5)
+    watcher.close()
+
+
 def test_v5_disconnect_with_will_message_publishes_the_will(broker: BrokerProcess) -> None:
     # MQTT 5.0 DISCONNECT reason 0x04 "Disconnect with Will Message": the client disconnects
     # cleanly but asks for its will [MQTT-3.14.4-3] does not discard it then.
