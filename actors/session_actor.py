@@ -190,8 +190,9 @@ class SessionActor(GeventActor):
         # The last user of a session that moved in (the store keeps no username).
         self.moved_user: str | None = None
         self.moved_user_known = False
-        # A takeover waiting for the connection attached now (`_waits_for_arrived`).
-        self._takeover: Takeover | None = None
+        # Takeovers waiting for the connection attached now (`_waits_for_arrived`).
+        self._takeovers: list[Takeover] | None = None
+        self._replaced = False  # by a clean start's new session, which owns the stored state
 
     def moving_in(self, username: str | None, user_known: bool) -> None:
         """Before launch: this session, just loaded, is moving in from another worker whose
@@ -221,7 +222,7 @@ class SessionActor(GeventActor):
 
     @property
     def _stored(self) -> bool:
-        return self.state.persistent and self._persistence.enabled
+        return self.state.persistent and self._persistence.enabled and not self._replaced
 
     def _when_durable(
         self, ops: list[Op], data: bytes, then: Callable[[], None] | None = None
@@ -424,6 +425,9 @@ class SessionActor(GeventActor):
             self._terminate(Terminate(reason="expired"))
 
     def _terminate(self, terminate: Terminate) -> None:
+        waiting, self._takeovers = self._takeovers or [], None
+        # A clean start that waited is why the session ends.
+        terminate = next((t for t in waiting if type(t) is Terminate), terminate)
         self._cancel_expiry()
         self._hand_over_shared(ending=True)
         if self._will is not None:
@@ -444,11 +448,11 @@ class SessionActor(GeventActor):
                 RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
             )
         self._context.registry.ended(self.state.client_id, self.actor_ref)
-        takeover, self._takeover = self._takeover, None
-        if type(takeover) is Attach:  # its connection gets a new session
-            self._context.registry.open_new(takeover)
-        elif type(takeover) is HandOff:  # the claimant finds none, once the delete is in
-            self._persistence.submit((), takeover.then)
+        for takeover in waiting:
+            if type(takeover) is Attach:  # its connection opens as if this one was not there
+                self._context.registry.attach(takeover)
+            elif type(takeover) is HandOff:  # the claimant finds none, once the delete is in
+                self._persistence.submit((), takeover.then)
         if self._hooks.has(HookPoint.SESSION_TERMINATED):
             self._hooks.run(
                 HookPoint.SESSION_TERMINATED,
@@ -457,7 +461,13 @@ class SessionActor(GeventActor):
         self.stop()
 
     def _clean_start(self, terminate: Terminate) -> None:
-        """The registry replaced this session by a clean start's [MQTT-3.1.2-4]."""
+        """The registry replaced this session by a clean start's [MQTT-3.1.2-4]. Its stored
+        state goes now, before the new session writes its own, and it writes nothing more;
+        the connection may still have to handle what it received (`_waits_for_arrived`)."""
+        if self._stored:
+            self._ops.append(DeleteSession(self.state.client_id))
+            self.after_drain()
+        self._replaced = True
         if not self._waits_for_arrived(terminate):
             self._terminate(terminate)
 
@@ -470,18 +480,12 @@ class SessionActor(GeventActor):
         already received. Its client sent that before it connected again, so it counts
         first: a DISCONNECT in it may end the session (section 3.14.2.2.2), and it
         discards the will [MQTT-3.14.4-3]. The client actor answers `ArrivedHandled`, or
-        ends the connection (`_detach`); a session that ends meanwhile passes the takeover
-        on (`_terminate`). One takeover waits at a time: a hand-off, which the pool's
-        arbiter ordered, stays; else the newer replaces the older, whose connection is
-        closed as taken over."""
-        waiting = self._takeover
+        ends the connection (`_detach`). Takeovers that come meanwhile wait behind, each
+        for the connection attached before it; a session that ends meanwhile passes them
+        on (`_terminate`)."""
+        waiting = self._takeovers
         if waiting is not None:
-            if type(waiting) is HandOff:
-                loser = takeover
-            else:
-                loser, self._takeover = waiting, takeover
-            if type(loser) is Attach:
-                tell_if_alive(loser.client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            waiting.append(takeover)
             return True
         client = self._client_ref
         if client is None or (type(takeover) is Attach and takeover.client_ref is client):
@@ -490,7 +494,7 @@ class SessionActor(GeventActor):
             # The connection ended, and its Detach is in this mailbox already: the takeover
             # goes on after it.
             self.actor_ref.tell(ArrivedHandled(client))
-        self._takeover = takeover
+        self._takeovers = [takeover]
         return True
 
     def _arrived_handled(self, handled: ArrivedHandled) -> None:
@@ -498,15 +502,23 @@ class SessionActor(GeventActor):
             self._go_on()
 
     def _go_on(self) -> None:
-        """The connection handled what it had received, or ended: a waiting takeover goes
-        on."""
-        takeover, self._takeover = self._takeover, None
-        if type(takeover) is Attach:
-            self._attach_now(takeover)
-        elif type(takeover) is HandOff:
-            self._give_up(takeover)
-        elif type(takeover) is Terminate:
-            self._terminate(takeover)
+        """The connection handled what it had received, or ended: the first waiting
+        takeover goes on. The later ones stay where `_terminate` finds them while it does,
+        then come again, each to wait for the connection attached before it."""
+        waiting = self._takeovers
+        if waiting is None:
+            return
+        first = waiting.pop(0)
+        self._takeovers = waiting or None
+        if isinstance(first, Attach):
+            self._attach_now(first)
+        elif isinstance(first, HandOff):
+            self._give_up(first)
+        else:
+            self._terminate(first)
+        later, self._takeovers = self._takeovers, None
+        for takeover in later or ():
+            self.actor_ref.tell(takeover)
 
     def _give_up(self, hand_off: HandOff) -> None:
         """Pool: a connection on another worker takes this session (docs/pool.md). The

@@ -41,32 +41,24 @@ class SessionRegistry:
         connack_properties: dict[int, Any],
     ) -> None:
         """Attach the client's connection to its session, kept or new [MQTT-3.2.2-1/2]."""
+        self.attach(Attach(client, client_ref, transport, False, connack_properties))
+
+    def attach(self, attach: Attach) -> None:
+        """`open` once the id is this broker's to open (a pool's claim for it is held);
+        also for a connection whose session ended before the connection could take it
+        over (`SessionActor._waits_for_arrived`)."""
+        client = attach.client
         session = self.sessions.get(client.client_id)
         if session is not None and (client.clean_start or not session.is_alive()):
             if session.is_alive():
                 session.tell(Terminate(reason="clean_start"))
             del self.sessions[client.client_id]
             session = None
-        attach = Attach(
-            client=client,
-            client_ref=client_ref,
-            transport=transport,
-            session_present=session is not None,
-            connack_properties=connack_properties,
-        )
+        attach.session_present = session is not None
         if session is None:
-            self.open_new(attach)
-        else:
-            session.tell(attach)
-
-    def open_new(self, attach: Attach) -> None:
-        """Start a new session for `attach`'s connection: none was kept, or the one it was
-        to take over ended first (`SessionActor._waits_for_arrived`)."""
-        client = attach.client
-        attach.session_present = False
-        state = new_session_state(client.client_id, self._context.limits)
-        session = SessionActor.start(state, self._context, client.protocol_version)
-        self.sessions[client.client_id] = session
+            state = new_session_state(client.client_id, self._context.limits)
+            session = SessionActor.start(state, self._context, client.protocol_version)
+            self.sessions[client.client_id] = session
         session.tell(attach)
 
     def ended(self, client_id: str, session: Any) -> None:
