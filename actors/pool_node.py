@@ -29,7 +29,8 @@ state as this worker sees it:
   (`StoreFailing`), and the filters of its persistent sessions' subscriptions are
   replicated like routes (`DurableRoutes`, the `durable` replica), so a publisher's worker
   refuses durable publishes while any worker's commits fail, for persistent subscribers on
-  any worker (docs/overload.md).
+  any worker (docs/overload.md); the same replica names the workers whose commits a QoS
+  1/2 batch's acknowledgement waits for.
 - connections: each listener's open connections here are reported to the others
   (`ListenerCounts`, `connection_counts`: actors.pool_connection_counts), so a listener's
   `max_connections` holds pool-wide.
@@ -273,12 +274,14 @@ class PoolNode:
         fabric = self.fabric
         if fabric is None:
             return
+        # A new persistent route is known as one before as a route: the publisher's worker
+        # never forwards to it without waiting for its commit (`add`).
+        if durable is not None:
+            fabric.broadcast(DurableRoutes(durable.added, durable.removed))
         if change is not None:
             fabric.broadcast(change)
         if shares is not None:
             fabric.broadcast(shares)
-        if durable is not None:
-            fabric.broadcast(DurableRoutes(durable.added, durable.removed))
         if self._waiting_for_sync:
             self._sync_token += 1
             waiting, self._waiting_for_sync = self._waiting_for_sync, []
@@ -303,11 +306,14 @@ class PoolNode:
     # ----- publishes (the dispatcher's RemoteForwarder) ----------------------------------
 
     def add(self, message: Message) -> bool:
-        workers = self.remote.workers_cached(message.topic)
+        topic = message.topic
+        workers = self.remote.workers_cached(topic)
         if not workers:
             return False
         if message.qos:
-            self._durable_to.update(workers)
+            # The acks wait for the commits of the workers that store the message: those
+            # with a persistent session subscribed (a clean one's worker writes nothing).
+            self._durable_to.update(self.durable.workers_cached(topic))
         self._outbox.add(workers, message)
         return True
 
