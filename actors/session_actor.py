@@ -452,10 +452,13 @@ class SessionActor(GeventActor):
             )
         self._context.registry.ended(self.state.client_id, self.actor_ref)
         for takeover in waiting:
-            if type(takeover) is Attach:  # its connection opens as if this one was not there
-                self._context.registry.attach(takeover)
-            elif type(takeover) is HandOff:  # the claimant finds none, once the delete is in
+            if type(takeover) is HandOff:  # the claimant finds none, once the delete is in
                 self._persistence.submit((), takeover.then)
+            elif type(takeover) is Attach and self._replaced:
+                # A clean start that came after it owns the id: taken over by that one.
+                tell_if_alive(takeover.client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
+            elif type(takeover) is Attach:  # it opens as if this session had not been there
+                self._context.registry.attach(takeover)
         if self._hooks.has(HookPoint.SESSION_TERMINATED):
             self._hooks.run(
                 HookPoint.SESSION_TERMINATED,
