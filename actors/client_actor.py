@@ -133,10 +133,10 @@ class ClientActor(GeventActor):
             self.stop()
 
     def _handle_arrived(self, message: HandleArrived) -> None:
-        """Pool: this connection's session moves to the worker where its client connected
-        again. What the client sent before that is handled first, in order: a DISCONNECT
-        in it may end the session (section 3.14.2.2.2) or discard the will
-        [MQTT-3.14.4-3]. Ending the connection tells the session `Detach` instead."""
+        """This connection's session is being taken over (its client connected again, here
+        or on another worker). What the client sent before that is handled first, in
+        order: a DISCONNECT in it may end the session (section 3.14.2.2.2) or discard the
+        will [MQTT-3.14.4-3]. Ending the connection tells the session `Detach` instead."""
         if message.read:
             tell_if_alive(message.session, ArrivedHandled(self.actor_ref))
             return

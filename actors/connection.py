@@ -181,7 +181,7 @@ class Connection:
 
     def read_arrived(self) -> None:
         """Read what the socket holds now, as when it becomes readable, paused or not (a
-        session hand-over: `ClientActor._handle_arrived`). A client waiting for its rate
+        session takeover: `ClientActor._handle_arrived`). A client waiting for its rate
         limit is left waiting: what it sent is read when the limit allows."""
         if self._owner is not None and self._rate_timer is None:
             self._on_readable()

@@ -78,9 +78,9 @@ class ConnectRefused:
 
 @dataclass(slots=True)
 class HandleArrived:
-    """Pool: the session of this connection is handed to another worker. Handle what the
-    socket already holds (its client sent it before it connected there), then tell
-    `session` `ArrivedHandled`. The actor tells itself this again with `read` set, so that
+    """The session of this connection is being taken over. Handle what the socket already
+    holds (its client sent it before it connected again), then tell `session`
+    `ArrivedHandled`. The actor tells itself this again with `read` set, so that
     the packets just read are handled before the answer."""
 
     session: Any  # ActorRef of the SessionActor

@@ -240,9 +240,12 @@ def _free_port(host: str, port: int) -> int:
         return int(probe.getsockname()[1])
 
 
+def _family(host: str, port: int) -> socket.AddressFamily:
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    return socket.create_server((host, port), family=_family(host, port), backlog=LISTEN_BACKLOG)
 
 
 def _bind_for_worker(host: str, port: int) -> socket.socket:
@@ -251,7 +254,7 @@ def _bind_for_worker(host: str, port: int) -> socket.socket:
     it, as one process's does, and a connection made while the workers start is refused
     (the client retries) rather than left waiting in a backlog nobody reads yet. Once
     listening it stays so while its worker restarts (the supervisor keeps it)."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    family = _family(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -428,9 +428,11 @@ class SessionActor(GeventActor):
             self._terminate(Terminate(reason="expired"))
 
     def _terminate(self, terminate: Terminate) -> None:
-        waiting, self._takeovers = self._takeovers or [], None
-        # A clean start that waited is why the session ends.
-        terminate = next((t for t in waiting if type(t) is Terminate), terminate)
+        waiting = self._takeovers
+        if waiting is not None:  # (rare: no attribute written, no list made, on every end)
+            self._takeovers = None
+            # A clean start that waited is why the session ends.
+            terminate = next((t for t in waiting if type(t) is Terminate), terminate)
         self._cancel_expiry()
         self._hand_over_shared(ending=True)
         if self._will is not None:
@@ -451,7 +453,7 @@ class SessionActor(GeventActor):
                 RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
             )
         self._context.registry.ended(self.state.client_id, self.actor_ref)
-        for takeover in waiting:
+        for takeover in waiting or ():
             if type(takeover) is HandOff:  # the claimant finds none, once the delete is in
                 self._persistence.submit((), takeover.then)
             elif type(takeover) is Attach and self._replaced:
