@@ -2,14 +2,19 @@
 
 A frame is a 4-byte little-endian body length, a 1-byte kind, then the body (the layout of
 the store process's frames, `store.process_protocol`). Control frames have an orjson body.
-`Forward` and `Retained` carry messages: their message part is a 4-byte header length, an
-orjson header with one row per message, then each message's MQTT 5 property block (the
-codec's own encoding, so binary values travel as they are) and its payload, raw, or instead
-the PUBLISH a 3.x client sent for a QoS 0 message (`Message.wire`, which ends with the
-payload), so the receiving worker writes it to QoS 0 subscribers as it is instead of
-encoding it again. A `Forward`'s body starts with its 4-byte publisher id. `ForwardShared` is
-a `Forward` whose messages are also (or only) for share groups: after the publisher id, a
-4-byte length and an orjson list of one `ShareMark` per message, then the message part.
+`Forward` and `Retained` carry messages: their message part is the message count and the
+size of the string table (two 4-byte lengths), the string table (an orjson list: `null`, then
+each distinct topic, client id and username of the frame once), one fixed-size binary record
+per message (flags, timestamp, id, string indexes, sizes: `_MESSAGE_RECORD`), then each
+message's MQTT 5 property block (the codec's own encoding, so binary values travel as they
+are) and its payload, raw, or instead the PUBLISH a 3.x client sent for a QoS 0 message
+(`Message.wire`, which ends with the payload), so the receiving worker writes it to QoS 0
+subscribers as it is instead of encoding it again. The records decode in one `struct` pass
+and the strings once per frame, not once per message: decoding is what a worker pays for
+every message another worker forwards it. A `Forward`'s body starts with its 4-byte
+publisher id. `ForwardShared` is a `Forward` whose messages are also (or only) for share
+groups: after the publisher id, a 4-byte length and an orjson list of one `ShareMark` per
+message, then the message part.
 Nothing is pickled and no actor reference crosses the link: a peer may be another process
 or, later, another machine (docs/pool.md).
 
@@ -36,6 +41,14 @@ from mqtt.properties import encode_properties, read_properties
 _FRAME_HEADER = struct.Struct("<IB")
 _U32 = struct.Struct("<I")
 _U32x2 = struct.Struct("<II")
+# A message's fixed-size record: flags (QoS in bits 0-1, RETAIN in bit 2), timestamp, message
+# id, the indexes of its topic, publisher and username in the frame's string table, and the
+# sizes of its property block, its payload and the PUBLISH head before it (0: no `wire`).
+_MESSAGE_RECORD = struct.Struct("<BdQIIIIII")
+_QOS_BITS = 0b011
+_RETAIN_FLAG = 0b100
+_FLAG_BITS = _QOS_BITS | _RETAIN_FLAG
+_INFINITY = float("inf")
 _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
 # The reasons of `FlowHold`/`FlowRelease`: core.flow.FlowState's values for a held publisher.
@@ -590,29 +603,30 @@ def encode_frame(frame: Frame) -> bytes:
 
 
 def _encode_messages(messages: tuple[Message, ...]) -> bytes:
-    rows: list[list[Any]] = []
+    strings: dict[str | None, int] = {None: 0}  # the frame's string table, in index order
+    records: list[bytes] = []
     tail: list[bytes] = []
+    pack = _MESSAGE_RECORD.pack
     for message in messages:
         props = encode_properties(message.properties) if message.properties else b""
-        wire = message.wire
-        rows.append(
-            [
-                message.topic,
-                message.qos,
-                message.retain,
-                message.publisher,
-                message.username,
+        payload, wire = message.payload, message.wire
+        records.append(
+            pack(
+                message.qos | _RETAIN_FLAG if message.retain else message.qos,
                 message.timestamp,
                 message.message_id,
+                strings.setdefault(message.topic, len(strings)),
+                strings.setdefault(message.publisher, len(strings)),
+                strings.setdefault(message.username, len(strings)),
                 len(props),
-                len(message.payload),
-                0 if wire is None else len(wire) - len(message.payload),
-            ]
+                len(payload),
+                0 if wire is None else len(wire) - len(payload),
+            )
         )
         tail.append(props)
-        tail.append(message.payload if wire is None else wire)
-    header = orjson.dumps(rows)
-    return b"".join((_U32.pack(len(header)), header, *tail))
+        tail.append(payload if wire is None else wire)
+    table = orjson.dumps(list(strings))
+    return b"".join((_U32x2.pack(len(messages), len(table)), table, *records, *tail))
 
 
 def _encode_deliveries(frame: Frame) -> bytes:
@@ -658,28 +672,26 @@ def _checked_delivery_row(row: Any) -> tuple[int, bool, tuple[int, ...], None, i
 
 def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
     """The messages of a body whose message part begins at `start`."""
-    (header_size,) = _U32.unpack_from(body, start)
-    pos = start + _U32.size + header_size
-    rows = orjson.loads(body[start + _U32.size : pos])
-    if type(rows) is not list:
-        raise FrameError("a message frame's header is not a list")
+    count, table_size = _U32x2.unpack_from(body, start)
+    pos = start + _U32x2.size + table_size
+    strings = _string_table(body[start + _U32x2.size : pos])
+    records_end = pos + count * _MESSAGE_RECORD.size
+    if records_end > len(body):
+        raise FrameError(f"a message frame's {count} records run past its end")
+    records = _MESSAGE_RECORD.iter_unpack(body[pos:records_end])
+    pos = records_end
     messages: list[Message] = []
-    for row in rows:
-        (topic, qos, retain, publisher, username, timestamp, message_id, props_size, size, head) = (
-            _checked_row(row)
-        )
+    for flags, timestamp, message_id, topic, publisher, username, props_size, size, head in records:
+        if flags & ~_FLAG_BITS or flags & _QOS_BITS == _QOS_BITS or not topic:
+            raise FrameError(f"a message's record has flags {flags} and topic {topic}")
+        if not -_INFINITY < timestamp < _INFINITY:
+            raise FrameError(f"a message's timestamp is {timestamp}")
         stop = pos + props_size
-        properties: dict[int, Any] = {}
-        if props_size:
-            if stop > len(body):
-                raise FrameError("a message's property block runs past the end of the frame")
-            properties, end = read_properties(body, pos, stop, PacketType.PUBLISH)
-            if end != stop:
-                raise FrameError("a message's property block does not fill its declared size")
+        properties = _property_block(body, pos, stop) if props_size else {}
         wire = None
         if head:  # the encoded 3.x QoS 0 PUBLISH (`Message.wire`), which ends with the payload
             wire = body[stop : stop + head + size]
-            if wire[0] != _PLAIN_QOS0_PUBLISH or head < _MIN_PUBLISH_HEAD:
+            if head < _MIN_PUBLISH_HEAD or wire[0] != _PLAIN_QOS0_PUBLISH:
                 raise FrameError("a message's encoded PUBLISH is not a plain QoS 0 PUBLISH")
             stop += head
         payload = body[stop : stop + size]
@@ -688,12 +700,12 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
         pos = stop + size
         messages.append(
             stored_message(
-                topic,
+                strings[topic],
                 payload,
-                qos,
-                retain,
-                publisher,
-                username,
+                flags & _QOS_BITS,
+                flags > _QOS_BITS,
+                strings[publisher],
+                strings[username],
                 timestamp,
                 properties,
                 message_id,
@@ -705,27 +717,27 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
     return tuple(messages)
 
 
-def _checked_row(row: Any) -> list[Any]:
-    """A message's header row, if every value has its type and range; else FrameError."""
-    if (
-        type(row) is list
-        and len(row) == 10
-        and type(row[0]) is str
-        and row[1] in (0, 1, 2)
-        and type(row[2]) is bool
-        and (row[3] is None or type(row[3]) is str)
-        and (row[4] is None or type(row[4]) is str)
-        and type(row[5]) in (int, float)
-        and type(row[6]) is int
-        and type(row[7]) is int
-        and type(row[8]) is int
-        and type(row[9]) is int
-        and row[7] >= 0
-        and row[8] >= 0
-        and row[9] >= 0
+def _string_table(data: bytes) -> list[str | None]:
+    """A message part's string table: `None` (index 0), then strings; else FrameError."""
+    strings = orjson.loads(data)
+    if not (
+        type(strings) is list
+        and strings
+        and strings[0] is None
+        and all(type(string) is str for string in strings[1:])
     ):
-        return row
-    raise FrameError(f"a message's header row is {row!r}")
+        raise FrameError(f"a message frame's string table is {strings!r}")
+    return strings
+
+
+def _property_block(body: bytes, start: int, stop: int) -> dict[int, Any]:
+    """A message's MQTT 5 properties, which fill `body[start:stop]`; else FrameError."""
+    if stop > len(body):
+        raise FrameError("a message's property block runs past the end of the frame")
+    properties, end = read_properties(body, start, stop, PacketType.PUBLISH)
+    if end != stop:
+        raise FrameError("a message's property block does not fill its declared size")
+    return properties
 
 
 def _decode_marks(rows: Any) -> tuple[ShareMark, ...]:
@@ -821,5 +833,12 @@ def _decode_checked(kind: int, body: bytes) -> Frame:
         return _decode_body(kind, body)
     except FrameError:
         raise
-    except (orjson.JSONDecodeError, MqttError, TypeError, ValueError, struct.error) as error:
+    except (
+        orjson.JSONDecodeError,
+        MqttError,
+        TypeError,
+        ValueError,
+        IndexError,
+        struct.error,
+    ) as error:
         raise FrameError(f"frame of kind {kind} does not parse: {error}") from error

@@ -9,7 +9,12 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import struct
+from typing import Any
 
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,3 +275,68 @@ def test_an_unknown_kind_is_refused() -> None:
         assert "unknown frame kind 238" in str(error)
     else:
         raise AssertionError("frame kind 238 was accepted")
+
+
+# A `Retained` frame (kind 5) carries nothing but the message part, so its bytes are written
+# here by hand: two 4-byte counts, the string table, one record per message
+# (`fabric.frames._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three sizes),
+# then the payloads.
+_RECORD = struct.Struct("<BdQIIIIII")
+
+
+def _retained_frame(strings: object, *records: tuple[Any, ...], tail: bytes = b"") -> bytes:
+    table = orjson.dumps(strings)
+    body = b"".join(
+        (struct.pack("<II", len(records), len(table)), table, *(_RECORD.pack(*r) for r in records))
+    )
+    body += tail
+    return struct.pack("<IB", len(body), 5) + body
+
+
+def test_the_hand_written_message_part_is_the_codec_s() -> None:
+    data = _retained_frame([None, "a/b", "c"], (0b101, 2.5, 9, 1, 2, 0, 0, 1, 0), tail=b"p")
+    expected = stored_message("a/b", b"p", 1, True, "c", None, 2.5, {}, 9)
+    assert FrameDecoder().feed(data) == [Retained((expected,))]
+    assert encode_frame(Retained((expected,))) == data
+
+
+def test_a_batch_names_each_topic_and_client_once() -> None:
+    batch = tuple(
+        stored_message(
+            "sensors/one/temperature", b"%d" % i, 0, False, "publisher-7", "u", 1.0, {}, i
+        )
+        for i in range(50)
+    )
+    data = encode_frame(Forward(batch, 3))
+    assert data.count(b"sensors/one/temperature") == 1
+    assert data.count(b"publisher-7") == 1
+    assert FrameDecoder().feed(data) == [Forward(batch, 3)]
+
+
+@pytest.mark.parametrize(
+    ("strings", "record", "why"),
+    [
+        ([None, "t"], (3, 1.0, 1, 1, 0, 0, 0, 0, 0), "flags 3"),  # QoS 3 [MQTT-3.3.1-4]
+        ([None, "t"], (8, 1.0, 1, 1, 0, 0, 0, 0, 0), "flags 8"),  # an unknown flag
+        ([None, "t"], (0, 1.0, 1, 0, 0, 0, 0, 0, 0), "topic 0"),  # the topic is None
+        ([None, "t"], (0, math.nan, 1, 1, 0, 0, 0, 0, 0), "timestamp is nan"),
+        ([None, "t"], (0, math.inf, 1, 1, 0, 0, 0, 0, 0), "timestamp is inf"),
+        ([None, "t"], (0, 1.0, 1, 5, 0, 0, 0, 0, 0), "index out of range"),
+        ([None, "t"], (0, 1.0, 1, 1, 0, 0, 0, 4, 0), "payload runs past the end"),
+        (["t"], (0, 1.0, 1, 1, 0, 0, 0, 0, 0), "string table"),
+        ([None, 7], (0, 1.0, 1, 1, 0, 0, 0, 0, 0), "string table"),
+    ],
+)
+def test_a_record_out_of_its_ranges_breaks_the_link(
+    strings: list[object], record: tuple[Any, ...], why: str
+) -> None:
+    with pytest.raises(FrameError, match=why):
+        FrameDecoder().feed(_retained_frame(strings, record))
+
+
+def test_records_that_run_past_the_frame_break_the_link() -> None:
+    data = _retained_frame([None, "t"], (0, 1.0, 1, 1, 0, 0, 0, 0, 0))
+    count_at = 5  # after the frame header: the message count
+    data = data[:count_at] + struct.pack("<I", 2) + data[count_at + 4 :]
+    with pytest.raises(FrameError, match="2 records run past its end"):
+        FrameDecoder().feed(data)
