@@ -1,10 +1,15 @@
 """The socket side of one client connection: reads and frames bytes, holds no greenlet.
 
 A read watcher on gevent's event loop calls `_on_readable` when the socket has data. One
-`recv` of up to 64 KiB may hold hundreds of packets; the decoder frames them all and the
-owner (the client actor) gets them as ONE batch, so an actor hop costs once per read, not
-once per packet. An idle connection holds no greenlet and no stack: two watchers, a timer,
-the socket and its decoder.
+`recv` of up to 16 KiB may hold a few hundred small packets; the decoder frames them all and
+the owner (the client actor) gets them as ONE batch, so an actor hop costs once per read,
+not once per packet. 16 KiB rather than more: a batch's deliveries reach every subscriber
+only when the whole batch is handled, so smaller batches keep a fast publisher's messages
+flowing through the broker (and, in a pool, through both workers) instead of in bursts
+(1->100 fan-out in a pool of two: 3.4-3.7M deliveries/s against 2.5-2.7M with 64 KiB).
+
+An idle connection holds no greenlet and no stack: two watchers, a timer, the socket and
+its decoder.
 
 Deadlines: the CONNECT must be complete within `limits.connect_timeout` of the accept,
 however its bytes dribble in; once the channel has accepted it, some packet must arrive
@@ -55,7 +60,7 @@ from mqtt.packets import Packet, Publish
 
 logger = logging.getLogger(__name__)
 
-READ_SIZE = 65536
+READ_SIZE = 16384  # bytes per recv: see the module docstring
 _READ, _WRITE = 1, 2  # libev event masks
 
 
