@@ -152,7 +152,9 @@ class Dispatcher:
         retained: list[Message] = []
         ops: list[Op] = []
         remote = self.remote
-        shares = self._shares
+        # Whether any share group has members here or on another worker: nothing the loop
+        # below runs can change that, so it is asked once per batch, not once per message.
+        any_shares = bool(self._shares.group_count or (remote is not None and remote.shares))
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:
@@ -169,7 +171,7 @@ class Dispatcher:
             delivered = self._fan_out(message, per_session, ops)
             if remote is not None and remote.add(message):
                 delivered = True
-            if shares.group_count or (remote is not None and remote.shares):
+            if any_shares:
                 groups = self._share_plan(message.topic)
                 delivered = self._share_out(message, groups, per_session, ops) or delivered
             if not delivered:
