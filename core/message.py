@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, ParamSpec, cast
 
 _message_ids = itertools.count(1)
+_Fields = ParamSpec("_Fields")
 
 
 def next_message_id() -> int:
@@ -99,27 +101,15 @@ class _MessageBeingBuilt:
         self.__class__ = Message  # type: ignore[assignment]  # done: from here on it is frozen
 
 
-class _MessageFactory(Protocol):
-    def __call__(  # noqa: PLR0917 - the fields of a Message, positional
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        publisher: str | None,
-        username: str | None,
-        timestamp: float,
-        properties: dict[int, Any],
-        message_id: int,
-        wire: bytes | None = None,
-        /,
-    ) -> Message: ...
+def _as_message_factory(builder: Callable[_Fields, object]) -> Callable[_Fields, Message]:
+    """`builder` typed as what its calls return: a `Message` (its signature stays its own)."""
+    return cast("Callable[_Fields, Message]", builder)
 
 
 # A `Message` with every field given, positionally, built as fast as `new_message` builds one:
 # for messages read back from the store (a restart restores every queued message of every
 # persistent session) and from other workers (every message a pool forwards).
-stored_message = cast(_MessageFactory, _MessageBeingBuilt)
+stored_message = _as_message_factory(_MessageBeingBuilt)
 _now = time.time
 
 
