@@ -26,7 +26,9 @@ it is broken and is closed.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import orjson
@@ -551,27 +553,26 @@ _KINDS: dict[type[Any], int] = {
     # 120-129: listeners' connection counts across the pool.
     ListenerCounts: 120,
 }
-_CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 _CARRY_MESSAGES = (Forward, Retained, ForwardShared)
 # Frames that carry deliveries: their other fields, then the deliveries, as the last field.
 _CARRY_DELIVERIES: dict[type[Any], str] = {MovingOut: "qos0", MovedDeliveries: "deliveries"}
-# What each field of a control frame may hold, from its annotation: a peer's frame with
-# another type is refused, not carried into the broker.
-_FIELD_CHECKS: dict[str, Any] = {
-    "int": lambda value: type(value) is int,
-    "str": lambda value: type(value) is str,
-    "int | None": lambda value: value is None or type(value) is int,
-    "str | None": lambda value: value is None or type(value) is str,
-    "tuple[str, ...]": lambda value: all(type(item) is str for item in value),
-    "tuple[int, ...]": lambda value: all(type(item) is int for item in value),
-    "dict[str, Any]": lambda value: type(value) is dict,
-    "tuple[dict[str, Any], ...]": lambda value: (
-        type(value) is tuple and all(type(item) is dict for item in value)
-    ),
+# What each field of a control frame may hold, from its annotation: the types its JSON value
+# may have and, for a tuple (a JSON list), the types of its items (None: not a tuple). A
+# peer's frame with another type is refused, not carried into the broker.
+_NONE = type(None)
+_FIELD_SHAPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
+    "int": ((int,), None),
+    "str": ((str,), None),
+    "int | None": ((int, _NONE), None),
+    "str | None": ((str, _NONE), None),
+    "tuple[str, ...]": ((list,), (str,)),
+    "tuple[int, ...]": ((list,), (int,)),
+    "dict[str, Any]": ((dict,), None),
+    "tuple[dict[str, Any], ...]": ((list,), (dict,)),
 }
 _FIELDS = {
     cls: tuple(
-        (field.name, _FIELD_CHECKS[str(field.type)])
+        (field.name, *_FIELD_SHAPES[str(field.type)])
         for field in fields(cls)
         if field.name != _CARRY_DELIVERIES.get(cls)
     )
@@ -580,26 +581,45 @@ _FIELDS = {
 }
 
 
+def _field_values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A control frame's field values in order, for its orjson body."""
+    if len(names) == 1:
+        get_one = attrgetter(names[0])
+        return lambda frame: (get_one(frame),)
+    return attrgetter(*names)
+
+
+_FIELD_VALUES = {
+    cls: _field_values(tuple(name for name, _types, _items in shape))
+    for cls, shape in _FIELDS.items()
+}
+
+
 def encode_frame(frame: Frame) -> bytes:
     """The bytes of one frame."""
-    if isinstance(frame, ForwardShared):
-        marks = orjson.dumps(
-            [
-                [mark.ordinary, [[s.group, s.topic_filter, sorted(s.tried)] for s in mark.shares]]
-                for mark in frame.marks
-            ]
-        )
-        messages = _encode_messages(frame.messages)
-        body = b"".join((_U32.pack(frame.publisher), _U32.pack(len(marks)), marks, messages))
-    elif isinstance(frame, Forward):
-        body = _U32.pack(frame.publisher) + _encode_messages(frame.messages)
-    elif isinstance(frame, _CARRY_MESSAGES):
-        body = _encode_messages(frame.messages)
-    elif type(frame) in _CARRY_DELIVERIES:
-        body = _encode_deliveries(frame)
-    else:
-        body = orjson.dumps([getattr(frame, name) for name, _check in _FIELDS[type(frame)]])
-    return _FRAME_HEADER.pack(len(body), _KINDS[type(frame)]) + body
+    cls = type(frame)
+    encode = _ENCODERS.get(cls)
+    body = orjson.dumps(_FIELD_VALUES[cls](frame)) if encode is None else encode(frame)
+    return _FRAME_HEADER.pack(len(body), _KINDS[cls]) + body
+
+
+def _encode_forward_shared(frame: ForwardShared) -> bytes:
+    marks = orjson.dumps(
+        [
+            [mark.ordinary, [[s.group, s.topic_filter, sorted(s.tried)] for s in mark.shares]]
+            for mark in frame.marks
+        ]
+    )
+    messages = _encode_messages(frame.messages)
+    return b"".join((_U32.pack(frame.publisher), _U32.pack(len(marks)), marks, messages))
+
+
+def _encode_forward(frame: Forward) -> bytes:
+    return _U32.pack(frame.publisher) + _encode_messages(frame.messages)
+
+
+def _encode_retained(frame: Retained) -> bytes:
+    return _encode_messages(frame.messages)
 
 
 def _encode_messages(messages: tuple[Message, ...]) -> bytes:
@@ -633,7 +653,7 @@ def _encode_deliveries(frame: Frame) -> bytes:
     """A frame's fields and one row per delivery (orjson), then the deliveries' messages."""
     deliveries: tuple[Delivery, ...] = getattr(frame, _CARRY_DELIVERIES[type(frame)])
     rows = [[d.qos, d.retain, d.subscription_ids, d.seq] for d in deliveries]
-    head = orjson.dumps([*(getattr(frame, name) for name, _check in _FIELDS[type(frame)]), rows])
+    head = orjson.dumps([*_FIELD_VALUES[type(frame)](frame), rows])
     messages = _encode_messages(tuple(delivery.message for delivery in deliveries))
     return b"".join((_U32.pack(len(head)), head, messages))
 
@@ -644,13 +664,13 @@ def _decode_deliveries(cls: type[Any], body: bytes) -> Frame:
     values = _checked_values(cls, orjson.loads(body[_U32.size : pos]), extra=1)
     messages = _decode_messages(body[pos:])
     rows = values.pop()
-    if type(rows) is not tuple or len(rows) != len(messages):
+    if type(rows) is not list or len(rows) != len(messages):
         raise FrameError(f"a {cls.__name__} frame's delivery rows are {rows!r}")
     deliveries = tuple(
         Delivery(message, *_checked_delivery_row(row))
         for message, row in zip(messages, rows, strict=True)
     )
-    named = {name: value for (name, _check), value in zip(_FIELDS[cls], values, strict=True)}
+    named = {name: value for (name, *_shape), value in zip(_FIELDS[cls], values, strict=True)}
     return cls(**named, **{_CARRY_DELIVERIES[cls]: deliveries})  # type: ignore[no-any-return]
 
 
@@ -767,36 +787,48 @@ def _is_share_row(share: Any) -> bool:
     )
 
 
-def _decode_body(kind: int, body: bytes) -> Frame:
-    cls = _CLASSES.get(kind)
-    if cls is None:
-        raise FrameError(f"unknown frame kind {kind}")
-    if cls is ForwardShared:
-        publisher, marks_size = _U32x2.unpack_from(body, 0)
-        start = _U32x2.size + marks_size
-        marks = _decode_marks(orjson.loads(body[_U32x2.size : start]))
-        return ForwardShared(_decode_messages(body, start), marks, publisher)
-    if cls is Forward:
-        (publisher,) = _U32.unpack_from(body, 0)
-        return Forward(_decode_messages(body, _U32.size), publisher)
-    if cls in _CARRY_MESSAGES:
-        return cls(_decode_messages(body))  # type: ignore[no-any-return]
-    if cls in _CARRY_DELIVERIES:
-        return _decode_deliveries(cls, body)
-    return cls(*_checked_values(cls, orjson.loads(body)))  # type: ignore[no-any-return]
+def _decode_forward_shared(body: bytes) -> ForwardShared:
+    publisher, marks_size = _U32x2.unpack_from(body, 0)
+    start = _U32x2.size + marks_size
+    marks = _decode_marks(orjson.loads(body[_U32x2.size : start]))
+    return ForwardShared(_decode_messages(body, start), marks, publisher)
+
+
+def _decode_forward(body: bytes) -> Forward:
+    (publisher,) = _U32.unpack_from(body, 0)
+    return Forward(_decode_messages(body, _U32.size), publisher)
+
+
+def _decode_retained(body: bytes) -> Retained:
+    return Retained(_decode_messages(body))
+
+
+def _control_decoder(cls: type[Any]) -> Callable[[bytes], Frame]:
+    def decode(body: bytes) -> Frame:
+        return cls(*_checked_values(cls, orjson.loads(body)))  # type: ignore[no-any-return]
+
+    return decode
+
+
+def _deliveries_decoder(cls: type[Any]) -> Callable[[bytes], Frame]:
+    return lambda body: _decode_deliveries(cls, body)
 
 
 def _checked_values(cls: type[Any], values: Any, extra: int = 0) -> list[Any]:
     """A control frame's field values (lists as tuples), each of its field's type, and
     `extra` more values after them, unchecked; else FrameError."""
-    checks = _FIELDS[cls]
-    if type(values) is not list or len(values) != len(checks) + extra:
+    shape = _FIELDS[cls]
+    if type(values) is not list or len(values) != len(shape) + extra:
         raise FrameError(f"a {cls.__name__} frame holds {values!r}")
-    checked: list[Any] = [tuple(value) if type(value) is list else value for value in values]
-    for (name, check), value in zip(checks, checked, strict=False):
-        if not check(value):
+    for index, (name, types, items) in enumerate(shape):
+        value = values[index]
+        if type(value) not in types:
             raise FrameError(f"a {cls.__name__} frame's {name} is {value!r}")
-    return checked
+        if items is not None:
+            if not all(type(item) in items for item in value):
+                raise FrameError(f"a {cls.__name__} frame's {name} is {value!r}")
+            values[index] = tuple(value)
+    return values
 
 
 class FrameDecoder:
@@ -810,27 +842,39 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         """Add `data`; return the frames it completes. Raises FrameError."""
         pending = self._pending
-        pending += data
+        # Whole frames are sliced from the read itself; only a frame that spans reads is
+        # put together in `pending`.
+        buffer: bytes | bytearray = data
+        if pending:
+            pending += data
+            buffer = pending
         frames: list[Frame] = []
         pos = 0
-        while len(pending) - pos >= _FRAME_HEADER.size:
-            size, kind = _FRAME_HEADER.unpack_from(pending, pos)
+        end_of_data = len(buffer)
+        while end_of_data - pos >= _FRAME_HEADER.size:
+            size, kind = _FRAME_HEADER.unpack_from(buffer, pos)
             if size > MAX_FRAME:
                 raise FrameError(f"frame of {size} bytes exceeds {MAX_FRAME}: broken link")
             start = pos + _FRAME_HEADER.size
             end = start + size
-            if end > len(pending):
+            if end > end_of_data:
                 break
-            frames.append(_decode_checked(kind, bytes(pending[start:end])))
+            frames.append(_decode_checked(kind, bytes(buffer[start:end])))
             pos = end
-        del pending[:pos]
+        if buffer is pending:
+            del pending[:pos]
+        elif pos < end_of_data:
+            pending += data[pos:]
         return frames
 
 
 def _decode_checked(kind: int, body: bytes) -> Frame:
-    """`_decode_body`, with every way bad bytes can fail turned into FrameError."""
+    """The frame of one body, with every way bad bytes can fail turned into FrameError."""
+    decode = _DECODERS.get(kind)
+    if decode is None:
+        raise FrameError(f"unknown frame kind {kind}")
     try:
-        return _decode_body(kind, body)
+        return decode(body)
     except FrameError:
         raise
     except (
@@ -842,3 +886,23 @@ def _decode_checked(kind: int, body: bytes) -> Frame:
         struct.error,
     ) as error:
         raise FrameError(f"frame of kind {kind} does not parse: {error}") from error
+
+
+# How each kind's body is encoded (a control frame: its field values, orjson) and decoded.
+_ENCODERS: dict[type[Any], Callable[[Any], bytes]] = {
+    ForwardShared: _encode_forward_shared,
+    Forward: _encode_forward,
+    Retained: _encode_retained,
+    **{cls: _encode_deliveries for cls in _CARRY_DELIVERIES},
+}
+_DECODERS: dict[int, Callable[[bytes], Frame]] = {
+    kind: _control_decoder(cls) for cls, kind in _KINDS.items() if cls in _FIELDS
+}
+_DECODERS.update(
+    {
+        _KINDS[ForwardShared]: _decode_forward_shared,
+        _KINDS[Forward]: _decode_forward,
+        _KINDS[Retained]: _decode_retained,
+        **{_KINDS[cls]: _deliveries_decoder(cls) for cls in _CARRY_DELIVERIES},
+    }
+)

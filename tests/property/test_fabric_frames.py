@@ -277,6 +277,35 @@ def test_an_unknown_kind_is_refused() -> None:
         raise AssertionError("frame kind 238 was accepted")
 
 
+def _control_frame(kind: int, values: object) -> bytes:
+    body = orjson.dumps(values)
+    return len(body).to_bytes(4, "little") + bytes([kind]) + body
+
+
+@pytest.mark.parametrize(
+    ("kind", "values", "field"),
+    [
+        (6, ["c", "1"], "claimant"),  # Claim: a worker id as a string
+        (6, ["c", True], "claimant"),  # JSON true is not an int
+        (6, [None, 1], "client_id"),
+        (7, ["c", 1, "0"], "previous"),  # Granted: previous is an int or null
+        (2, ["a/b", []], "added"),  # RoutesChanged: a string where a list of filters goes
+        (2, [["a/b", 3], []], "added"),  # ...and a filter that is not a string
+        (60, [1, "stats", []], "args"),  # OpsRequest: args is an object
+    ],
+)
+def test_a_control_field_of_another_type_breaks_the_link(
+    kind: int, values: list[Any], field: str
+) -> None:
+    with pytest.raises(FrameError, match=f"frame's {field} is"):
+        FrameDecoder().feed(_control_frame(kind, values))
+
+
+def test_a_control_frame_with_a_field_missing_breaks_the_link() -> None:
+    with pytest.raises(FrameError, match="a Claim frame holds"):
+        FrameDecoder().feed(_control_frame(6, ["c"]))
+
+
 # A `Retained` frame (kind 5) carries nothing but the message part, so its bytes are written
 # here by hand: two 4-byte counts, the string table, one record per message
 # (`fabric.frames._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three sizes),
