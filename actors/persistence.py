@@ -22,7 +22,14 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from core.session_state import Delivery, InflightEntry, SessionState, Stage, SubscriptionOptions
+from core.session_state import (
+    NO_PACKET_IDS,
+    Delivery,
+    InflightEntry,
+    SessionState,
+    Stage,
+    SubscriptionOptions,
+)
 from store.base import (
     DeleteMessage,
     MarkInFlight,
@@ -176,7 +183,7 @@ def restored_state(client_id: str, stored: StoredSession, base: SessionState) ->
     state.persistent = True
     state.expiry = meta.expiry_interval
     state.next_packet_id = meta.next_packet_id
-    state.awaiting_rel = set(meta.awaiting_rel)
+    state.awaiting_rel = set(meta.awaiting_rel) if meta.awaiting_rel else NO_PACKET_IDS
     state.subscriptions = {
         topic_filter: SubscriptionOptions(
             qos=sub.qos,

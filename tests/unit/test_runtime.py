@@ -155,6 +155,24 @@ def test_proxy_method_call_from_outside_an_actor(start_recorder: Starter) -> Non
     assert future.get(timeout=1) == 42
 
 
+def test_a_ref_names_its_actor_by_one_urn_and_keeps_no_strong_hold_on_it(
+    start_recorder: Starter,
+) -> None:
+    first, _events = start_recorder()
+    second, _events = start_recorder()
+    assert isinstance(first, pykka.ActorRef)
+    assert first.actor_class is Recorder
+    assert first.actor_urn.startswith("urn:gevent-actor:")
+    assert first.actor_urn != second.actor_urn
+    actor = first._actor_weakref()
+    assert actor is not None and actor.actor_urn == first.actor_urn
+    assert first.actor_urn in str(first) and str(first) == str(actor)
+    del actor
+    first.stop(timeout=1)
+    gevent.sleep(0)
+    assert first._actor_weakref() is None  # a stopped actor is not kept alive by its refs
+
+
 def test_ask_reraises_the_handlers_exception_and_the_actor_keeps_running(
     start_recorder: Starter,
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import (
+    NO_PACKET_IDS,
     Ack,
     Action,
     Completed,
@@ -412,6 +413,22 @@ def test_release_of_an_unknown_packet_id_is_harmless() -> None:
     state.receive_qos2(5)
     state.release(6)
     assert state.awaiting_rel == {5}
+
+
+def test_a_session_without_qos2_in_progress_holds_no_set_of_its_own() -> None:
+    """Idle sessions share one empty frozenset; the set a QoS 2 exchange needed goes once
+    the last PUBREL came, and another session's ids never show up in this one."""
+    state, other = session(), session()
+    assert state.awaiting_rel is NO_PACKET_IDS and other.awaiting_rel is NO_PACKET_IDS
+    assert state.release(7) is False  # nothing awaits: still the shared one
+    state.receive_qos2(7)
+    state.receive_qos2(8)
+    assert other.awaiting_rel == frozenset()
+    state.release(7)
+    assert state.awaiting_rel == {8}
+    state.release(8)
+    assert state.awaiting_rel is NO_PACKET_IDS
+    assert state.receive_qos2(8) is True  # and the id is new again
 
 
 def test_too_many_awaiting_rel_raises_but_a_duplicate_at_the_limit_does_not() -> None:
