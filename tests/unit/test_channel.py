@@ -258,6 +258,16 @@ def test_connected_batch_reports_its_input_handled() -> None:
     assert actions == [Send(b"\xd0\x00"), Send(b"\xd0\x00"), InputHandled(2, 4)]
 
 
+def test_an_idle_channel_keeps_no_answer_of_its_own() -> None:
+    """An answer belongs to its caller: the channel holds no list (nor its actions) until
+    the next input, so an idle connection costs none of it."""
+    channel = connected()
+    answer = channel.handle_in([PingReq()], 2)
+    assert channel._actions is not answer and channel._actions == []
+    again = channel.handle_in([PingReq()], 2)
+    assert again is not answer and answer == [Send(b"\xd0\x00"), InputHandled(1, 2)]
+
+
 # ----- PUBLISH and its acknowledgement, one path for every QoS --------------------------
 
 
