@@ -397,11 +397,9 @@ def _set_up(
     endpoint: Endpoint,
     settings: ChannelSettings,
 ) -> None:
-    if isinstance(address, tuple):
-        peer = f"{address[0]}:{address[1]}"
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    else:
-        peer = f"unix:{sock.fileno()}"  # a unix socket's clients have no address
+    # TCP_NODELAY is set once on the listening socket (`Listener`) and inherited; a unix
+    # socket's clients have no address.
+    peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else f"unix:{sock.fileno()}"
     if endpoint.full:
         elsewhere = endpoint.elsewhere
         logger.warning(
