@@ -810,8 +810,14 @@ def _control_decoder(cls: type[Any]) -> Callable[[bytes], Frame]:
     return decode
 
 
-def _deliveries_decoder(cls: type[Any]) -> Callable[[bytes], Frame]:
-    return lambda body: _decode_deliveries(cls, body)
+def _decoder(cls: type[Any]) -> Callable[[bytes], Frame]:
+    """How a body of `cls`'s kind is decoded."""
+    special = _MESSAGE_DECODERS.get(cls)
+    if special is not None:
+        return special
+    if cls in _CARRY_DELIVERIES:
+        return lambda body: _decode_deliveries(cls, body)
+    return _control_decoder(cls)
 
 
 def _checked_values(cls: type[Any], values: Any, extra: int = 0) -> list[Any]:
@@ -895,14 +901,9 @@ _ENCODERS: dict[type[Any], Callable[[Any], bytes]] = {
     Retained: _encode_retained,
     **{cls: _encode_deliveries for cls in _CARRY_DELIVERIES},
 }
-_DECODERS: dict[int, Callable[[bytes], Frame]] = {
-    kind: _control_decoder(cls) for cls, kind in _KINDS.items() if cls in _FIELDS
+_MESSAGE_DECODERS: dict[type[Any], Callable[[bytes], Frame]] = {
+    ForwardShared: _decode_forward_shared,
+    Forward: _decode_forward,
+    Retained: _decode_retained,
 }
-_DECODERS.update(
-    {
-        _KINDS[ForwardShared]: _decode_forward_shared,
-        _KINDS[Forward]: _decode_forward,
-        _KINDS[Retained]: _decode_retained,
-        **{_KINDS[cls]: _deliveries_decoder(cls) for cls in _CARRY_DELIVERIES},
-    }
-)
+_DECODERS = {kind: _decoder(cls) for cls, kind in _KINDS.items()}
