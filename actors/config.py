@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from actors.cpu_affinity import CPU_AFFINITY_CHOICES
 from router.share_strategy import STRATEGY_NAMES
 
 
@@ -209,6 +210,9 @@ class BrokerConfig:
     config_dir: Path = Path()
     # [broker] workers: processes in the pool; None: "auto" (the CPU cores), the default.
     workers: int | None = None
+    # [broker] cpu_affinity: "auto" pins each pool worker to a CPU of its own; "none" does
+    # not (actors.cpu_affinity).
+    cpu_affinity: str = "auto"
 
     @property
     def listener(self) -> ListenerConfig:
@@ -476,7 +480,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
     listeners = _listeners(raw, config_dir)
     if listeners is not None:
         kwargs["listeners"] = listeners
-    kwargs["workers"] = _broker_section(raw.get("broker", {}))
+    kwargs["workers"], kwargs["cpu_affinity"] = _broker_section(raw.get("broker", {}))
     for key, value in raw.items():
         if key in ("listener", "listeners", "broker"):
             continue
@@ -500,12 +504,18 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
     return _check(_apply_overrides(config, overrides or {}))
 
 
-def _broker_section(values: Any) -> int | None:
+def _broker_section(values: Any) -> tuple[int | None, str]:
     """`[broker] workers`: a number of worker processes, or "auto" (None: the CPU cores; the
-    default)."""
-    if not isinstance(values, dict) or set(values) - {"workers"}:
-        raise ConfigError("[broker] must be a table with the one key workers")
-    return parse_workers(values.get("workers", "auto"), "[broker] workers")
+    default); `cpu_affinity`: "auto" or "none"."""
+    if not isinstance(values, dict) or set(values) - {"workers", "cpu_affinity"}:
+        raise ConfigError("[broker] must be a table with the keys workers and cpu_affinity")
+    affinity = values.get("cpu_affinity", "auto")
+    if affinity not in CPU_AFFINITY_CHOICES:
+        raise ConfigError(
+            f'[broker] cpu_affinity must be "auto" (each worker on a CPU of its own) or '
+            f'"none" (the kernel places them), got {affinity!r}'
+        )
+    return parse_workers(values.get("workers", "auto"), "[broker] workers"), affinity
 
 
 def parse_workers(value: Any, where: str) -> int | None:

@@ -6,8 +6,9 @@ Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-
 
 `--workers` (or `[broker] workers`) above 1 runs a process pool: this process becomes its
 supervisor (actors.pool_main) and starts the workers, which run this module again with
-`--worker-id` (docs/pool.md). The default, "auto", is one worker per CPU core (one process,
-with no supervisor, on a single core); 1 is one process.
+`--worker-id` (docs/pool.md). The default, "auto", is one worker per CPU core this process
+may use (one process, with no supervisor, on a single core), each worker pinned to its core
+(`[broker] cpu_affinity`, actors.cpu_affinity); 1 is one process.
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import resource
 import signal
 import sys
@@ -30,6 +30,7 @@ import gevent.event
 
 from actors.broker import Broker, ListenError
 from actors.config import BrokerConfig, ConfigError, load_config
+from actors.cpu_affinity import pin_worker, usable_cpus
 from actors.idle_gc import start_idle_gc
 from actors.pool_main import run_pool
 from actors.pool_worker import PoolBroker
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("configuration error: %s", error)
         return 2
     logging.getLogger().setLevel(config.log_level.upper())
-    workers = config.workers or os.cpu_count() or 1
+    workers = config.workers or len(usable_cpus())
     if args.worker_id is None and workers > 1:
         return _supervise(config, workers, sys.argv[1:] if argv is None else argv)
     if args.worker_id is not None:
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     raise_fd_limit()
+    if args.worker_id is not None:
+        pin_worker(config.cpu_affinity, args.worker_id, workers)
     if args.worker_id is None:
         broker = Broker(config)
     else:

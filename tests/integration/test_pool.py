@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.cpu_affinity import usable_cpus
 from mqtt.packets import Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, Will
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
@@ -450,11 +451,40 @@ def test_config_workers_key_starts_a_pool(tmp_path: Path) -> None:
         assert broker.stop(timeout=10) == 0
 
 
+@pytest.mark.parametrize("setting", ["auto", "none"])
+def test_cpu_affinity_auto_gives_each_worker_a_cpu_of_its_own(tmp_path: Path, setting: str) -> None:
+    """`[broker] cpu_affinity`, read back from the kernel: "auto" pins each of two workers to
+    a CPU of its own, and a restarted worker to the same one; "none" leaves them every CPU."""
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("one usable CPU: two workers are never pinned")
+    config = f'[broker]\nworkers = 2\ncpu_affinity = "{setting}"\n[store]\nkind = "memory"\n'
+    broker = start_broker(tmp_path, config, pass_workers=False)
+    try:
+        pids = [_worker_pid(broker, worker) for worker in (0, 1)]
+        masks = [sorted(os.sched_getaffinity(pid)) for pid in pids]
+        if setting == "none":
+            assert masks == [cpus, cpus]
+            assert "pinned to CPU" not in broker.log()
+            return
+        assert masks == [[cpus[0]], [cpus[1]]]
+        assert f"worker 1: pinned to CPU {cpus[1]}" in broker.log()
+        os.kill(pids[1], signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while broker.log().count("worker 1: accepting MQTT connections") < 2:
+            assert time.monotonic() < deadline, broker.log()
+            time.sleep(0.05)
+        assert sorted(os.sched_getaffinity(_worker_pid(broker, 1))) == [cpus[1]]
+        connect_raw(broker, unique("pinned")).close()  # and the pool serves
+    finally:
+        assert broker.stop(timeout=10) == 0
+
+
 @pytest.mark.parametrize("how", ["default", "auto"])
 def test_the_default_and_auto_run_one_worker_per_cpu_core(tmp_path: Path, how: str) -> None:
     """No --workers and no [broker] workers is "auto": one worker per CPU core, as a pool
     under a supervisor (on a single core: one process)."""
-    cores = os.cpu_count() or 1
+    cores = len(usable_cpus())
     if cores > 8:
         pytest.skip(f"{cores} CPU cores: a pool that size is too heavy for a test run")
     extra = ("--workers", "auto") if how == "auto" else ()

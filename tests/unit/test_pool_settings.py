@@ -1,4 +1,5 @@
-"""The pool's pure settings: the worker count's parsing and the workers' delivery seqs."""
+"""The pool's pure settings: the parsing of the worker count and of the CPU affinity, each
+worker's CPU, and the workers' delivery seqs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError, load_config
+from actors.cpu_affinity import worker_cpu
 from actors.persistence import Persistence
 
 
@@ -59,3 +61,36 @@ def test_a_moved_session_s_seqs_come_before_the_new_ones() -> None:
     upcoming = persistence.next_seq()
     assert upcoming > 100
     assert upcoming % 2 == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "worker", "workers", "cpus", "cpu"),
+    [
+        ("auto", 0, 2, [0, 1], 0),
+        ("auto", 1, 2, [0, 1], 1),
+        ("auto", 1, 2, [2, 5, 7], 5),  # the I-th CPU of the process's mask, not CPU I
+        ("auto", 2, 3, [4, 6, 9], 9),
+        ("auto", 0, 3, [0, 1], None),  # more workers than CPUs: the kernel shares them out
+        ("auto", 0, 1, [0, 1], None),  # one process: nothing to keep apart
+        ("none", 0, 2, [0, 1], None),
+    ],
+)
+def test_each_worker_gets_a_cpu_of_its_own_when_there_are_enough(
+    setting: str, worker: int, workers: int, cpus: list[int], cpu: int | None
+) -> None:
+    assert worker_cpu(setting, worker, workers, cpus) == cpu
+
+
+def test_cpu_affinity_defaults_to_auto_and_takes_none(tmp_path: Path) -> None:
+    assert load_config(None).cpu_affinity == "auto"
+    path = tmp_path / "broker.toml"
+    path.write_text('[broker]\ncpu_affinity = "none"\n', encoding="utf-8")
+    assert load_config(path).cpu_affinity == "none"
+
+
+@pytest.mark.parametrize("text", ['"all"', "1", "true", '["auto"]'])
+def test_a_bad_cpu_affinity_stops_the_broker_naming_the_key(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(f"[broker]\ncpu_affinity = {text}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[broker\] cpu_affinity"):
+        load_config(path)
