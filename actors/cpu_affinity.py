@@ -3,9 +3,9 @@
 `[broker] cpu_affinity = "auto"` (the default) pins worker I to the I-th CPU this process
 may run on, when the pool has at most one worker per such CPU, as nginx's
 `worker_cpu_affinity auto` and the Erlang VM's scheduler binding (`+sbt`) do. A worker
-pinned to its own core keeps that core's caches; left to the scheduler, a worker woken by
-another's forwarded message was often put on the waker's core, where each evicted the
-other's working set (docs/pool.md, "Workers pinned to cores", has the measurements).
+pinned to its own core keeps that core's caches. Left to the scheduler, the steps of a
+message forwarded between two workers ran up to twice as slow, as they do when both workers
+are pinned to one core (docs/pool.md, "Workers pinned to cores", has the measurements).
 `"none"` leaves placement to the kernel: the choice for a host where other busy processes
 share the cores, since a pinned worker cannot move off a core they crowd.
 
