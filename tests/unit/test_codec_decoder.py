@@ -9,6 +9,8 @@ from mqtt import (
     MalformedPacketError,
     PacketDecoder,
     PacketTooLargeError,
+    ProtocolError,
+    PubAck,
     Publish,
     UnsupportedProtocolVersionError,
     encode,
@@ -106,3 +108,32 @@ def test_publish_payload_is_an_independent_bytes_object() -> None:
 def test_constructor_rejects_bad_settings(size: int, version: int | None) -> None:
     with pytest.raises(ValueError):
         PacketDecoder(max_packet_size=size, protocol_version=version)
+
+
+@pytest.mark.parametrize(
+    ("wire", "version", "expected"),
+    [
+        ("40 02 1234", 4, PubAck(0x1234)),  # the 2-byte PUBACK the decoder reads directly
+        ("40 02 1234", 5, PubAck(0x1234, 0, {})),  # 5.0: reason 0, no properties (3.4.2.1)
+        ("40 03 1234 10", 5, PubAck(0x1234, 0x10, {})),  # longer ones take the full path
+        ("40 04 1234 00 00", 5, PubAck(0x1234, 0, {})),
+    ],
+)
+def test_pubacks_read_the_same_on_either_path(wire: str, version: int, expected: PubAck) -> None:
+    assert PacketDecoder(protocol_version=version).feed(h(wire) * 2) == [expected, expected]
+
+
+@pytest.mark.parametrize(
+    ("wire", "version", "error"),
+    [
+        ("42 02 1234", 4, MalformedPacketError),  # reserved flags set [MQTT-2.2.2-1]
+        ("40 02 1234", None, ProtocolError),  # before CONNECT [MQTT-3.1.0-1]
+        ("40 01 12", 4, MalformedPacketError),  # too short for its packet id
+        ("40 03 1234 00", 4, MalformedPacketError),  # 3.1.1 has no reason code
+    ],
+)
+def test_bad_pubacks_are_refused_as_before(
+    wire: str, version: int | None, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        PacketDecoder(protocol_version=version).feed(h(wire))
