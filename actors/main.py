@@ -203,11 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     raise_fd_limit()
-    if args.worker_id is not None:
-        pin_worker(config.cpu_affinity, args.worker_id, workers)
     if args.worker_id is None:
         broker = Broker(config)
     else:
+        pin_worker(config.cpu_affinity, args.worker_id, workers)
         broker = PoolBroker(
             config,
             args.worker_id,
