@@ -21,7 +21,7 @@ from __future__ import annotations
 from mqtt.decode_bodies import BODY_DECODERS, decode_publish
 from mqtt.decode_connect import decode_connack, decode_connect, read_protocol
 from mqtt.errors import MalformedPacketError, MqttError, PacketTooLargeError, ProtocolError
-from mqtt.packets import Packet, PacketType, PubAck
+from mqtt.packets import Packet, PacketType, PubAck, PubComp, PubRec, PubRel
 from mqtt.wire import MAX_VARINT
 
 MAX_PACKET_SIZE = MAX_VARINT + 5
@@ -29,7 +29,14 @@ MAX_PACKET_SIZE = MAX_VARINT + 5
 
 _PLAIN_QOS0_PUBLISH = 0x30  # PUBLISH, QoS 0, no DUP, no RETAIN
 _PUBLISH = PacketType.PUBLISH
-_PUBACK_FIRST = PacketType.PUBACK << 4  # a PUBACK's first byte: its flags are 0 [MQTT-2.2.2-1]
+# The acknowledgements, by their first byte with the flags each must have [MQTT-2.2.2-1]
+# (PUBREL 0b0010 [MQTT-3.6.1-1], the others 0).
+_BARE_ACKS: dict[int, type[PubAck | PubRec | PubRel | PubComp]] = {
+    PacketType.PUBACK << 4: PubAck,
+    PacketType.PUBREC << 4: PubRec,
+    PacketType.PUBREL << 4 | 0b0010: PubRel,
+    PacketType.PUBCOMP << 4: PubComp,
+}
 _CONNECT = PacketType.CONNECT
 _CONNACK = PacketType.CONNACK
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
@@ -158,11 +165,15 @@ class PacketDecoder:
                 if first == _PLAIN_QOS0_PUBLISH and self.protocol_version < 5:
                     packet.wire = buf[pos:end]
                 append(packet)
-            elif first == _PUBACK_FIRST and end - start == 2 and self.protocol_version is not None:
-                # A subscriber's acknowledgement of each QoS 1 delivery: the packet id alone
-                # (in 5.0: reason code 0 and no properties, section 3.4.2.1), read as the
-                # full decoder reads it, without its dispatch.
-                append(PubAck((buf[start] << 8) | buf[start + 1]))
+            elif (
+                end - start == 2
+                and (ack := _BARE_ACKS.get(first)) is not None
+                and self.protocol_version is not None
+            ):
+                # One per QoS 1/2 message each way: a packet id alone (in 5.0: reason code 0
+                # and no properties, sections 3.4.2.1-3.7.2.1), read as the full decoder
+                # reads it, without its dispatch.
+                append(ack((buf[start] << 8) | buf[start + 1]))
             else:
                 append(self._decode_other(first, buf, start, end))
             pos = end

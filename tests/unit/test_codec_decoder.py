@@ -7,11 +7,15 @@ import pytest
 from mqtt import (
     MAX_PACKET_SIZE,
     MalformedPacketError,
+    Packet,
     PacketDecoder,
     PacketTooLargeError,
     ProtocolError,
     PubAck,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     UnsupportedProtocolVersionError,
     encode,
     encode_publish,
@@ -117,9 +121,13 @@ def test_constructor_rejects_bad_settings(size: int, version: int | None) -> Non
         ("40 02 1234", 5, PubAck(0x1234, 0, {})),  # 5.0: reason 0, no properties (3.4.2.1)
         ("40 03 1234 10", 5, PubAck(0x1234, 0x10, {})),  # longer ones take the full path
         ("40 04 1234 00 00", 5, PubAck(0x1234, 0, {})),
+        ("50 02 1234", 4, PubRec(0x1234)),  # and the QoS 2 flow's three
+        ("62 02 1234", 4, PubRel(0x1234)),
+        ("70 02 1234", 5, PubComp(0x1234, 0, {})),
+        ("62 03 1234 92", 5, PubRel(0x1234, 0x92, {})),
     ],
 )
-def test_pubacks_read_the_same_on_either_path(wire: str, version: int, expected: PubAck) -> None:
+def test_acks_read_the_same_on_either_path(wire: str, version: int, expected: Packet) -> None:
     assert PacketDecoder(protocol_version=version).feed(h(wire) * 2) == [expected, expected]
 
 
@@ -130,9 +138,12 @@ def test_pubacks_read_the_same_on_either_path(wire: str, version: int, expected:
         ("40 02 1234", None, ProtocolError),  # before CONNECT [MQTT-3.1.0-1]
         ("40 01 12", 4, MalformedPacketError),  # too short for its packet id
         ("40 03 1234 00", 4, MalformedPacketError),  # 3.1.1 has no reason code
+        ("60 02 1234", 4, MalformedPacketError),  # PUBREL's flags must be 0b0010 [MQTT-3.6.1-1]
+        ("52 02 1234", 5, MalformedPacketError),
+        ("70 02 1234", None, ProtocolError),
     ],
 )
-def test_bad_pubacks_are_refused_as_before(
+def test_bad_acks_are_refused_as_before(
     wire: str, version: int | None, error: type[Exception]
 ) -> None:
     with pytest.raises(error):
