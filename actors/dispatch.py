@@ -250,6 +250,14 @@ class Dispatcher:
         wire_qos0: bytes | None = None
         persistence = self._persistence
         delivered = False
+        # The last delivery made that is not stored, and what it was made of: a Delivery is
+        # an immutable tuple, so every further subscriber that gets an equal one (the same
+        # QoS, RETAIN flag and subscription identifiers: nearly all of a fan-out's) shares
+        # that object. Making one per subscriber was half of a 1 -> 100 fan-out's CPU.
+        made: Delivery | None = None
+        made_qos = -1
+        made_retain = False
+        made_ids: tuple[int, ...] = ()
         for target in plan:
             # Overlapping subscriptions of one client deliver once, at the highest granted
             # QoS, capped by the message's [MQTT-3.3.5-1]; No Local (MQTT 5) [MQTT-3.8.3-3].
@@ -265,14 +273,23 @@ class Dispatcher:
                     message, qos, retain, target.subscription_ids, None, persistence.next_seq()
                 )
                 ops.append(PutMessage(target.client_id, delivery.seq, stored_delivery(delivery)))
-            elif qos == 0 and not retain:
-                if wire_qos0 is None:
-                    wire_qos0 = message.wire or encode_publish(
-                        message.topic, message.payload, 0, False, False, None, None, 4
-                    )
-                delivery = Delivery(message, 0, False, target.subscription_ids, wire_qos0)
+            elif (
+                qos == made_qos
+                and retain == made_retain
+                and target.subscription_ids is made_ids
+                and made is not None
+            ):
+                delivery = made
             else:
-                delivery = Delivery(message, qos, retain, target.subscription_ids)
+                made_qos, made_retain, made_ids = qos, retain, target.subscription_ids
+                if qos == 0 and not retain:
+                    if wire_qos0 is None:
+                        wire_qos0 = message.wire or encode_publish(
+                            message.topic, message.payload, 0, False, False, None, None, 4
+                        )
+                    delivery = made = Delivery(message, 0, False, made_ids, wire_qos0)
+                else:
+                    delivery = made = Delivery(message, qos, retain, made_ids)
             deliveries = per_session.get(target.session)
             if deliveries is None:
                 per_session[target.session] = [delivery]

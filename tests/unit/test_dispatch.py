@@ -9,6 +9,7 @@ deliver once at the highest granted QoS capped by the message's [MQTT-3.3.5-1], 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +195,50 @@ def test_qos_0_deliveries_share_one_3_x_encoding() -> None:
     assert wires[0] is not None
     assert all(wire is wires[0] for wire in wires)  # encoded once, shared
     assert PacketDecoder(protocol_version=4).feed(wires[0]) == [Publish("a/b", b"x")]
+
+
+def test_a_fan_out_to_subscribers_of_one_kind_makes_one_delivery() -> None:
+    broker = Broker()
+    sessions = [broker.subscribe(f"s{index}", "a/b", Sub(1)) for index in range(100)]
+    broker.dispatcher.publish([message(qos=2)])
+    deliveries = [delivery for session in sessions for delivery in session.deliveries()]
+    assert len(deliveries) == 100
+    assert len({id(delivery) for delivery in deliveries}) == 1  # an immutable tuple, shared
+    assert deliveries[0] == Delivery(deliveries[0].message, 1, False, ())
+
+
+# subscriber kinds: options, persistent session; what each gets of a QoS 1 retained message
+# as (qos, retain, subscription ids, stored)
+KINDS: dict[str, tuple[Sub, bool, tuple[int, bool, tuple[int, ...], bool]]] = {
+    "qos0": (Sub(0), False, (0, False, (), False)),
+    "qos1": (Sub(1), False, (1, False, (), False)),
+    "qos2": (Sub(2), False, (1, False, (), False)),
+    "as published": (Sub(1, retain_as_published=True), False, (1, True, (), False)),
+    "id 7": (Sub(1, subscription_id=7), False, (1, False, (7,), False)),
+    "id 8": (Sub(1, subscription_id=8), False, (1, False, (8,), False)),
+    "stored": (Sub(1), True, (1, False, (), True)),
+}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_subscribers_of_every_kind_mixed_get_their_own_delivery(seed: int) -> None:
+    """However the kinds interleave in a fan-out, each subscriber's delivery is its own
+    (sharing an equal delivery never hands one subscriber another's QoS, flag or ids)."""
+    order = [kind for kind in KINDS for _ in range(4)]
+    random.Random(seed).shuffle(order)
+    broker = Broker(persistent_store=True)
+    sessions = [
+        (kind, broker.subscribe(f"{index}", "a/b", KINDS[kind][0], persistent=KINDS[kind][1]))
+        for index, kind in enumerate(order)
+    ]
+    published = message(qos=1, retain=True)
+    broker.dispatcher.publish([published])
+    for kind, session in sessions:
+        (delivery,) = session.deliveries()
+        got = (delivery.qos, delivery.retain, delivery.subscription_ids, delivery.seq != 0)
+        assert got == KINDS[kind][2], kind
+        assert delivery.message is published
+        assert (delivery.wire is not None) == (kind == "qos0")  # the shared 3.x encoding
 
 
 def test_retained_messages_go_to_the_retainer_in_one_tell() -> None:
