@@ -253,7 +253,9 @@ class Dispatcher:
         # The last delivery made that is not stored, and what it was made of: a Delivery is
         # an immutable tuple, so every further subscriber that gets an equal one (the same
         # QoS, RETAIN flag and subscription identifiers: nearly all of a fan-out's) shares
-        # that object. Making one per subscriber was half of a 1 -> 100 fan-out's CPU.
+        # that object. Making one per subscriber was half of a 1 -> 100 fan-out's CPU. What it
+        # was made of is kept in locals: reading it back from the tuple cost 13 % more per
+        # delivery in the dispatch.
         made: Delivery | None = None
         made_qos = -1
         made_retain = False
