@@ -77,13 +77,15 @@ class V5Client:
         self.client.loop_start()
         assert connected.wait(5), "no CONNACK in 5 s"
 
-    def subscribe(self, topic_filter: str, identifier: int | None = None, **options: Any) -> int:
+    def subscribe(
+        self, topic_filter: str, identifier: int | None = None, qos: int = 1, **options: Any
+    ) -> int:
         properties = None
         if identifier is not None:
             properties = Properties(PacketTypes.SUBSCRIBE)
             properties.SubscriptionIdentifier = identifier
         self.client.subscribe(
-            topic_filter, options=SubscribeOptions(qos=1, **options), properties=properties
+            topic_filter, options=SubscribeOptions(qos=qos, **options), properties=properties
         )
         (code,) = self.subacks.get(timeout=5)
         return int(code.value)
@@ -181,6 +183,38 @@ def test_no_local_and_retain_as_published(broker: BrokerProcess) -> None:
     assert (kept.payload, kept.retain) == (b"theirs", True)  # Retain As Published [-13]
     client.publish(topic, b"", retain=True)  # clear it
     for each in (client, other):
+        each.close()
+
+
+def test_subscribers_of_one_topic_each_get_their_own_options(broker: BrokerProcess) -> None:
+    """One publish to six subscribers whose options differ: each delivery carries its own
+    QoS [MQTT-3.8.4-8], RETAIN flag [MQTT-3.3.1-12/13] and identifier [MQTT-3.3.4-3]."""
+    topic = unique("kinds")
+    plain = [V5Client(broker, unique("kinds-plain")) for _ in range(3)]
+    with_id = V5Client(broker, unique("kinds-id"))
+    as_published = V5Client(broker, unique("kinds-rap"))
+    at_most_once = V5Client(broker, unique("kinds-q0"))
+    for client in plain[:2]:
+        client.subscribe(topic)
+    with_id.subscribe(topic, identifier=5)
+    as_published.subscribe(topic, retainAsPublished=True)
+    at_most_once.subscribe(topic, qos=0)
+    plain[2].subscribe(topic)
+    publisher = V5Client(broker, unique("kinds-pub"))
+    publisher.publish(topic, b"live", retain=True)
+    expected = {  # client: (qos, retain, subscription identifiers)
+        **{client: (1, False, None) for client in plain},
+        with_id: (1, False, [5]),
+        as_published: (1, True, None),
+        at_most_once: (0, False, None),
+    }
+    for client, wanted in expected.items():
+        message = client.next_message()
+        ids = getattr(message.properties, "SubscriptionIdentifier", None)
+        assert (message.payload, message.qos, message.retain, ids) == (b"live", *wanted)
+        client.assert_no_message(within=0.1)
+    publisher.publish(topic, b"", retain=True)  # clear it
+    for each in (*expected, publisher):
         each.close()
 
 
