@@ -1,12 +1,15 @@
 """The socket side of one client connection: reads and frames bytes, holds no greenlet.
 
 A read watcher on gevent's event loop calls `_on_readable` when the socket has data. One
-`recv` of up to 16 KiB may hold a few hundred small packets; the decoder frames them all and
+`recv` of up to 32 KiB may hold a few hundred small packets; the decoder frames them all and
 the owner (the client actor) gets them as ONE batch, so an actor hop costs once per read,
-not once per packet. 16 KiB rather than more: a batch's deliveries reach every subscriber
-only when the whole batch is handled, so smaller batches keep a fast publisher's messages
-flowing through the broker (and, in a pool, through both workers) instead of in bursts
-(1->100 fan-out in a pool of two: 3.4-3.7M deliveries/s against 2.5-2.7M with 64 KiB).
+not once per packet. The size weighs two costs (docs/loadtest.md, "Twelfth session"):
+- a batch's deliveries reach every subscriber only when the whole batch is handled, so a
+  batch that holds most of what a fast publisher has in flight leaves the broker (and, in
+  a pool, the other worker) waiting for its next burst: 64 KiB was slower than 16;
+- every batch costs one write per subscriber, and each write may wake the subscriber's
+  process. Once a fan-out's deliveries got cheap, those writes and wake-ups weighed more:
+  32 KiB gave the 1 -> 100 fan-out 15 % (one process) and 26 % (a pool of two) over 16 KiB.
 
 An idle connection holds no greenlet and no stack: two watchers, a timer, the socket and
 its decoder.
@@ -60,7 +63,7 @@ from mqtt.packets import Packet, Publish
 
 logger = logging.getLogger(__name__)
 
-READ_SIZE = 16384  # bytes per recv: see the module docstring
+READ_SIZE = 32768  # bytes per recv: see the module docstring
 _READ, _WRITE = 1, 2  # libev event masks
 
 

@@ -21,7 +21,7 @@ from tests.support.raw_client import RawClient
 
 RATE = 400  # per second
 COUNT = 2400
-SIZE = 1000  # payload bytes: a 16 KiB read holds ~16 PUBLISH packets
+SIZE = 1000  # payload bytes: a 32 KiB read holds ~32 PUBLISH packets
 
 
 @pytest.mark.parametrize(
