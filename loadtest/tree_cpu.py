@@ -79,12 +79,15 @@ class TreeSampler:
             if seconds is None:
                 continue
             self.cpu[pid] = seconds
-            if pid not in self.roles:
-                self.roles[pid] = role(pid)
+            # Read again each time: a process seen between its fork and its exec still has
+            # its parent's command line (a pool's worker 0 was once reported as "broker").
+            seen = role(pid)
+            if seen != "gone":
+                self.roles[pid] = seen
 
     def report(self) -> list[dict[str, object]]:
         return [
-            {"pid": pid, "role": self.roles[pid], "cpu_s": round(self.cpu[pid], 2)}
+            {"pid": pid, "role": self.roles.get(pid, "gone"), "cpu_s": round(self.cpu[pid], 2)}
             for pid in sorted(self.cpu)
         ]
 

@@ -1,0 +1,54 @@
+"""loadtest.tree_cpu: the role of each process of a broker, read from its command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from loadtest.tree_cpu import TreeSampler, role
+
+# Sleeps, then becomes a process whose command line names a pool worker, as a forked worker
+# does once it has exec'd.
+_EXECS_LATER = (
+    "import os, sys, time; time.sleep(1); "
+    "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(5)', "
+    "'--worker-id', '3'])"
+)
+
+
+def test_roles_from_command_lines() -> None:
+    def started(*args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)", *args])
+
+    processes = {
+        "store": started("-m", "store.store_process"),
+        "worker 1": started("--worker-id", "1"),
+        "supervisor": started("--workers", "2"),
+        "broker": started("--workers", "1"),
+    }
+    try:
+        assert {name: role(process.pid) for name, process in processes.items()} == {
+            name: name for name in processes
+        }
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
+    assert role(processes["store"].pid) == "gone"
+
+
+def test_a_process_seen_before_its_exec_gets_the_role_it_execs_into() -> None:
+    process = subprocess.Popen([sys.executable, "-c", _EXECS_LATER])
+    try:
+        sampler = TreeSampler(process.pid)
+        sampler.sample()
+        assert sampler.report()[0]["role"] == "broker"  # its parent's kind of command line
+        deadline = time.monotonic() + 5
+        while sampler.report()[0]["role"] != "worker 3" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            sampler.sample()
+        assert sampler.report()[0]["role"] == "worker 3"
+    finally:
+        process.kill()
+        process.wait()
