@@ -19,7 +19,11 @@ _EXECS_LATER = (
 
 def test_roles_from_command_lines() -> None:
     def started(*args: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)", *args])
+        """A process with `args` on its command line, once it runs (has exec'd)."""
+        code = "import time; print('up', flush=True); time.sleep(5)"
+        process = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE)
+        assert process.stdout is not None and process.stdout.readline() == b"up\n"
+        return process
 
     processes = {
         "store": started("-m", "store.store_process"),
@@ -35,6 +39,8 @@ def test_roles_from_command_lines() -> None:
         for process in processes.values():
             process.kill()
             process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
     assert role(processes["store"].pid) == "gone"
 
 
