@@ -58,3 +58,43 @@ def test_a_process_seen_before_its_exec_gets_the_role_it_execs_into() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_process_that_exited_keeps_the_role_it_had() -> None:
+    """An exited child not yet reaped (a pool's worker at shutdown) is still in the tree with
+    its CPU time, and an empty command line: it keeps the role it was seen with."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "child = subprocess.Popen([sys.executable, '-c', "
+            "'import time; print(\"up\", flush=True); time.sleep(1)', '--worker-id', '0']); "
+            "time.sleep(5)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == b"up\n"
+        sampler = TreeSampler(parent.pid)
+        sampler.sample()
+        (child,) = [row for row in sampler.report() if row["pid"] != parent.pid]
+        assert child["role"] == "worker 0"
+        child_pid = child["pid"]
+        assert isinstance(child_pid, int)
+        deadline = time.monotonic() + 5
+        while not _is_zombie(child_pid):  # the child exits; its parent does not reap it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sampler.sample()
+        assert [row["role"] for row in sampler.report() if row["pid"] == child_pid] == ["worker 0"]
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def _is_zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
