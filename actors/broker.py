@@ -267,7 +267,7 @@ class Broker:
                 continue
             state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
             actor = SessionActor(state, context, meta.protocol_version)
-            session = actor.launch()
+            session = self._launch_restored(actor)
             for topic_filter, options in state.subscriptions.items():
                 route = Route(session, options, persistent=True)
                 add_route(
@@ -285,6 +285,11 @@ class Broker:
             logger.info("store: removed %d expired sessions", len(expired))
             context.persistence.submit(expired)
         return sessions
+
+    def _launch_restored(self, actor: SessionActor) -> Any:
+        """Start a session restored from the store at start-up (a pool worker first makes
+        it wait for what the other workers kept for it: `PoolBroker`)."""
+        return actor.launch()
 
     def _store_close_timeout(self, stop_started: float) -> float:
         """Seconds the last commits may take at shutdown (`stop` began at `stop_started`);

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from actors.losses import report_loss
-from actors.messages import Deliver, StoreRetained
+from actors.messages import Deliver, OrphansIn, StoreRetained
 from actors.overload import FlowControl
 from actors.persistence import Persistence, stored_delivery
 from actors.rate_limited_log import RateLimitedLog
@@ -244,9 +244,14 @@ class Dispatcher:
             flow.alarm.hold(publisher)
 
     def _fan_out(
-        self, message: Message, per_session: dict[Any, list[Delivery]], ops: list[Op]
+        self,
+        message: Message,
+        per_session: dict[Any, list[Delivery]],
+        ops: list[Op],
+        plans: FanOut | None = None,
     ) -> bool:
-        plan = self._fan_out_plans.plan(message.topic)
+        """`message` to the subscribers of this worker's route table (of `plans`' if given)."""
+        plan = (plans or self._fan_out_plans).plan(message.topic)
         wire_qos0: bytes | None = None
         persistence = self._persistence
         delivered = False
@@ -325,6 +330,19 @@ class Dispatcher:
         self._deliver(per_session, publisher)
         if marks is not None and self.remote is not None:
             self.remote.flush([], None)  # what had to go on to a third worker
+
+    def deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
+        """Pool: messages another worker kept for the persistent sessions of a dead worker
+        (`fabric.orphans`), to the sessions this worker adopted from it (`plans` holds
+        their routes only): stored, then told to each session as `OrphansIn`."""
+        per_session: dict[Any, list[Delivery]] = {}
+        ops: list[Op] = []
+        for message in messages:
+            self._fan_out(message, per_session, ops, plans)
+        if ops:  # first: the sessions' in-flight marks must follow the puts
+            self._persistence.submit(ops)
+        for session, deliveries in per_session.items():
+            tell_if_alive(session, OrphansIn(deliveries))
 
     def _share_here(
         self,

@@ -167,6 +167,14 @@ class MovedIn:
 
 
 @dataclass(slots=True)
+class OrphansIn:
+    """Pool: to a session adopted from a dead worker: deliveries of messages another
+    worker kept for it while nobody hosted it (`fabric.orphans`), in order."""
+
+    deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
 class ForwardingEnded:
     """Pool: to a session moving in: its previous owner (worker `source`) forwards nothing
     more."""

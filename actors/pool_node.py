@@ -65,6 +65,7 @@ from actors.pool_auth_failures import PoolAuthFailures
 from actors.pool_connection_counts import PoolConnectionCounts
 from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
+from actors.session_adoptions import SessionAdoptions
 from actors.session_moves import SessionMoves
 from core.auth_failures import AuthFailureDelays
 from core.flow import Gate
@@ -72,6 +73,7 @@ from core.message import Message
 from core.share_origin import ShareOrigin
 from fabric.flow_control import Publishers, RemoteGates
 from fabric.frames import (
+    Adopted,
     AuthFailed,
     AuthFailing,
     AuthFailures,
@@ -102,6 +104,7 @@ from fabric.frames import (
     MovingOut,
     OpsReply,
     OpsRequest,
+    Orphans,
     Owned,
     Release,
     Retained,
@@ -114,6 +117,7 @@ from fabric.frames import (
     SharesSnapshot,
     StoreFailing,
 )
+from fabric.orphans import DurableSends, OrphanedMessages
 from fabric.outbox import ForwardOutbox
 from fabric.ownership import ClientIdArbiter, home_of
 from router.route_replica import RemoteRoutes, RouteAnnouncer
@@ -153,15 +157,24 @@ ClaimAnswer = Granted | ClaimRefused | None  # None: no answer; the claimant goe
 HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the session up
 
 
-class _DurableAck:
-    """A publisher's acks waiting for this worker's commit and the other workers' ones."""
+ORPHAN_TIMEOUT = 30.0  # seconds acks wait at most for a dead worker's sessions to be adopted
 
-    __slots__ = ("local_done", "remaining", "then")
+
+class _DurableAck:
+    """A publisher's acks waiting for this worker's commit, the other workers' ones
+    (`remaining`), and the adoption of dead workers' sessions (`orphans`)."""
+
+    __slots__ = ("local_done", "orphans", "remaining", "then")
 
     def __init__(self, remaining: set[int], then: Callable[[], object]) -> None:
         self.remaining = remaining
+        self.orphans: set[int] = set()
         self.then = then
         self.local_done = False
+
+    @property
+    def done(self) -> bool:
+        return self.local_done and not self.remaining and not self.orphans
 
 
 class PoolNode:
@@ -189,6 +202,18 @@ class PoolNode:
         self.publishers = Publishers()
         self.remote_gates = RemoteGates(self.send)
         self._durable_to: set[int] = set()  # workers sent QoS 1/2 messages this batch
+        self._durable_sent: dict[int, list[Message]] = {}  # those messages, per worker
+        # A dead worker's persistent sessions (docs/pool.md "A worker dies"): what was sent
+        # to each worker for them until it confirms the commit, what is kept for a dead
+        # worker's sessions until every worker has adopted its part, and the dead workers
+        # this batch's acks wait for.
+        self._sends = DurableSends()
+        self.orphans = OrphanedMessages()
+        self._orphan_waits: list[int] = []
+        self._orphan_sweep: Any = None
+        self.adoptions = SessionAdoptions(
+            worker, self._ask_for_orphans, self.when_routes_known, self._deliver_orphans
+        )
         self._commit_token = 0
         self._commits: dict[int, _DurableAck] = {}
         self._waiting_for_sync: list[Callable[[], object]] = []
@@ -202,8 +227,9 @@ class PoolNode:
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
         self._early_claims: list[Claim] | None = []  # held until `open_for_claims`
-        # Set by the pool worker: re-host a dead worker's persistent session homed here.
-        self.rehost: Callable[[str], None] | None = None
+        # Set by the pool worker: re-host the persistent sessions homed here that a dead
+        # worker owned (it then adopts them: `adoptions`).
+        self.rehost: Callable[[int, list[str]], None] | None = None
         # The listeners' counts against pool-wide max_connections (the pool worker gives it
         # the listeners once they exist).
         self.connection_counts = PoolConnectionCounts(self._loop, self.broadcast, self.send)
@@ -307,13 +333,29 @@ class PoolNode:
 
     def add(self, message: Message) -> bool:
         topic = message.topic
+        kept = False
+        if self.orphans.dead and message.qos:  # a dead worker's sessions want it: kept
+            dead = self.orphans.keep(message)
+            if dead:
+                self._orphan_waits += dead
+                kept = True
         workers = self.remote.workers_cached(topic)
         if not workers:
-            return False
+            return kept
         if message.qos:
             # The acks wait for the commits of the workers that store the message: those
             # with a persistent session subscribed (a clean one's worker writes nothing).
-            self._durable_to.update(self.durable.workers_cached(topic))
+            # What each is sent is kept until it confirms, in case it dies first.
+            durable = self.durable.workers_cached(topic)
+            if durable:
+                self._durable_to.update(durable)
+                sent = self._durable_sent
+                for worker in durable:
+                    messages = sent.get(worker)
+                    if messages is None:
+                        sent[worker] = [message]
+                    else:
+                        messages.append(message)
         self._outbox.add(workers, message)
         return True
 
@@ -330,6 +372,12 @@ class PoolNode:
     ) -> Callable[[], object] | None:
         fabric = self.fabric
         durable_to, self._durable_to = self._durable_to, set()
+        sent = self._durable_sent
+        if sent:
+            self._durable_sent = {}
+        waits = self._orphan_waits
+        if waits:
+            self._orphan_waits = []
         frames: Sequence[tuple[int, Frame]] = ()
         if self._outbox:
             flow_id = 0 if publisher is None else self.publishers.id_of(publisher)
@@ -340,17 +388,37 @@ class PoolNode:
             fabric.send(worker, frame)
         if retained:
             fabric.broadcast(Retained(tuple(retained)))
-        if on_durable is None or not durable_to:
+        if on_durable is None or not (durable_to or waits):
             return None
         # The publisher's acks wait for the receiving workers' commits of what they
         # received (docs/pool.md): write-ahead holds across workers.
+        return self._wait_for_commits(fabric, durable_to, sent, waits, on_durable)
+
+    def _wait_for_commits(
+        self,
+        fabric: Fabric,
+        durable_to: set[int],
+        sent: dict[int, list[Message]],
+        waits: list[int],
+        on_durable: Callable[[], object],
+    ) -> Callable[[], object]:
+        """`on_durable` once this worker's commit (the callback returned), the commits of
+        `durable_to` (sent `sent`) and the adoption of the dead workers `waits` are in."""
         self._commit_token += 1
-        ack = _DurableAck(durable_to, on_durable)
-        self._commits[self._commit_token] = ack
-        for worker in durable_to:
-            if not fabric.send(worker, CommitSync(self._commit_token)):
-                ack.remaining.discard(worker)
         token = self._commit_token
+        ack = _DurableAck(durable_to, on_durable)
+        self._commits[token] = ack
+        for worker in durable_to:
+            if fabric.send(worker, CommitSync(token)):
+                messages = sent.get(worker)
+                if messages:
+                    self._sends.sent(worker, token, messages)
+            else:
+                ack.remaining.discard(worker)
+        for dead in waits:
+            if dead not in ack.orphans:
+                ack.orphans.add(dead)
+                self.orphans.wait(dead, token)
 
         def local_part() -> None:
             self._committed(None, token)
@@ -359,6 +427,8 @@ class PoolNode:
 
     def _committed(self, worker: int | None, token: int) -> None:
         """`worker` committed what it got before `CommitSync(token)` (None: this worker)."""
+        if worker is not None:
+            self._sends.confirmed(worker, token)
         ack = self._commits.get(token)
         if ack is None:
             return
@@ -366,9 +436,120 @@ class PoolNode:
             ack.local_done = True
         else:
             ack.remaining.discard(worker)
-        if ack.local_done and not ack.remaining:
+        if ack.done:
             del self._commits[token]
             ack.then()
+
+    # ----- a dead worker's persistent sessions (docs/pool.md "A worker dies") -------------
+
+    def _orphaned(self, worker: int) -> None:
+        """`worker` died: keep what it may not have stored for its persistent sessions, and
+        every later message for them, until every worker has adopted its part of them; the
+        acks that waited on its commits wait for that instead."""
+        tokens, lost = self._sends.lost(worker)
+        filters = self.durable.filters_of(worker)
+        if not filters and not lost:
+            return
+        waiting = []
+        for token in tokens:
+            ack = self._commits.get(token)
+            if ack is not None and worker in ack.remaining:
+                ack.remaining.discard(worker)
+                ack.orphans.add(worker)
+                waiting.append(token)
+        self.orphans.died(
+            worker,
+            filters,
+            lost=lost,
+            tokens=waiting,
+            workers=range(self.workers),
+            now=self._loop.now(),
+        )
+        logger.warning(
+            "pool: worker %d died with persistent sessions subscribed to %d filters; %d "
+            "messages sent to it are not known to be stored: they and what is published to "
+            "those sessions are kept here, acknowledgements waiting, until every worker "
+            "hosts its part of them again",
+            worker,
+            len(filters),
+            len(lost),
+        )
+        if self._orphan_sweep is None:
+            self._orphan_sweep = gevent.spawn_later(ORPHAN_TIMEOUT, self._sweep_orphans)
+
+    def _ask_for_orphans(self, dead: int) -> None:
+        """This worker adopted its part of `dead`'s sessions: ask every worker, itself
+        included, for what it kept for them."""
+        if self.fabric is not None:
+            self.fabric.broadcast(Adopted(dead))
+        self._on_adopted(self.worker, Adopted(dead))
+
+    def _on_adopted(self, adopter: int, frame: Adopted) -> None:
+        """`adopter` hosts its part of `frame.dead`'s sessions: give it what was kept for
+        them (always answered, if only with nothing), and once it has committed that, it is
+        done here."""
+        dead = frame.dead
+        messages = self.orphans.adopted(dead, adopter)
+        answer = Orphans(messages or (), dead)
+        if adopter == self.worker:
+            self.adoptions.orphans(adopter, answer)
+            if messages is not None:
+                self._context.persistence.submit((), lambda: self._orphan_committed(dead, adopter))
+            return
+        self.send(adopter, answer)
+        if messages is None:
+            return
+        self._commit_token += 1
+        token = self._commit_token
+        ack = _DurableAck({adopter}, lambda: self._orphan_committed(dead, adopter))
+        ack.local_done = True
+        self._commits[token] = ack
+        if not self.send(adopter, CommitSync(token)):
+            self._committed(adopter, token)
+
+    def _orphan_committed(self, dead: int, adopter: int) -> None:
+        tokens = self.orphans.committed(dead, adopter)
+        if tokens is not None:
+            logger.info(
+                "pool: every worker hosts the persistent sessions of worker %d again; %d "
+                "acknowledgements that waited for that go",
+                dead,
+                len(tokens),
+            )
+            self._release_orphan_acks(dead, tokens)
+
+    def _release_orphan_acks(self, dead: int, tokens: list[int]) -> None:
+        for token in tokens:
+            ack = self._commits.get(token)
+            if ack is not None:
+                ack.orphans.discard(dead)
+                if ack.done:
+                    del self._commits[token]
+                    ack.then()
+
+    def _sweep_orphans(self) -> None:
+        """Acks wait for a dead worker's sessions `ORPHAN_TIMEOUT` at most."""
+        self._orphan_sweep = None
+        for dead, orphan in self.orphans.expired(self._loop.now(), ORPHAN_TIMEOUT):
+            logger.error(
+                "pool: the persistent sessions of worker %d were not all hosted again "
+                "within %.0f s (no answer from workers %s); %d acknowledgements go and %d "
+                "messages kept for those sessions may be lost: see the supervisor's log "
+                "for why the workers did not start",
+                dead,
+                ORPHAN_TIMEOUT,
+                sorted(orphan.waiting | orphan.serving),
+                len(orphan.acks),
+                len(orphan.messages),
+            )
+            self._release_orphan_acks(dead, orphan.acks)
+        if self.orphans.dead:
+            self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
+
+    def _deliver_orphans(self, messages: tuple[Message, ...], plans: Any) -> None:
+        dispatcher = self._context.dispatcher
+        if dispatcher is not None:
+            dispatcher.deliver_orphans(messages, plans)
 
     # ----- client ids ---------------------------------------------------------------------
 
@@ -552,11 +733,23 @@ class PoolNode:
             self.fabric.broadcast(Leaving(self.worker))
 
     def peer_down(self, worker: int) -> None:
+        for dead, tokens in self.orphans.gone(worker):
+            logger.warning(
+                "pool: worker %d went down before it adopted its part of worker %d's "
+                "persistent sessions; %d acknowledgements waiting for that go",
+                worker,
+                dead,
+                len(tokens),
+            )
+            self._release_orphan_acks(dead, tokens)
         if worker in self._leaving:
             self._leaving.discard(worker)
             logger.info("pool: worker %d stopped; dropping its routes", worker)
+            self._sends.lost(worker)  # it committed everything before it left
         else:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
+            self._orphaned(worker)
+        self.adoptions.peer_down(worker)
         self.remote.drop_worker(worker)
         self.shares.drop_worker(worker)
         self.durable.drop_worker(worker)
@@ -581,9 +774,7 @@ class PoolNode:
         for granted in self.arbiter.worker_down(worker):
             self.send(granted.claimant, granted)
         if self.rehost is not None:
-            for client_id in orphans:
-                if self.arbiter.owner(client_id) is None:
-                    self.rehost(client_id)
+            self.rehost(worker, [c for c in orphans if self.arbiter.owner(c) is None])
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:
@@ -603,6 +794,8 @@ class PoolNode:
             FlowHold: self.publishers.hold,
             FlowRelease: self.publishers.release,
             CommitSync: self._on_commit_sync,
+            Adopted: self._on_adopted,
+            Orphans: self.adoptions.orphans,
             Committed: lambda worker, frame: self._committed(worker, frame.token),
             Retained: lambda _worker, frame: self._context.retainer.tell(
                 StoreRetained(list(frame.messages))

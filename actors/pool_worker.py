@@ -153,8 +153,18 @@ class PoolBroker(Broker):
                 node.route_changed(topic_filter, True)  # a share group's member too
                 if not is_shared(topic_filter):
                     node.durable_route_changed(topic_filter, True)
+        # This worker's earlier life may have died: what the others kept for its sessions
+        # comes once their routes are known (docs/pool.md "A worker dies").
+        node.adoptions.announce(self.worker_id, node.fabric.peers)
         node.rehost = self._rehost
         return sessions
+
+    def _launch_restored(self, actor: SessionActor) -> Any:
+        actor.moving_in(None, user_known=False)
+        session = actor.launch()
+        state = actor.state
+        self.node.adoptions.add(self.worker_id, state.client_id, session, state.subscriptions)
+        return session
 
     def _make_admission(self) -> Admission:
         return PoolAdmission(self.config.flapping, self._bans_path(), self.worker_id, self.workers)
@@ -212,22 +222,23 @@ class PoolBroker(Broker):
 
     # ----- sessions from the store ----------------------------------------------------------
 
-    def _resume(self, client_id: str) -> Any:
+    def _resume(self, client_id: str, adopting: int | None = None) -> Any:
         """Load `client_id`'s stored session and start it detached (None: none stored).
         If it is moving in from another worker, that worker then hears that its routes
-        are known here (and ends its forwarding)."""
+        are known here (and ends its forwarding). `adopting`: the dead worker that hosted
+        it (`actors.session_adoptions`)."""
         try:
-            return self._load_and_start(client_id)
+            return self._load_and_start(client_id, adopting)
         finally:
             self.node.moves.routes_known(client_id)
 
-    def _load_and_start(self, client_id: str) -> Any:
+    def _load_and_start(self, client_id: str, adopting: int | None) -> Any:
         if self._store is None:
             return None
         stored = self._store.load_session(client_id).sessions.get(client_id)
         if stored is None:
             return None
-        session = self._start_stored(client_id, stored)
+        session = self._start_stored(client_id, stored, adopting)
         if session is not None and stored.meta.subscriptions:
             # Its CONNACK waits until every worker routes its topics here, as a SUBACK does:
             # a publish after the CONNACK reaches the moved session.
@@ -237,21 +248,31 @@ class PoolBroker(Broker):
             known.wait(ROUTES_TIMEOUT)
         return session
 
-    def _rehost(self, client_id: str) -> None:
-        """The worker that owned `client_id` (homed here) died: host its stored session, if
-        it had a persistent one, so that it keeps queueing until its client is back."""
-        granted = self.node.arbiter.claim(client_id, self.worker_id)
-        if not granted or granted[0].previous is not None:
-            return  # someone else's claim is in line, or got it: nothing to re-host
-        gevent.spawn(self._rehost_from_store, client_id)
+    def _rehost(self, dead: int, client_ids: list[str]) -> None:
+        """Worker `dead` died owning `client_ids` (homed here): host their stored sessions,
+        if they had persistent ones, so that they keep queueing until their clients are
+        back; then this worker has adopted its part of `dead`'s sessions (with none, it
+        says so all the same: every worker's part is waited for)."""
+        rehosting = []
+        for client_id in client_ids:
+            granted = self.node.arbiter.claim(client_id, self.worker_id)
+            if granted and granted[0].previous is None:  # else another claim is in line
+                rehosting.append(gevent.spawn(self._rehost_from_store, client_id, dead))
 
-    def _rehost_from_store(self, client_id: str) -> None:
+        def adopted() -> None:
+            gevent.joinall(rehosting)
+            fabric = self.node.fabric
+            self.node.adoptions.announce(dead, fabric.peers if fabric is not None else ())
+
+        gevent.spawn(adopted)
+
+    def _rehost_from_store(self, client_id: str, dead: int) -> None:
         registry = self.context.registry
         assert isinstance(registry, PoolRegistry)
         session = None
         if client_id not in registry.sessions:
             try:
-                session = self._resume(client_id)
+                session = self._resume(client_id, dead)
             except StoreError as error:
                 logger.warning(
                     "worker %d: cannot re-host the session of %r: %s; it is restored from "
@@ -265,7 +286,9 @@ class PoolBroker(Broker):
                 logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
         self.node.settle(client_id, has_session=client_id in registry.sessions)
 
-    def _start_stored(self, client_id: str, stored: StoredSession) -> Any:
+    def _start_stored(
+        self, client_id: str, stored: StoredSession, adopting: int | None = None
+    ) -> Any:
         context = self.context
         meta = stored.meta
         now = time.time()
@@ -282,8 +305,12 @@ class PoolBroker(Broker):
         actor = SessionActor(state, context, meta.protocol_version)
         if moving is not None:
             actor.moving_in(moving.username, bool(moving.user_known))
+        elif adopting is not None:
+            actor.moving_in(None, user_known=False)
         session = actor.launch()
         self.node.moves.started(client_id, session)
+        if adopting is not None and moving is None:
+            self.node.adoptions.add(adopting, client_id, session, state.subscriptions)
         routes = [
             (topic_filter, Route(session, options, persistent=True))
             for topic_filter, options in state.subscriptions.items()

@@ -70,6 +70,7 @@ from actors.messages import (
     MovedIn,
     MoveOut,
     MoveSettled,
+    OrphansIn,
     Reauthorize,
     RemoveRoutes,
     RoutesChanged,
@@ -581,7 +582,7 @@ class SessionActor(GeventActor):
         move = self._move_out
         assert move is not None
         kind = type(message)
-        if kind is Deliver or kind is DeliverRetained:
+        if kind is Deliver or kind is DeliverRetained or kind is OrphansIn:
             deliveries = message.deliveries
             self._persistence.submit((), lambda: move.forward(deliveries))
         elif kind is EndForwarding:
@@ -639,6 +640,15 @@ class SessionActor(GeventActor):
         if self._stored:
             fresh = [self._stored_here(delivery) for delivery in fresh]
         self._deliver_now(self._readable(fresh))
+
+    def _orphans_in(self, orphans: OrphansIn) -> None:
+        """Messages kept for this session while its worker was dead (it was adopted from
+        there): after what the store had, less what it has already (`MoveIn.orphaned`)."""
+        deliveries = orphans.deliveries
+        if self.move_in is not None:
+            deliveries, duplicates = self.move_in.orphaned(deliveries)
+            self._drop_duplicates(duplicates)
+        self._deliver_now(self._readable(deliveries))
 
     def _stored_here(self, delivery: Delivery) -> Delivery:
         """A forwarded delivery as this session stores it: one the previous owner stored
@@ -972,24 +982,28 @@ class SessionActor(GeventActor):
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             pubrecs.append(pubrec)
+        # PUBREC promises exactly-once: the awaiting-PUBREL id and the routed copies must be
+        # durable first, those on other workers of a pool too (the dispatcher's callback
+        # waits for their commits). The id's op goes first, so one commit covers both.
+        ops: list[Op] = [self._meta_op()] if self._stored and pubrecs else []
+        if ops:
+            self.after_drain()  # earlier ops and bytes go first
+            self._persistence.submit(ops)
+        transport = self._transport
+
+        def routed() -> None:
+            if transport is not None:
+                transport.write(b"".join(pubrecs))  # as amended below for 0x10
+
         unmatched: set[int] = set()
         routed_durably = bool(to_route) and self._context.dispatcher.publish(
-            to_route, None, inbound.publisher, unmatched=unmatched
+            to_route, routed if pubrecs else None, inbound.publisher, unmatched=unmatched
         )
-        if unmatched and v5:  # PUBREC 0x10 for a message nobody subscribes to (3.5.2.1)
-            for index, (packet_id, message, _pubrec) in enumerate(
-                inbound.publishes[: len(pubrecs)]
-            ):
-                if message is not None and message.message_id in unmatched:
-                    pubrecs[index] = encode_ack(
-                        _PUBREC, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS, 5
-                    )
-        if pubrecs:
-            # PUBREC promises exactly-once: the routed copies and the awaiting-PUBREL id
-            # must be durable first.
-            ops: list[Op] = [self._meta_op()] if self._stored else []
-            if ops or routed_durably:
-                self._when_durable(ops, b"".join(pubrecs))
+        if unmatched and v5:
+            _mark_unmatched(inbound, pubrecs, unmatched)
+        if pubrecs and not routed_durably:
+            if ops:
+                self._when_durable([], b"".join(pubrecs))
             else:
                 self._out.extend(pubrecs)
 
@@ -1180,6 +1194,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Reauthorize: SessionActor._reauthorize_on_reload,
     WillDue: SessionActor._will_due,
     MovedIn: SessionActor._moved_in,
+    OrphansIn: SessionActor._orphans_in,
     ForwardingEnded: SessionActor._forwarding_ended,
     MoveSettled: SessionActor._move_settled,
 }
@@ -1196,6 +1211,13 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Dropped: SessionActor._dropped,
     Revoked: SessionActor._revoked,
 }
+
+
+def _mark_unmatched(inbound: InboundQos2, pubrecs: list[bytes], unmatched: set[int]) -> None:
+    """PUBREC 0x10 for each message nobody subscribes to (5.0 section 3.5.2.1)."""
+    for index, (packet_id, message, _pubrec) in enumerate(inbound.publishes[: len(pubrecs)]):
+        if message is not None and message.message_id in unmatched:
+            pubrecs[index] = encode_ack(_PUBREC, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS, 5)
 
 
 def _payload_bytes(state: SessionState) -> int:

@@ -60,6 +60,26 @@ class MoveIn:
             fresh.append(delivery)
         return fresh
 
+    def orphaned(self, deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+        """Deliveries of messages another worker kept for the session while its worker was
+        dead (`fabric.orphans`), as (new, duplicates): a message the session has by its
+        id (the dead worker stored it, or another worker kept it too) is a duplicate."""
+        fresh: list[Delivery] = []
+        duplicates: list[Delivery] = []
+        ids = self._known_ids
+        for delivery in deliveries:
+            message_id = delivery.message.message_id
+            if message_id in ids:
+                duplicates.append(delivery)
+                continue
+            if message_id:
+                ids.add(message_id)
+            if delivery.seq:
+                self._seqs.add(delivery.seq)
+            self.forwarded_count += 1
+            fresh.append(delivery)
+        return fresh, duplicates
+
     def direct(self, deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
         """Deliveries routed to the session on its new worker: (to deliver now, duplicates
         of forwarded ones). Before the end, all are held: ([], [])."""

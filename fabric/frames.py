@@ -382,6 +382,28 @@ class MoveEnded:
     client_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    """From a worker that now hosts persistent sessions of the dead worker `dead` (its
+    home re-hosted them, or `dead` restarted and restored them), with their routes known
+    everywhere: send me what you acknowledged for that worker's sessions and could not
+    give it (`Orphans`), then `CommitSync`. A worker that starts says it for its own
+    earlier life."""
+
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class Orphans:
+    """The answer to `Adopted(dead)`: the QoS 1/2 messages the sender acknowledged (or had
+    acknowledgements waiting on) for the persistent sessions of the dead worker `dead`
+    that it cannot tell were stored, in order; the receiver gives each to the sessions it
+    adopted from `dead` whose subscriptions match (none: an empty tuple)."""
+
+    messages: tuple[Message, ...]
+    dead: int = 0
+
+
 # ----- refused CONNECTs and the store's state, pool-wide (docs/pool.md) -------------------
 
 
@@ -500,6 +522,8 @@ Frame = (
     | DurableRoutes
     | DurableSnapshot
     | ListenerCounts
+    | Adopted
+    | Orphans
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -539,6 +563,8 @@ _KINDS: dict[type[Any], int] = {
     MovedDeliveries: 81,
     MoveRoutesKnown: 82,
     MoveEnded: 83,
+    Adopted: 84,
+    Orphans: 85,
     # 100-109: flapping detection across the pool.
     Connecting: 100,
     ClaimRefused: 101,
@@ -553,7 +579,7 @@ _KINDS: dict[type[Any], int] = {
     # 120-129: listeners' connection counts across the pool.
     ListenerCounts: 120,
 }
-_CARRY_MESSAGES = (Forward, Retained, ForwardShared)
+_CARRY_MESSAGES = (Forward, Retained, ForwardShared, Orphans)
 # Frames that carry deliveries: their other fields, then the deliveries, as the last field.
 _CARRY_DELIVERIES: dict[type[Any], str] = {MovingOut: "qos0", MovedDeliveries: "deliveries"}
 # What each field of a control frame may hold, from its annotation: the types its JSON value
@@ -616,6 +642,10 @@ def _encode_forward_shared(frame: ForwardShared) -> bytes:
 
 def _encode_forward(frame: Forward) -> bytes:
     return _U32.pack(frame.publisher) + _encode_messages(frame.messages)
+
+
+def _encode_orphans(frame: Orphans) -> bytes:
+    return _U32.pack(frame.dead) + _encode_messages(frame.messages)
 
 
 def _encode_retained(frame: Retained) -> bytes:
@@ -799,6 +829,11 @@ def _decode_forward(body: bytes) -> Forward:
     return Forward(_decode_messages(body, _U32.size), publisher)
 
 
+def _decode_orphans(body: bytes) -> Orphans:
+    (dead,) = _U32.unpack_from(body, 0)
+    return Orphans(_decode_messages(body, _U32.size), dead)
+
+
 def _decode_retained(body: bytes) -> Retained:
     return Retained(_decode_messages(body))
 
@@ -899,11 +934,13 @@ _ENCODERS: dict[type[Any], Callable[[Any], bytes]] = {
     ForwardShared: _encode_forward_shared,
     Forward: _encode_forward,
     Retained: _encode_retained,
+    Orphans: _encode_orphans,
     **{cls: _encode_deliveries for cls in _CARRY_DELIVERIES},
 }
 _MESSAGE_DECODERS: dict[type[Any], Callable[[bytes], Frame]] = {
     ForwardShared: _decode_forward_shared,
     Forward: _decode_forward,
     Retained: _decode_retained,
+    Orphans: _decode_orphans,
 }
 _DECODERS = {kind: _decoder(cls) for cls, kind in _KINDS.items()}

@@ -105,6 +105,10 @@ class RemoteRoutes:
         for topic_filter in frame.filters:
             self._add(worker, filters, topic_filter)
 
+    def filters_of(self, worker: int) -> frozenset[str]:
+        """The filters `worker` announced."""
+        return frozenset(self._by_worker.get(worker, ()))
+
     def drop_worker(self, worker: int) -> None:
         """`worker` is down: none of its filters match any more."""
         for topic_filter in self._by_worker.pop(worker, ()):

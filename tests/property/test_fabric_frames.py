@@ -23,6 +23,7 @@ from core.session_state import Delivery
 from core.share_origin import ShareOrigin
 from fabric.frames import (
     FLOW_REASONS,
+    Adopted,
     AuthFailed,
     AuthFailing,
     AuthFailures,
@@ -51,6 +52,7 @@ from fabric.frames import (
     MoveEnded,
     MoveRoutesKnown,
     MovingOut,
+    Orphans,
     Owned,
     Release,
     Retained,
@@ -187,6 +189,8 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(StoreFailing, st.sampled_from([0, 1])),
     st.builds(DurableRoutes, filter_sets, filter_sets),
     st.builds(DurableSnapshot, filter_sets),
+    st.builds(Adopted, worker_ids),
+    st.builds(Orphans, message_batches, worker_ids),
 )
 
 

@@ -1,0 +1,162 @@
+"""Persistent sessions this worker adopted from a dead worker, until every other worker has
+given it what it kept for them (docs/pool.md "A worker dies").
+
+When a worker dies, its persistent sessions are hosted again: each home re-hosts the ones
+homed at it, and the restarted worker restores its own (`actors.pool_worker`). Each such
+session starts as a session moving in (`core.move_in.MoveIn`): it delivers what the store
+had, holds what reaches it directly, and waits. Once the adopted sessions' routes are known
+everywhere, this worker says `Adopted(dead)`; every other worker answers `Orphans` with the
+QoS 1/2 messages it acknowledged for the dead worker's sessions and could not tell were
+stored (`fabric.orphans`), and this worker's dispatcher gives them to the adopted sessions
+whose subscriptions match (stored first, then told as `OrphansIn`, duplicates dropped by
+message id). When every worker has answered (or gone down), the sessions deliver what they
+held, less duplicates (`ForwardingEnded`), and one routes round later stop checking for
+them (`MoveSettled`), exactly as after a move.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gevent
+
+from actors.messages import ForwardingEnded, MoveSettled
+from actors.runtime import tell_if_alive
+from core.session_state import SubscriptionOptions
+from fabric.frames import Orphans
+from router.fan_out import FanOut, Route
+from router.route_table import RouteTable
+from router.shared import is_shared
+
+logger = logging.getLogger(__name__)
+
+ADOPTION_TIMEOUT = 10.0  # seconds an adoption waits at most for the other workers' answers
+
+WhenRoutesKnown = Callable[[Callable[[], object]], None]
+DeliverOrphans = Callable[[tuple[Any, ...], FanOut], None]
+
+
+class _Adoption:
+    __slots__ = ("announced", "kept", "plans", "routes", "sessions", "timer", "waiting")
+
+    def __init__(self) -> None:
+        self.sessions: list[Any] = []
+        self.routes: RouteTable[str, Route] = RouteTable()
+        self.plans = FanOut(self.routes)
+        self.waiting: set[int] = set()  # workers whose `Orphans` has not come yet
+        self.kept = 0  # messages the others kept, as given to the sessions
+        self.announced = False
+        self.timer: gevent.Greenlet | None = None
+
+
+class SessionAdoptions:
+    """This worker's adoptions, per dead worker; see the module docstring."""
+
+    def __init__(
+        self,
+        worker: int,
+        ask: Callable[[int], object],
+        when_routes_known: WhenRoutesKnown,
+        deliver: DeliverOrphans,
+    ) -> None:
+        """`ask(dead)` asks every worker, this one too, for what it kept for `dead`."""
+        self.worker = worker
+        self._ask = ask
+        self._when_routes_known = when_routes_known
+        self._deliver = deliver
+        self._adoptions: dict[int, _Adoption] = {}
+
+    def add(
+        self,
+        dead: int,
+        client_id: str,
+        session: Any,
+        subscriptions: Mapping[str, SubscriptionOptions],
+    ) -> None:
+        """`session` (already moving in: `SessionActor.moving_in`) was adopted from `dead`."""
+        adoption = self._adoptions.get(dead)
+        if adoption is None:
+            adoption = self._adoptions[dead] = _Adoption()
+        adoption.sessions.append(session)
+        for topic_filter, options in subscriptions.items():
+            if not is_shared(topic_filter):  # share groups are not in the durable replica
+                adoption.routes.add(topic_filter, client_id, Route(session, options, True))
+
+    def announce(self, dead: int, peers: Iterable[int]) -> None:
+        """Every session adopted from `dead` runs here: once their routes are known to every
+        worker, ask `peers` (the linked workers) for what they kept. With no adopted
+        session the others are told all the same: each waits for every worker's part."""
+        adoption = self._adoptions.get(dead)
+        if adoption is None:
+            adoption = self._adoptions[dead] = _Adoption()
+        adoption.waiting.update(peers)
+        adoption.waiting.add(self.worker)
+
+        def ask() -> None:
+            if self._adoptions.get(dead) is not adoption:
+                return
+            adoption.announced = True
+            adoption.timer = gevent.spawn_later(ADOPTION_TIMEOUT, self._timed_out, dead, adoption)
+            self._ask(dead)
+
+        self._when_routes_known(ask)
+
+    def orphans(self, worker: int, frame: Orphans) -> None:
+        """`worker`'s answer to `Adopted(frame.dead)`: what it kept, to the adopted sessions."""
+        adoption = self._adoptions.get(frame.dead)
+        if adoption is None or worker not in adoption.waiting:
+            if frame.messages:
+                logger.warning(
+                    "pool: worker %d sent %d messages kept for the sessions of worker %d "
+                    "after this worker stopped waiting for them; dropped",
+                    worker,
+                    len(frame.messages),
+                    frame.dead,
+                )
+            return
+        if frame.messages and adoption.sessions:
+            adoption.kept += len(frame.messages)
+            self._deliver(frame.messages, adoption.plans)
+        adoption.waiting.discard(worker)
+        if not adoption.waiting:
+            self._end(frame.dead, adoption)
+
+    def peer_down(self, worker: int) -> None:
+        """`worker` went down: its answer will not come."""
+        for dead, adoption in list(self._adoptions.items()):
+            if adoption.announced and worker in adoption.waiting:
+                adoption.waiting.discard(worker)
+                if not adoption.waiting:
+                    self._end(dead, adoption)
+
+    def _timed_out(self, dead: int, adoption: _Adoption) -> None:
+        if self._adoptions.get(dead) is adoption:
+            adoption.timer = None
+            logger.warning(
+                "pool: workers %s did not answer for the sessions adopted from worker %d "
+                "within %.0f s; the sessions go on with what they have",
+                sorted(adoption.waiting),
+                dead,
+                ADOPTION_TIMEOUT,
+            )
+            self._end(dead, adoption)
+
+    def _end(self, dead: int, adoption: _Adoption) -> None:
+        del self._adoptions[dead]
+        if adoption.timer is not None:
+            adoption.timer.kill(block=False)
+        if adoption.sessions:
+            logger.info(
+                "pool: %d sessions adopted from worker %d are complete: %d messages the "
+                "other workers kept for them handed over",
+                len(adoption.sessions),
+                dead,
+                adoption.kept,
+            )
+        settled = [s for s in adoption.sessions if tell_if_alive(s, ForwardingEnded(dead))]
+        if settled:
+            self._when_routes_known(
+                lambda: [tell_if_alive(session, MoveSettled()) for session in settled]
+            )
