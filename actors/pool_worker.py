@@ -212,19 +212,20 @@ class PoolBroker(Broker):
 
     # ----- sessions from the store ----------------------------------------------------------
 
-    def _resume(self, client_id: str) -> Any:
-        """Load `client_id`'s stored session and start it detached (None: none stored).
-        If it is moving in from another worker, that worker then hears that its routes
-        are known here (and ends its forwarding)."""
+    def _resume(self, client_id: str, wait: float) -> Any:
+        """Load `client_id`'s stored session and start it detached (None: none stored),
+        waiting at most `wait` seconds for a store process that is away (StoreError past
+        that). If it is moving in from another worker, that worker then hears that its
+        routes are known here (and ends its forwarding)."""
         try:
-            return self._load_and_start(client_id)
+            return self._load_and_start(client_id, wait)
         finally:
             self.node.moves.routes_known(client_id)
 
-    def _load_and_start(self, client_id: str) -> Any:
+    def _load_and_start(self, client_id: str, wait: float) -> Any:
         if self._store is None:
             return None
-        stored = self._store.load_session(client_id).sessions.get(client_id)
+        stored = self._store.load_session(client_id, wait).sessions.get(client_id)
         if stored is None:
             return None
         session = self._start_stored(client_id, stored)
@@ -251,7 +252,7 @@ class PoolBroker(Broker):
         session = None
         if client_id not in registry.sessions:
             try:
-                session = self._resume(client_id)
+                session = self._resume(client_id, self.config.store.connect_wait)
             except StoreError as error:
                 logger.warning(
                     "worker %d: cannot re-host the session of %r: %s; it is restored from "
