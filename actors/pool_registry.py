@@ -15,8 +15,9 @@ but before the session is opened the id is claimed from its home worker (docs/po
    session from the store, the pool's single source of session state, and the CONNACK says
    whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker. While
    the store process is away (restarting) the load waits for it, at most `[store]
-   connect_wait` seconds counted from step 2; then the CONNECT is refused with CONNACK
-   0x88 Server unavailable (3.1.1: 3) and the id given back, its stored session untouched.
+   connect_wait` seconds counted from step 2 (at least MIN_WAIT for the load itself); then
+   the CONNECT is refused with CONNACK 0x88 Server unavailable (3.1.1: 3) and the id given
+   back, its stored session untouched.
 4. `Settled` tells the home this worker holds the id; a session that ends `Release`s it.
 
 The claim's answer comes back as a callback (no greenlet waits for it); the session is then
