@@ -99,8 +99,10 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_reload)
-        if self._companion is not None and not self._start_companion_first(self._companion):
-            return 1
+        if self._companion is not None:
+            failed = self._start_companion_first(self._companion)
+            if failed is not None:
+                return failed
         for worker_id in range(len(self._workers)):
             self._start(worker_id)
         logger.info("supervisor: %d workers started", len(self._workers))
@@ -180,25 +182,28 @@ class Supervisor:
 
     # ----- the companion (the store process) ---------------------------------------------
 
-    def _start_companion_first(self, companion: Companion) -> bool:
-        """Start the companion and wait until it is ready; False (logged) if it is not."""
+    def _start_companion_first(self, companion: Companion) -> int | None:
+        """Start the companion and wait until it is ready: None, or the status to exit with
+        (1: it did not start, logged; 0: told to stop meanwhile)."""
         self._start_companion(companion)
         process = self._with.process
         assert process is not None
         deadline = time.monotonic() + self._companion_start_timeout
         while not companion.ready(process):
             if process.poll() is not None or time.monotonic() > deadline or self._stopping:
-                logger.error(
-                    "supervisor: %s did not start; its log lines above say why", companion.name
-                )
+                if not self._stopping:
+                    logger.error(
+                        "supervisor: %s did not start; its log lines above say why",
+                        companion.name,
+                    )
                 if process.poll() is None:
                     process.kill()
                 process.wait()
                 self._with.process = None
-                return False
+                return 0 if self._stopping else 1
             time.sleep(POLL_INTERVAL / 2)
         self._tend_companion()
-        return True
+        return None
 
     def _start_companion(self, companion: Companion) -> None:
         self._with.process = companion.start()
