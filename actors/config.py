@@ -150,6 +150,9 @@ class StoreConfig:
     kind: str = "sqlite"  # "sqlite" (durable), "memory" (tests), "none" (no persistence)
     data_dir: str = "data"  # relative to the working directory
     synchronous: str = "normal"  # SQLite: "normal" survives a process kill, "full" power loss
+    # Seconds a CONNECT that needs the store (a pool worker loads the session) waits for a
+    # store process that is away (restarting) before CONNACK 0x88 (3.1.1: 3).
+    connect_wait: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +382,8 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"[store] kind must be sqlite, memory or none, got {config.store.kind!r}")
     if config.store.synchronous not in ("normal", "full"):
         raise ConfigError("[store] synchronous must be normal or full")
+    if config.store.connect_wait <= 0:
+        raise ConfigError("[store] connect_wait must be above 0 (seconds)")
     if not 0 <= config.http.port <= 65535:
         raise ConfigError(f"[http] port must be 0..65535 (0: off), got {config.http.port}")
     if config.sys.interval < 0:

@@ -1,13 +1,14 @@
 """`python -m actors.main --workers N` (N > 1): the pool's supervisor process (docs/pool.md).
 
 It binds every configured listener once (and the admin HTTP listener, which worker 0
-serves), starts the pool's one store process (unless `[store] kind = "none"`), then runs N
+serves), then runs the pool's one store process (unless `[store] kind = "none"`) and N
 workers (`python -m actors.main ... --worker-id I`) under `actors.supervisor.Supervisor`,
-which restarts the ones that die, forwards SIGHUP and SIGTERM, and makes the workers end
-with it. Each TCP-family listener (tcp, tls, ws, wss) is bound once per worker with
-SO_REUSEPORT, so the kernel spreads new connections over the workers by a hash of their
-addresses, as nginx's `reuseport` does: a burst of a few connections does not all land on the
-worker that woke first, as it did when the workers shared one socket. The supervisor keeps
+which starts the store process first, restarts the store process and the workers when they
+die, forwards SIGHUP and SIGTERM, and makes the workers end with it. Each TCP-family
+listener (tcp, tls, ws, wss) is bound once per worker with SO_REUSEPORT, so the kernel
+spreads new connections over the workers by a hash of their addresses, as nginx's
+`reuseport` does: a burst of a few connections does not all land on the worker that woke
+first, as it did when the workers shared one socket. The supervisor keeps
 every socket open, so the connections that arrive for a worker while it restarts wait in its
 socket's backlog for the new process. A Unix-socket listener is one socket the workers share.
 
@@ -29,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from actors.config import BrokerConfig, ListenerConfig
@@ -44,7 +44,6 @@ from store.sqlite_store import check_store_file
 logger = logging.getLogger(__name__)
 
 LISTEN_BACKLOG = 1024
-STORE_START_TIMEOUT = 60.0  # seconds to open the store (a large message log is replayed)
 STORE_STOP_TIMEOUT = 10.0
 
 
@@ -52,16 +51,14 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
     """Run the pool until SIGTERM/SIGINT; the exit status (0: every worker exited 0).
     Raises store.base.StoreError if the store file cannot be a store."""
     run_dir = Path(tempfile.mkdtemp(prefix="mqtt-pool-"))
-    store: subprocess.Popen[bytes] | None = None
-    parent_w: int | None = None
+    store: StoreProcess | None = None
+    supervisor: Supervisor | None = None
     sockets: list[socket.socket] = []
     # listeners[i][w]: the socket worker w accepts on for listener i (one shared for unix)
     listeners: list[list[socket.socket]] = []
     try:
         if config.store.kind != "none":
-            store, parent_w = _start_store(config, run_dir)
-            if store is None:
-                return 1
+            store = StoreProcess(config, run_dir)
         failed = _listen(config, workers, listeners, sockets)
         if failed:
             return failed
@@ -99,20 +96,17 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
         logger.info("pool: starting %d workers (run directory %s)", workers, run_dir)
         # A worker exiting with 2 (a configuration error: plugins, TLS) stops the pool.
         passed = [sock.fileno() for sock in sockets]
-        status = Supervisor(command, workers, pass_fds=[*passed, ready_w], fatal_status=2).run()
+        supervisor = Supervisor(
+            command, workers, pass_fds=[*passed, ready_w], fatal_status=2, companion=store
+        )
+        status = supervisor.run()
         os.close(ready_w)
         return status
     finally:
         for sock in sockets:
             sock.close()
-        if parent_w is not None:
-            os.close(parent_w)  # the store process ends once the workers are gone
         if store is not None:
-            try:
-                store.wait(STORE_STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                logger.error("pool: the store process did not end in time: killed")
-                store.kill()
+            store.end(None if supervisor is None else supervisor.companion_process)
         for listener, _bound in zip(config.listeners, listeners, strict=False):
             if listener.type == "unix":  # bound here: the socket file is the pool's
                 with contextlib.suppress(FileNotFoundError):
@@ -120,53 +114,75 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _start_store(
-    config: BrokerConfig, run_dir: Path
-) -> tuple[subprocess.Popen[bytes] | None, int | None]:
-    """Start the store process serving on `run_dir`/store.sock; wait until it listens."""
-    settings = config.store
-    if settings.kind == "memory":
-        path = run_dir / "memory-store.sqlite3"
-    else:
-        data_dir = Path(settings.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path = data_dir / SQLITE_FILE_NAME
-        check_store_file(path)  # StoreError: the caller says it as one broker would
-    parent_r, parent_w = os.pipe()
-    project_root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(project_root), env.get("PYTHONPATH"))))
-    listen = run_dir / STORE_SOCKET
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "store.store_process",
-            "--listen",
-            str(listen),
-            "--parent-fd",
-            str(parent_r),
-            "--synchronous",
-            settings.synchronous,
-            "--log-level",
-            config.log_level,
-            str(path),
-        ],
-        pass_fds=(parent_r,),
-        env=env,
-    )
-    os.close(parent_r)
-    deadline = time.monotonic() + STORE_START_TIMEOUT
-    while not listen.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            logger.error("pool: the store process did not start; its log lines above say why")
-            os.close(parent_w)
+class StoreProcess:
+    """The pool's store process (`python -m store.store_process --listen`), started and
+    restarted by the supervisor (an `actors.supervisor.Companion`). Every one listens on
+    RUN_DIR/store.sock, where the workers connect (again, after a restart), and ends once
+    the pipe whose read end it inherits has closed (`end`) and its workers are gone."""
+
+    name = "the store process"
+
+    def __init__(self, config: BrokerConfig, run_dir: Path) -> None:
+        """Raises store.base.StoreError if the store file cannot be a store."""
+        settings = config.store
+        if settings.kind == "memory":
+            self._path = run_dir / "memory-store.sqlite3"
+        else:
+            data_dir = Path(settings.data_dir)
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self._path = data_dir / SQLITE_FILE_NAME
+            check_store_file(self._path)  # StoreError: the caller says it as one broker would
+        self._listen = run_dir / STORE_SOCKET
+        self._synchronous = settings.synchronous
+        self._log_level = config.log_level
+        # Every store process inherits the read end; closing the write end ends the last.
+        self._parent_r, self._parent_w = os.pipe()
+        project_root = Path(__file__).resolve().parent.parent
+        self._env = dict(os.environ)
+        self._env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, (str(project_root), self._env.get("PYTHONPATH")))
+        )
+        logger.info("pool: the store is %s, served on %s", self._path, self._listen)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        # The socket file of a process that died stays: ready() waits for the new one's.
+        with contextlib.suppress(FileNotFoundError):
+            self._listen.unlink()
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "store.store_process",
+                "--listen",
+                str(self._listen),
+                "--parent-fd",
+                str(self._parent_r),
+                "--synchronous",
+                self._synchronous,
+                "--log-level",
+                self._log_level,
+                str(self._path),
+            ],
+            pass_fds=(self._parent_r,),
+            env=self._env,
+        )
+
+    def ready(self, process: subprocess.Popen[bytes]) -> bool:
+        return self._listen.exists()
+
+    def end(self, process: subprocess.Popen[bytes] | None) -> None:
+        """Close the pipe (`process`, the latest store process, ends once the workers are
+        gone) and wait for it."""
+        os.close(self._parent_w)
+        os.close(self._parent_r)
+        if process is None:
+            return
+        try:
+            process.wait(STORE_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            logger.error("pool: the store process did not end in time: killed")
             process.kill()
             process.wait()
-            return None, None
-        time.sleep(0.02)
-    logger.info("pool: the store process (pid %d) is ready; it serves %s", process.pid, path)
-    return process, parent_w
 
 
 def _listen(

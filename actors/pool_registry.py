@@ -13,7 +13,11 @@ but before the session is opened the id is claimed from its home worker (docs/po
    state to the store (or deletes it for a clean start [MQTT-3.1.2-4]) and answers.
 3. Without a session here, a connection that resumes (clean start 0) loads the id's
    session from the store, the pool's single source of session state, and the CONNACK says
-   whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker.
+   whether one was there [MQTT-3.2.2-2]; then the session is opened as in one broker. While
+   the store process is away (restarting) the load waits for it, at most `[store]
+   connect_wait` seconds counted from step 2 (at least MIN_WAIT for the load itself); then
+   the CONNECT is refused with CONNACK 0x88 Server unavailable (3.1.1: 3) and the id given
+   back, its stored session untouched.
 4. `Settled` tells the home this worker holds the id; a session that ends `Release`s it.
 
 The claim's answer comes back as a callback (no greenlet waits for it); the session is then
@@ -27,6 +31,7 @@ greenlet, as in one broker.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -41,9 +46,11 @@ from actors.transport import Transport
 from core.client import ClientInfo
 from fabric.frames import ClaimRefused, Granted
 from mqtt.reason_codes import ReasonCode
+from store.base import StoreError
 
 logger = logging.getLogger(__name__)
 
+MIN_WAIT = 0.5  # seconds the store load gets when the hand-over took the CONNECT's bound
 _Opening = Callable[[ClaimAnswer], None]  # opens one CONNECT's session, given its claim's answer
 
 
@@ -53,10 +60,11 @@ class PoolRegistry(SessionRegistry):
         context: BrokerContext,
         sessions: dict[str, Any],
         node: PoolNode,
-        resume: Callable[[str], Any],
+        resume: Callable[[str, float], Any],
     ) -> None:
-        """`resume(client_id)` loads the id's stored session and starts it detached (its
-        actor ref), or returns None if the store has none."""
+        """`resume(client_id, wait)` loads the id's stored session and starts it detached
+        (its actor ref), or returns None if the store has none; it waits at most `wait`
+        seconds for a store that is away, then raises StoreError."""
         super().__init__(context, sessions)
         self._node = node
         self._resume = resume
@@ -129,18 +137,41 @@ class PoolRegistry(SessionRegistry):
             return
         node = self._node
         client_id = client.client_id
+        deadline = time.monotonic() + self._context.config.store.connect_wait
         previous = granted.previous if granted is not None else None
         if previous is not None and previous != node.worker:
             node.hand_over(previous, client_id, discard=client.clean_start)
         session = self.sessions.get(client_id)
         if session is None and not client.clean_start and previous != node.worker:
-            session = self._resume(client_id)
+            try:
+                # The hand-over counts too; a store that answers at once is always asked.
+                session = self._resume(client_id, max(deadline - time.monotonic(), MIN_WAIT))
+            except StoreError as error:
+                self._refuse_unavailable(client, client_ref, error)
+                if granted is not None:
+                    node.settle(client_id, has_session=client_id in self.sessions)
+                return
             if session is not None:
                 self.sessions[client_id] = session
         if client_ref.is_alive():
             super().open(client, client_ref, transport, connack_properties)
         if granted is not None:
             node.settle(client_id, has_session=client_id in self.sessions)
+
+    def _refuse_unavailable(self, client: ClientInfo, client_ref: Any, error: StoreError) -> None:
+        """The id's stored session cannot be loaded (the store process is away): CONNACK
+        0x88, one log line; the client connects again later."""
+        logger.warning(
+            "client %r: refused CONNECT with server unavailable: its session could not be "
+            "loaded from the store within %.1f s ([store] connect_wait): %s",
+            client.client_id,
+            self._context.config.store.connect_wait,
+            error,
+        )
+        tell_if_alive(
+            client_ref,
+            ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, "the session store is unavailable"),
+        )
 
     def adopt_restored(self, client_id: str, session: Any) -> None:
         """A session this worker re-hosts (its owner died): it holds the id now."""

@@ -222,20 +222,21 @@ class PoolBroker(Broker):
 
     # ----- sessions from the store ----------------------------------------------------------
 
-    def _resume(self, client_id: str, adopting: int | None = None) -> Any:
-        """Load `client_id`'s stored session and start it detached (None: none stored).
-        If it is moving in from another worker, that worker then hears that its routes
-        are known here (and ends its forwarding). `adopting`: the dead worker that hosted
-        it (`actors.session_adoptions`)."""
+    def _resume(self, client_id: str, wait: float, adopting: int | None = None) -> Any:
+        """Load `client_id`'s stored session and start it detached (None: none stored),
+        waiting at most `wait` seconds for a store process that is away (StoreError past
+        that). If it is moving in from another worker, that worker then hears that its
+        routes are known here (and ends its forwarding). `adopting`: the dead worker that
+        hosted it (`actors.session_adoptions`)."""
         try:
-            return self._load_and_start(client_id, adopting)
+            return self._load_and_start(client_id, wait, adopting)
         finally:
             self.node.moves.routes_known(client_id)
 
-    def _load_and_start(self, client_id: str, adopting: int | None) -> Any:
+    def _load_and_start(self, client_id: str, wait: float, adopting: int | None) -> Any:
         if self._store is None:
             return None
-        stored = self._store.load_session(client_id).sessions.get(client_id)
+        stored = self._store.load_session(client_id, wait).sessions.get(client_id)
         if stored is None:
             return None
         session = self._start_stored(client_id, stored, adopting)
@@ -272,7 +273,7 @@ class PoolBroker(Broker):
         session = None
         if client_id not in registry.sessions:
             try:
-                session = self._resume(client_id, dead)
+                session = self._resume(client_id, self.config.store.connect_wait, dead)
             except StoreError as error:
                 logger.warning(
                     "worker %d: cannot re-host the session of %r: %s; it is restored from "

@@ -25,6 +25,7 @@ from store.base import (
     StoredSession,
     StoredSubscription,
     StoreError,
+    StoreUnavailableError,
 )
 from store.memory_store import MemoryStore
 from store.process_store import ProcessStore
@@ -65,6 +66,7 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreError",
+    "StoreUnavailableError",
     "StoredDelivery",
     "StoredSession",
     "StoredSubscription",

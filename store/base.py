@@ -38,6 +38,12 @@ class StoreError(Exception):
     """The store could not be opened, read or written; the message says what and what to do."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store process is away (killed, being restarted): nothing of the request was
+    applied, or it was and a retry applies it again harmlessly (ops are idempotent). The
+    store logged the loss once; retrying, quietly, is the caller's part."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredSubscription:
     """Options of one subscription, field for field as `SubscriptionOptions` (5.0 ones 0/False)."""

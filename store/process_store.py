@@ -11,14 +11,20 @@ The `StoreWriter` calls `apply` from its greenlet; waiting for the answer yields
 gevent loop (a gevent socket), so clients are served meanwhile and the next batch gathers.
 `load` and `close` work the same way. Requests go one at a time (the writer owns the store).
 
-If the store process dies (killed, out of memory), the call in progress raises `StoreError`
-and the next call starts a new process, which reopens the file: a transaction is atomic and
-ops are idempotent, so the writer's retry of the batch is exact.
+If the store process dies (killed, out of memory), the call in progress raises
+`StoreUnavailableError` and the loss is logged once ("... ended unexpectedly ...; starting a new
+one"); the next call starts a new process, which reopens the file, and logs "the store
+process is back after 0.4 s". A transaction is atomic and ops are idempotent, so the
+writer's retry of the batch is exact, and it retries `StoreUnavailableError` quietly.
 
-In a pool (docs/pool.md) the supervisor runs one store process for every worker:
-`ProcessStore(path, connect=socket_path)` connects to it instead of starting one (and
-connects again after a failure), and `load_session` fetches one client id's session for a
-worker that takes that session over.
+In a pool (docs/pool.md) the supervisor runs one store process for every worker, and
+restarts it when it dies: `ProcessStore(path, connect=socket_path)` connects to it instead
+of starting one. A lost connection is logged once ("... closed the connection ...;
+connecting to it again"); each later call tries to connect once and raises
+`StoreUnavailableError` while nobody listens, so the writer's retries (and with them the
+pool-wide "store failing" state, docs/overload.md) last as long as the store is away and
+end by themselves when it is back. `load_session` fetches one client id's session for a
+worker that takes that session over, waiting at most a given time for the store to be back.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import gevent.lock
 import gevent.socket
 import gevent.subprocess
 
-from store.base import Op, Snapshot, StoreError
+from store.base import Op, Snapshot, StoreError, StoreUnavailableError
 from store.op_codec import decode_snapshot, encode_ops
 from store.process_protocol import (
     APPLY,
@@ -52,7 +58,8 @@ from store.process_protocol import (
 logger = logging.getLogger(__name__)
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so the child imports this `store`
-CONNECT_TIMEOUT = 10.0  # seconds a pool worker keeps trying to reach the pool's store
+CONNECT_TIMEOUT = 10.0  # seconds a starting pool worker keeps trying to reach the pool's store
+RECONNECT_INTERVAL = 0.05  # seconds between a waiting `load_session`'s attempts
 
 
 class ProcessStore:
@@ -69,7 +76,8 @@ class ProcessStore:
         self._process: gevent.subprocess.Popen | None = None
         self._socket: gevent.socket.socket | None = None
         self._closed = False
-        self._start()
+        self._lost_at: float | None = None  # when the store process was lost, until it is back
+        self._start(CONNECT_TIMEOUT)
 
     def __repr__(self) -> str:
         return f"ProcessStore({str(self.path)!r})"
@@ -80,9 +88,10 @@ class ProcessStore:
         call starts one)."""
         return None if self._process is None else self._process.pid
 
-    def _start(self) -> None:
+    def _start(self, wait: float) -> None:
+        """Connect (pool mode, trying for `wait` seconds) or start a store process."""
         if self._connect_to is not None:
-            self._connect()
+            self._connect(wait)
             return
         ours, theirs = socket.socketpair()
         environment = dict(os.environ)
@@ -110,24 +119,38 @@ class ProcessStore:
                 ours.close()
                 raise StoreError(f"{self!r}: cannot start the store process: {error}") from error
         self._socket = gevent.socket.socket(fileno=ours.detach())
-        kind, body = self._receive()
+        try:
+            kind, body = receive_frame(self._socket)
+        except (EOFError, OSError) as error:
+            code = self._process.wait()
+            self._discard_process()
+            raise StoreError(
+                f"{self!r}: the store process ended before it was ready (exit code {code}: "
+                f"{error}); its log lines above say why"
+            ) from None
         if kind != READY:
             self._process.wait()
             self._discard_process()
             raise StoreError(body.decode(errors="replace"))
         logger.info("%r: the store process (pid %d) is ready", self, self._process.pid)
 
-    def _connect(self) -> None:
-        """Pool mode: connect to the supervisor's store process, waiting for it to listen."""
+    def _connect(self, wait: float) -> None:
+        """Pool mode: connect to the supervisor's store process, trying for `wait` seconds.
+        While it is lost (and being restarted) that is StoreUnavailableError, said once before."""
         assert self._connect_to is not None
-        deadline = time.monotonic() + CONNECT_TIMEOUT
+        deadline = time.monotonic() + wait
         while True:
             sock = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(os.fspath(self._connect_to))
             except OSError as error:
                 sock.close()
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
+                    if self._lost_at is not None:
+                        raise StoreUnavailableError(
+                            f"{self!r}: the pool's store process is not back yet "
+                            f"({error.strerror or error})"
+                        ) from None
                     raise StoreError(
                         f"{self!r}: cannot reach the pool's store process at "
                         f"{self._connect_to}: {error}; see the supervisor's log lines"
@@ -150,11 +173,32 @@ class ProcessStore:
     def load(self) -> Snapshot:
         return decode_snapshot(self._request(LOAD))
 
-    def load_session(self, client_id: str) -> Snapshot:
-        """The stored session of `client_id` alone (no retained messages)."""
-        return decode_snapshot(
-            self._request(LOAD_SESSION, client_id.encode("utf-8", "surrogatepass"))
-        )
+    def load_session(self, client_id: str, wait: float | None = None) -> Snapshot:
+        """The stored session of `client_id` alone (no retained messages). With `wait`: the
+        store process may be away (restarting) for up to `wait` seconds, and the whole call
+        takes at most that long; StoreUnavailableError past it."""
+        body = client_id.encode("utf-8", "surrogatepass")
+        if wait is None:
+            return decode_snapshot(self._request(LOAD_SESSION, body))
+        deadline = time.monotonic() + wait
+        timeout = gevent.Timeout(wait)
+        timeout.start()
+        try:
+            while True:
+                try:
+                    return decode_snapshot(self._request(LOAD_SESSION, body))
+                except StoreUnavailableError:
+                    if time.monotonic() + RECONNECT_INTERVAL >= deadline:
+                        raise
+                gevent.sleep(RECONNECT_INTERVAL)
+        except gevent.Timeout as expired:
+            if expired is not timeout:
+                raise
+            raise StoreUnavailableError(
+                f"{self!r}: no answer from the store process within {wait:.1f} s"
+            ) from None
+        finally:
+            timeout.close()
 
     def close(self) -> None:
         if self._closed:
@@ -164,6 +208,8 @@ class ProcessStore:
             return
         try:
             self._request(CLOSE)
+        except StoreUnavailableError:
+            pass  # gone already: the writer committed everything before, nothing is lost
         finally:
             if self._process is not None:
                 self._process.wait()
@@ -177,18 +223,25 @@ class ProcessStore:
         if self._closed and kind != CLOSE:
             raise StoreError(f"{self!r} is closed")
         if self._socket is None:
-            logger.warning(
-                "%r: %s", self, "starting a new store process" if self._connect_to is None
-                else "connecting to the pool's store process again"
-            )
-            self._start()
+            self._start(0.0)
+            if self._lost_at is not None:
+                logger.info(
+                    "%r: the store process is back after %.1f s",
+                    self,
+                    time.monotonic() - self._lost_at,
+                )
+                self._lost_at = None
         assert self._socket is not None
         try:
-            send_frame(self._socket, kind, body)
-        except OSError as error:
-            self._receive()  # the process is gone: this raises, saying how it ended
-            raise StoreError(f"{self!r}: cannot reach the store process: {error}") from error
-        answer, answer_body = self._receive()
+            try:
+                send_frame(self._socket, kind, body)
+            except OSError as error:
+                raise self._lost(error) from None
+            answer, answer_body = self._receive()
+        except gevent.Timeout:
+            # The answer may still come: it must not be taken for the next request's.
+            self._discard_process()
+            raise
         if answer == FAILED:
             raise StoreError(answer_body.decode(errors="replace"))
         if answer != DONE:
@@ -200,18 +253,22 @@ class ProcessStore:
         try:
             return receive_frame(self._socket)
         except (EOFError, OSError) as error:
-            if self._process is None:  # pool mode: the shared store process went away
-                self._discard_process()
-                raise StoreError(
-                    f"{self!r}: the pool's store process closed the connection ({error}); "
-                    "the next attempt connects again"
-                ) from error
+            raise self._lost(error) from None
+
+    def _lost(self, error: Exception) -> StoreUnavailableError:
+        """The store process went away: forget it, say so once, and the error to raise."""
+        if self._process is None:  # pool mode: the supervisor restarts it
+            how = f"the pool's store process closed the connection ({error})"
+            then = "connecting to it again"
+        else:
             code = self._process.wait()
-            self._discard_process()
-            raise StoreError(
-                f"{self!r}: the store process ended unexpectedly (exit code {code}: {error}); "
-                "its log lines above say why. A new one is started at the next attempt"
-            ) from error
+            how = f"the store process ended unexpectedly (exit code {code}: {error})"
+            then = "starting a new one (its log lines above say why it ended)"
+        self._discard_process()
+        if self._lost_at is None and not self._closed:
+            self._lost_at = time.monotonic()
+            logger.warning("%r: %s; %s", self, how, then)
+        return StoreUnavailableError(f"{self!r}: {how}")
 
     def _discard_process(self) -> None:
         if self._socket is not None:

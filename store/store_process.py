@@ -1,11 +1,12 @@
 """The store process: serves one `SqliteStore` to one broker, or to a pool's workers.
 
 A single broker starts it (`store.process_store`) as `python -m store.store_process`, with
-one end of a socket pair. A pool's supervisor starts it with `--listen PATH` instead: it then
-listens on that Unix socket, every worker connects (again after a restart), and each
-request is served whole in turn, one writer for SQLite (docs/pool.md). In that mode it ends
-when the supervisor's `--parent-fd` pipe closes and the last worker has disconnected, so the
-workers' last commits during a shutdown still land.
+one end of a socket pair. A pool's supervisor starts it with `--listen PATH` instead (and
+starts another on the same path when it dies): it then listens on that Unix socket, every
+worker connects (again after a restart of either), and each request is served whole in
+turn, one writer for SQLite (docs/pool.md). In that mode it ends when the supervisor's
+`--parent-fd` pipe closes and the last worker has disconnected, so the workers' last
+commits during a shutdown still land.
 
 With one broker it opens the store, answers READY (or FAILED with the reason and exits 1),
 then applies each APPLY batch in one transaction and answers DONE, or FAILED with the

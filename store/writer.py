@@ -21,7 +21,10 @@ A failed commit is logged (naming the store and the failure) and retried with ex
 backoff, the batch unchanged, until it succeeds; no callback of the batch runs before that.
 Meanwhile `failing` is True, so the broker refuses new work that needs the store (a full
 disk, an I/O error: docs/overload.md); the first commit that succeeds again clears it and
-is logged. `on_failing` hears each change of `failing` (a pool worker tells the others).
+is logged. While the store process is away (`StoreUnavailableError`, which the store logs
+once) the attempts are not logged and come at least every MAX_UNAVAILABLE_RETRY_DELAY, so
+the batch is committed soon after the store is back. `on_failing` hears each change of
+`failing` (a pool worker tells the others).
 Callbacks must not block (tell an actor, write to a socket buffer); one that raises is
 logged and skipped. The store belongs to the writer once it is started: nobody else may call
 it, and `close()` closes it.
@@ -38,7 +41,7 @@ import gevent
 import gevent.event
 
 from core.latency import LatencyHistogram
-from store.base import Op, Store, StoreError
+from store.base import Op, Store, StoreError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,9 @@ Callback = Callable[[], object]  # its result is ignored
 
 FIRST_RETRY_DELAY = 0.01  # seconds; doubles after each failed commit
 MAX_RETRY_DELAY = 5.0
+# While the store process is away (StoreUnavailableError: killed, being restarted) an
+# attempt costs a connect, and the sooner one succeeds the sooner acknowledgements flow again.
+MAX_UNAVAILABLE_RETRY_DELAY = 0.1
 # Seconds lazy submissions may gather before they are committed (see `submit`): a
 # subscriber's QoS 1 acknowledgements, say. Committing each small batch of them at once
 # cost the loop a commit per round trip to the subscriber.
@@ -191,6 +197,12 @@ class StoreWriter:
             started = time.monotonic()
             try:
                 self._store.apply(ops)
+            except StoreUnavailableError:
+                self._set_failing(True)
+                gevent.sleep(min(delay, MAX_UNAVAILABLE_RETRY_DELAY))
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+                attempt += 1
+                continue
             except Exception as error:  # StoreError, or a bug: either way, retry and say so
                 self._set_failing(True)
                 logger.error(

@@ -6,16 +6,28 @@ these check what is special about running the store in a process of its own.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from core.message import Message
-from store import SQLITE_FILE_NAME, DeleteRetained, ProcessStore, PutRetained, StoreError
+from store import (
+    SQLITE_FILE_NAME,
+    DeleteRetained,
+    ProcessStore,
+    PutRetained,
+    StoreError,
+    StoreUnavailableError,
+)
 from tests.support.broker_process import start_broker
 
 
@@ -99,3 +111,64 @@ def test_the_store_process_ends_with_its_broker_even_after_sigkill(tmp_path: Pat
     assert _exits_within(store_pid, 5.0)
     restarted = start_broker(tmp_path)
     assert restarted.stop() == 0
+
+
+def _pool_store_process(path: Path, listen: Path, parent_r: int) -> subprocess.Popen[bytes]:
+    """A pool's store process (as the supervisor starts it), listening once this returns."""
+    with contextlib.suppress(FileNotFoundError):
+        listen.unlink()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "store.store_process",
+            "--listen",
+            str(listen),
+            "--parent-fd",
+            str(parent_r),
+            str(path),
+        ],
+        pass_fds=(parent_r,),
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    deadline = time.monotonic() + 15
+    while not listen.exists():
+        assert process.poll() is None and time.monotonic() < deadline, "it did not listen"
+        time.sleep(0.02)
+    return process
+
+
+def test_a_pool_worker_waits_a_bounded_time_for_its_store_process_and_reconnects(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, listen = tmp_path / SQLITE_FILE_NAME, tmp_path / "store.sock"
+    parent_r, parent_w = os.pipe()
+    first = _pool_store_process(path, listen, parent_r)
+    store = ProcessStore(path, connect=listen)
+    store.apply([PutRetained(_retained("a"))])
+    first.kill()
+    first.wait()
+    with caplog.at_level(logging.INFO, logger="store.process_store"):
+        with pytest.raises(StoreUnavailableError, match="closed the connection"):
+            store.apply([PutRetained(_retained("b"))])
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            store.load_session("nobody", wait=0.5)  # nobody listens: at most the wait
+        assert 0.4 < time.monotonic() - began < 1.5
+        # Back during a load's wait: the load is answered.
+        second: list[subprocess.Popen[bytes]] = []
+        restart = threading.Timer(
+            0.3, lambda: second.append(_pool_store_process(path, listen, parent_r))
+        )
+        restart.start()
+        assert store.load_session("nobody", wait=10).sessions == {}
+        restart.join()
+        store.apply([PutRetained(_retained("b"))])  # the writer's retry of the same batch
+    lines = [r.getMessage() for r in caplog.records]
+    assert len([line for line in lines if "closed the connection" in line]) == 1, lines
+    assert len([line for line in lines if "is back after" in line]) == 1, lines
+    assert sorted(m.topic for m in store.load().retained) == ["a", "b"]
+    store.close()
+    os.close(parent_w)  # the second store process ends: no worker, no parent
+    os.close(parent_r)
+    assert second[0].wait(timeout=10) == 0

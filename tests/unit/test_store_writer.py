@@ -25,6 +25,7 @@ from store import (
     SqliteStore,
     StoredDelivery,
     StoreError,
+    StoreUnavailableError,
 )
 from store import writer as writer_module
 from store.writer import StoreWriter
@@ -193,6 +194,44 @@ def test_a_failed_commit_is_logged_and_retried_before_any_callback(
     assert all("RecordingStore()" in line and "disk full" in line for line in failures)
     assert done == ["c"]
     assert store.batches == [[PutSession("c", META)]]
+    writer.close()
+
+
+class AwayStore(RecordingStore):
+    """A store whose process is away until `back_at` (monotonic time), as ProcessStore is
+    while its store process restarts."""
+
+    def __init__(self, away_for: float) -> None:
+        super().__init__()
+        self.back_at = time.monotonic() + away_for
+        self.attempts = 0
+
+    def apply(self, ops: Sequence[Op]) -> None:
+        self.attempts += 1
+        if time.monotonic() < self.back_at:
+            raise StoreUnavailableError("the store process is not back yet (simulated)")
+        super().apply(ops)
+
+
+def test_a_store_that_is_away_is_retried_quietly_and_soon_after_it_is_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = AwayStore(away_for=1.2)
+    writer = StoreWriter(store)
+    done: list[float] = []
+    with caplog.at_level(logging.INFO, logger="store.writer"):
+        writer.submit([PutSession("c", META)], lambda: done.append(time.monotonic()))
+        gevent.sleep(0.3)
+        assert writer.failing and not done
+        writer.flush(timeout=5)
+    # The retries come at least every MAX_UNAVAILABLE_RETRY_DELAY, not every 5 s.
+    assert done[0] - store.back_at < writer_module.MAX_UNAVAILABLE_RETRY_DELAY + 0.1
+    assert not writer.failing
+    assert store.batches == [[PutSession("c", META)]]
+    lines = [r.getMessage() for r in caplog.records]
+    assert not [line for line in lines if "commit of" in line], lines  # the store said it
+    assert len([line for line in lines if "commits succeed again" in line]) == 1
+    assert store.attempts > 3
     writer.close()
 
 

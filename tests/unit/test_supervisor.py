@@ -182,3 +182,127 @@ def test_a_worker_that_cannot_start_is_restarted_ever_more_slowly(
     log = supervisor.stderr.read().decode()
     assert "exited with status 3; restarting it in 0.2 s" in log
     assert "exited with status 3; restarting it in 0.4 s" in log
+
+
+# ----- a companion (the pool's store process) ----------------------------------------------
+
+COMPANION = textwrap.dedent(
+    """
+    import os, sys, time
+    out, mode = sys.argv[1], sys.argv[2]
+    base = os.path.join(out, f"companion.{os.getpid()}")
+    open(base + ".started", "w").close()
+    if mode == "fail":
+        sys.exit(3)
+    time.sleep(0.1)
+    open(base + ".ready", "w").close()
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+COMPANION_DRIVER = textwrap.dedent(
+    """
+    import logging, os, subprocess, sys
+    from actors.supervisor import Supervisor
+    logging.basicConfig(level=logging.INFO)
+    worker, companion, out, mode, ignore_term = sys.argv[1:6]
+
+    class Companion:
+        name = "the companion"
+        def start(self):
+            return subprocess.Popen([sys.executable, companion, out, mode])
+        def ready(self, process):
+            return os.path.exists(os.path.join(out, f"companion.{process.pid}.ready"))
+
+    command = lambda i: [sys.executable, worker, str(i), out, ignore_term]
+    supervisor = Supervisor(command, 1, stop_timeout=1.5, companion=Companion())
+    status = supervisor.run()
+    if supervisor.companion_process is not None:
+        supervisor.companion_process.kill()
+    sys.exit(status)
+    """
+)
+
+
+def companions(out: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[1]) for p in out.glob("companion.*.started"))
+
+
+def start_with_companion(
+    tmp_path: Path, mode: str = "serve", ignore_term: str = "0"
+) -> subprocess.Popen[bytes]:
+    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "companion.py").write_text(COMPANION)
+    (tmp_path / "out").mkdir()
+    return subprocess.Popen(
+        [sys.executable, "-c", COMPANION_DRIVER, str(tmp_path / "worker.py"),
+         str(tmp_path / "companion.py"), str(tmp_path / "out"), mode, ignore_term],
+        cwd=Path(__file__).resolve().parents[2],
+        stderr=subprocess.PIPE,
+    )
+
+
+def stopped(supervisor: subprocess.Popen[bytes], *, term: bool = True) -> tuple[int, str]:
+    """SIGTERM `supervisor` (unless `term` is False: it ends by itself); its exit status
+    and its log."""
+    if term and supervisor.poll() is None:
+        supervisor.send_signal(signal.SIGTERM)
+    try:
+        status = supervisor.wait(timeout=10)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    assert supervisor.stderr is not None
+    with supervisor.stderr:
+        return status, supervisor.stderr.read().decode()
+
+
+def test_the_companion_is_ready_before_the_workers_start_and_restarted_when_killed(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    supervisor = start_with_companion(tmp_path)
+    try:
+        wait_for(lambda: started(out, 0))
+        [first] = companions(out)
+        assert (out / f"companion.{first}.ready").exists()  # before any worker started
+        [worker] = started(out, 0)
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: len(companions(out)) == 2, timeout=5)
+        second = next(pid for pid in companions(out) if pid != first)
+        wait_for((out / f"companion.{second}.ready").exists, timeout=5)
+        assert started(out, 0) == [worker] and alive(worker)
+    finally:
+        status, log = stopped(supervisor)
+    assert status == 0, log
+    assert f"the companion (pid {first}) is ready" in log
+    assert f"the companion (pid {first}) was killed by SIGKILL; restarting it" in log
+    assert f"the companion (pid {second}) is ready" in log
+
+
+def test_the_companion_is_restarted_while_the_workers_stop(tmp_path: Path) -> None:
+    # The workers ignore SIGTERM, so they run 1.5 s into the stop: the companion (the
+    # store their last commits need) killed meanwhile is started again.
+    out = tmp_path / "out"
+    supervisor = start_with_companion(tmp_path, ignore_term="1")
+    wait_for(lambda: started(out, 0))
+    [first] = companions(out)
+    supervisor.send_signal(signal.SIGTERM)
+    wait_for(lambda: events(out, started(out, 0)[0]) == ["TERM"])
+    os.kill(first, signal.SIGKILL)
+    status, log = stopped(supervisor)
+    assert status == 1  # the worker was killed
+    assert len(companions(out)) == 2, log
+    assert "restarting it" in log
+
+
+def test_a_companion_that_cannot_start_stops_the_pool_before_any_worker(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    status, log = stopped(start_with_companion(tmp_path, mode="fail"), term=False)
+    assert status == 1, log
+    assert "the companion did not start; its log lines above say why" in log
+    assert not started(out, 0)
+
