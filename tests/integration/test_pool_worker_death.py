@@ -1,0 +1,104 @@
+"""A pool worker killed with SIGKILL while a publisher streams QoS 1/2 messages to a
+persistent subscriber on it (docs/pool.md "A worker dies"): every message the publisher
+had acknowledged reaches the subscriber when it is back, QoS 2 exactly once, in order.
+
+The subscriber's session is homed (its client id's home worker) on the worker that dies,
+where the restarted worker restores it, or on the surviving worker, which re-hosts it at
+once; the publisher streams on the surviving worker throughout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabric.ownership import home_of
+from tests.integration.test_pool import (
+    UNBOUNDED_QUEUE,
+    _gaps,
+    _publish_numbers,
+    _Receiver,
+    _worker_pid,
+    worker_of,
+)
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.clients import PahoCollector, connect_raw, subscribe_raw, unique
+from tests.support.workers import connect_on_worker
+
+
+@pytest.fixture(scope="module")
+def workers() -> int:
+    """These tests kill a pool's worker: they start their own two-worker pools."""
+    return 2
+
+
+def _client_id_homed_on(worker: int) -> str:
+    while True:
+        client_id = unique("orphan")
+        if home_of(client_id, 2) == worker:
+            return client_id
+
+
+def _publisher_on(pool: BrokerProcess, worker: int) -> PahoCollector:
+    for _attempt in range(40):
+        client_id = unique("killpub")
+        publisher = PahoCollector(pool, client_id)
+        if worker_of(pool, client_id) == worker:
+            return publisher
+        publisher.close()
+    raise AssertionError("40 publishers in a row missed the worker")
+
+
+@pytest.mark.parametrize("homed", ["on the dead worker", "on the survivor"])
+@pytest.mark.parametrize("qos", [1, 2])
+def test_acknowledged_messages_survive_the_subscribers_worker_being_killed(
+    tmp_path: Path, qos: int, homed: str
+) -> None:
+    pool = start_broker(tmp_path, UNBOUNDED_QUEUE, ("--workers", "2"))
+    try:
+        _kill_under_a_stream(pool, qos, victim=1, home=1 if homed == "on the dead worker" else 0)
+    finally:
+        assert pool.stop(timeout=10) == 0, pool.log()
+
+
+def _kill_under_a_stream(pool: BrokerProcess, qos: int, victim: int, home: int) -> None:
+    client_id, topic = _client_id_homed_on(home), unique("doomed")
+    subscriber, _tries = connect_on_worker(pool, client_id, victim, 2, clean=False)
+    subscribe_raw(subscriber, 1, (topic, qos))
+    publisher = _publisher_on(pool, 1 - victim)
+    receiver = _Receiver()
+    stop = threading.Event()
+    sent, thread = _publish_numbers(publisher, "p", topic, qos, stop)
+    try:
+        receiver.read(subscriber, 0.5)
+        os.kill(_worker_pid(pool, victim), signal.SIGKILL)
+        subscriber.close()
+        time.sleep(1.0)  # the publisher streams on while the worker is dead and restarting
+        deadline = time.monotonic() + 15
+        while pool.log().count(f"worker {victim}: accepting MQTT connections") < 2:
+            assert time.monotonic() < deadline, pool.log()[-3000:]
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+    thread.join(timeout=15)
+    assert not thread.is_alive(), "the publisher's last publish was not acknowledged in 15 s"
+    publisher.close()
+    total = len(sent)
+    again = connect_raw(pool, client_id, clean=False, session_present=True)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(set(receiver.of("p"))) < total:
+        receiver.read(again, 0.2)
+    receiver.read(again, 0.5)  # and nothing more
+    again.close()
+    assert total > 50, total
+    received = receiver.of("p")
+    first_seen = list(dict.fromkeys(received))
+    assert first_seen == list(range(total)), _gaps("p", first_seen, total)
+    if qos == 2:
+        assert received == first_seen, _gaps("p", received, total)  # exactly once
