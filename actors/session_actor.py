@@ -193,6 +193,7 @@ class SessionActor(GeventActor):
         # Pool (docs/pool.md "Deliveries during a move"): moving in from another worker
         # (set before launch), or moved away and forwarding what still reaches it.
         self.move_in: MoveIn | None = None
+        self._writes_waiting = 0  # writes that wait for a commit (`after_drain`)
         self._move_out: MoveOut | None = None
         # The last user of a session that moved in (the store keeps no username).
         self.moved_user: str | None = None
@@ -214,15 +215,43 @@ class SessionActor(GeventActor):
         return _MESSAGE_HANDLERS[type(message)](self, message)
 
     def after_drain(self) -> None:
+        gated = False
         if self._ops:
             ops, self._ops = self._ops, []
-            self._persistence.submit(ops, lazy=may_commit_lazily(ops))
-        if self._out:
+            lazy = may_commit_lazily(ops)
+            if lazy or not self._out:
+                self._persistence.submit(ops, lazy=lazy)
+            else:
+                # A QoS 2 stage (or another prompt op) with bytes to send: they go out
+                # once it is committed, so a PUBLISH or PUBREL is never on the wire before
+                # its packet id and stage are stored: after a crash the restored session
+                # resends exactly what the client saw [MQTT-4.3.3-1] [MQTT-4.4.0-1].
+                self._write_when_committed(ops)
+                gated = True
+        if self._out and not gated:
             if self._transport is not None:
+                if self._writes_waiting:  # keep the order of what waits for a commit
+                    self._write_when_committed([])
+                    return
                 data = b"".join(self._out)
                 self._context.stats.bytes_sent += len(data)
                 self._transport.write(data)
             self._out.clear()
+
+    def _write_when_committed(self, ops: list[Op]) -> None:
+        """Submit `ops` and write what is in `_out` once they (and all before) are committed."""
+        data = b"".join(self._out)
+        self._out.clear()
+        transport = self._transport
+        self._writes_waiting += 1
+
+        def committed() -> None:
+            self._writes_waiting -= 1
+            if transport is not None:
+                self._context.stats.bytes_sent += len(data)
+                transport.write(data)
+
+        self._persistence.submit(ops, committed)
 
     @property
     def _stored(self) -> bool:
