@@ -423,7 +423,8 @@ def test_oversized_and_malformed_bodies(admin: Admin) -> None:
     big = {"topic": "a", "payload": "x" * 1_100_000}
     assert admin.request("POST", "/api/v1/publish", big).status == 413
     connection = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=10)
-    connection.request("POST", "/api/v1/publish", body=b"{not json", headers={"X-API-Key": API_KEY})
+    json_headers = {"X-API-Key": API_KEY, "Content-Type": "application/json"}
+    connection.request("POST", "/api/v1/publish", body=b"{not json", headers=json_headers)
     answer = connection.getresponse()
     assert answer.status == 400
     assert b"not JSON" in answer.read()
