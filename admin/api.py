@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.figures import read_pool_figures
 from actors.pool_ops import GATHER_TIMEOUT
+from admin.figures_cache import FiguresCache
 from admin.routing import ApiError, Request, Response, Router
 from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
@@ -96,9 +96,10 @@ def payload_fields(payload: bytes) -> dict[str, Any]:
 
 
 class Api:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, figures: FiguresCache) -> None:
         self._broker = broker
         self._context = broker.context
+        self._figures = figures
 
     # ----- health -------------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class Api:
         return Response(503, b'{"ready":false}')
 
     def stats(self, _request: Request) -> Any:
-        pool_figures, missing = read_pool_figures(self._broker)
+        pool_figures, missing = self._figures.read()  # shared with /metrics, once a second
         figures = with_missing(asdict(pool_figures), missing)
         figures.pop("store_commits")
         figures.pop("hook_latency")
@@ -348,8 +349,8 @@ class Api:
         return None
 
 
-def add_api_routes(router: Router, broker: Broker) -> None:
-    api = Api(broker)
+def add_api_routes(router: Router, broker: Broker, figures: FiguresCache) -> None:
+    api = Api(broker, figures)
     routes = [
         ("GET", "/api/v1/stats", api.stats),
         ("GET", "/api/v1/config", api.config),

@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from admin.api import add_api_routes
 from admin.auth import Authenticator
+from admin.figures_cache import FiguresCache
 from admin.http_handler import AdminWSGIServer
 from admin.metrics import new_registry
 from admin.request_guard import STATE_CHANGING, cross_site_reason, json_body_reason
@@ -56,12 +57,15 @@ class AdminServer:
         self._broker = broker
         self._config = broker.config.http
         self._auth = Authenticator(self._config)
-        self._registry = new_registry(broker)
+        figures = FiguresCache(broker)
+        self._registry = new_registry(figures)
+        self._figures = figures
+        self._rendered: tuple[object, bytes] | None = None  # (reading, /metrics text of it)
         self.router = Router()
         self.router.add("GET", "/metrics", self._metrics, public=not self._config.metrics_auth)
         self.router.add("GET", "/", self._dashboard)
         self.router.add("GET", "/static/{name}", self._static)
-        add_api_routes(self.router, broker)
+        add_api_routes(self.router, broker, figures)
         self._server: AdminWSGIServer | None = None
         self.port = 0
 
@@ -204,7 +208,11 @@ class AdminServer:
     # ----- metrics and static files ------------------------------------------------------
 
     def _metrics(self, _request: Request) -> Response:
-        return Response(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+        """The text of the latest figures' reading, rendered once per reading."""
+        reading = self._figures.read()
+        if self._rendered is None or self._rendered[0] is not reading:
+            self._rendered = (reading, generate_latest(self._registry))
+        return Response(200, self._rendered[1], CONTENT_TYPE_LATEST)
 
     def _dashboard(self, _request: Request) -> Response:
         return self._file("index.html")
