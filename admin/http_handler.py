@@ -5,7 +5,8 @@ client keeps it open, waits for a request's bytes without limit and prints a tra
 some malformed requests. So a few dozen idle or half-sent requests (slowloris) filled the
 pool and `/api/v1/health` went unanswered while they were held. Here:
 
-- a connection waiting for its next request is closed after `[http] idle_timeout` seconds;
+- a connection waiting for its next request (or, with TLS, for its handshake to finish:
+  `admin.server` defers it to the first read) is closed after `[http] idle_timeout` seconds;
 - a request's line and headers must arrive within `[http] header_timeout` seconds of its
   first byte (else the connection is closed, one INFO line); `admin.server` gives its body
   as long again;

@@ -91,6 +91,9 @@ class AdminServer:
         if config.certfile:
             limits["certfile"] = config.certfile
             limits["keyfile"] = config.keyfile or config.certfile
+            # The handshake then happens on the first read, under the idle timeout and in
+            # the connection table, not before it (where a silent client held a slot).
+            limits["do_handshake_on_connect"] = False
         server = AdminWSGIServer(
             address, self.application, log=None, error_log=error_log, environ=environ, **limits
         )
