@@ -7,21 +7,23 @@ follows one child, `+` follows every child, `#` takes the whole subtree includin
 itself (`a/#` matches `a` [MQTT-4.7.1-2]). At the first level `+` and `#` skip names starting
 with `$` [MQTT-4.7.2-1]. A filter without wildcards is a dict lookup.
 
-The admin API lists the names in code-point order, a page at a time (`page`). The names are
-also kept in a sorted list, brought up to date lazily: `set` and `delete` only note a name
-that is new or gone (a set add, nothing on the publish path grows with the index), and the
-next `page` merges the notes in (a binary-search insertion or deletion per noted name, or
-one merge sort when many changed), so a page costs O(k log n) for k names changed since the
-last one, never a sort of the whole index. A filter's literal levels before its first
-wildcard are a contiguous range of that list (found by bisection): `#` and `prefix/#` are
-counted and paged without looking at the names; a filter with `+` tests the names of its
-range only.
+The admin API lists the names in code-point order, a page at a time (`page`). From the first
+`page` on (before it, nothing: a broker nobody lists pays neither memory nor time), the
+names are also kept in a sorted list, brought up to date lazily: `set` and `delete` only
+note a name that is new or gone (one set operation on the publish path, whatever the size
+of the index), and the next `page` merges the notes in (a binary-search insertion or
+deletion per noted name, or one merge sort when many changed). So a page costs O(k log n)
+for k names changed since the last one; only the first sorts the whole index. A filter's
+literal levels before its first wildcard are a contiguous range of that list (found by
+bisection): `#` and `prefix/#` are counted and paged without looking at the names; a
+filter with `+` tests the names of its range only.
 
 Invariant: a name is in `_values` exactly when its trie node has `topic` set, and every
 trie node other than the root leads to at least one stored name (empty nodes are pruned).
-The names in `_values` are `_order` minus `_removed` plus `_added` (`_added` and `_order`
-disjoint, `_removed` a subset of `_order`). Semantics are those of `mqtt.topics.matches`,
-against which the property tests check it.
+Once `_order` is a list, the names in `_values` are `_order` minus `_removed` plus
+`_added` (`_added` and `_order` disjoint, `_removed` a subset of `_order`); while it is
+None, both sets are empty. Semantics are those of `mqtt.topics.matches`, against which the
+property tests check it.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class RetainedIndex(Generic[ValueT]):
     def __init__(self) -> None:
         self._values: dict[str, ValueT] = {}
         self._root = _NameNode()
-        self._order: list[str] = []  # the names, sorted, as of the last `page`
+        self._order: list[str] | None = None  # the names, sorted, as of the last `page`
         self._added: set[str] = set()  # stored since, not in _order
         self._removed: set[str] = set()  # deleted since, still in _order
 
@@ -74,10 +76,11 @@ class RetainedIndex(Generic[ValueT]):
                     child = node.children[level] = _NameNode()
                 node = child
             node.topic = topic
-            if topic in self._removed:
-                self._removed.discard(topic)
-            else:
-                self._added.add(topic)
+            if self._order is not None:  # noted for the next page
+                if topic in self._removed:
+                    self._removed.discard(topic)
+                else:
+                    self._added.add(topic)
         self._values[topic] = value
 
     def delete(self, topic: str) -> bool:
@@ -85,10 +88,11 @@ class RetainedIndex(Generic[ValueT]):
         if topic not in self._values:
             return False
         del self._values[topic]
-        if topic in self._added:
-            self._added.discard(topic)
-        else:
-            self._removed.add(topic)
+        if self._order is not None:  # noted for the next page
+            if topic in self._added:
+                self._added.discard(topic)
+            else:
+                self._removed.add(topic)
         path: list[tuple[_NameNode, str]] = []
         node = self._root
         for level in topic.split("/"):
@@ -175,8 +179,12 @@ class RetainedIndex(Generic[ValueT]):
         return count, [(name, values[name]) for name in names]
 
     def _ordered(self) -> list[str]:
-        """Every stored name in code-point order, the noted changes merged in."""
+        """Every stored name in code-point order, the noted changes merged in (the first
+        time, all the names sorted)."""
         order = self._order
+        if order is None:
+            order = self._order = sorted(self._values)
+            return order
         if self._removed:
             if len(self._removed) * 32 < len(order):
                 for name in self._removed:
