@@ -131,6 +131,11 @@ class AdminServer:
             ("Content-Type", response.content_type),
             ("Content-Length", str(len(response.body))),
             ("Cache-Control", "no-store"),
+            # No page of another site may frame the dashboard (and have its buttons clicked
+            # through a decoy), nor have a browser guess another type than the one said.
+            ("Content-Security-Policy", "frame-ancestors 'none'"),
+            ("X-Frame-Options", "DENY"),
+            ("X-Content-Type-Options", "nosniff"),
         ]
         if response.status == 401:
             headers.append(("WWW-Authenticate", REALM))

@@ -142,14 +142,24 @@ ATTACK_PAGE = """<!doctype html><html><body>
 <script>document.getElementById("attack").submit();</script></body></html>"""
 
 
+# A decoy page framing the dashboard, so that a click on the decoy lands on a kick button.
+FRAMING_PAGE = """<!doctype html><html><body><p>win a prize</p>
+<iframe id="framed" src="{target}/" width="1200" height="800"></iframe></body></html>"""
+
+
 class AttackSite:
-    """A web server of another origin (127.0.0.1 on another port) serving ATTACK_PAGE."""
+    """A web server of another origin (127.0.0.1 on another port): ATTACK_PAGE at /,
+    FRAMING_PAGE at /frame."""
 
     def __init__(self, target: str) -> None:
-        page = ATTACK_PAGE.format(action=target + "/api/v1/banned").encode()
+        pages = {
+            "/": ATTACK_PAGE.format(action=target + "/api/v1/banned").encode(),
+            "/frame": FRAMING_PAGE.format(target=target).encode(),
+        }
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                page = pages.get(self.path, b"")
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(page)))
@@ -172,7 +182,8 @@ class AttackSite:
 def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -> None:
     """The operator has the dashboard open (the browser holds its Basic credentials) and
     visits another site, whose page posts a JSON-shaped text/plain form to the API: 403,
-    no ban, CONNECTs still accepted. The dashboard's own JSON requests still pass."""
+    no ban, CONNECTs still accepted. Another of its pages frames the dashboard: nothing
+    loads in the frame. The dashboard's own JSON requests still pass."""
     site = AttackSite(admin.url)
     topic = unique("same-origin")
     subscriber = connect_raw(admin.broker, unique("csrf-sub"))
@@ -194,6 +205,12 @@ def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -
             playwright_api.expect(attacked.locator("body")).to_contain_text(
                 "cross-site request refused", timeout=10_000
             )
+            # Framed by the other site, the dashboard does not load at all.
+            framing = context.new_page()
+            framing.goto(site.url + "frame")
+            framing.wait_for_timeout(1000)
+            framed = next(f for f in framing.frames if f.parent_frame is not None)
+            assert framed.evaluate("document.getElementById('status')") is None, framed.url
             # The dashboard's own request, JSON from its origin, is served.
             status = page.evaluate(
                 """async (topic) => (await fetch("/api/v1/publish", {
