@@ -2,8 +2,8 @@
 
 pywsgi alone gives every connection a greenlet of the server's pool for as long as the
 client keeps it open, waits for a request's bytes without limit and prints a traceback for
-some malformed requests. So a few dozen idle or half-sent requests (slowloris) filled the
-pool and `/api/v1/health` went unanswered while they were held. Here:
+some malformed requests: a few dozen idle or half-sent requests (slowloris) would fill the
+pool and leave `/api/v1/health` unanswered while they are held. Here:
 
 - a connection waiting for its next request (or, with TLS, for its handshake to finish:
   `admin.server` defers it to the first read) is closed after `[http] idle_timeout` seconds;
@@ -35,7 +35,7 @@ import gevent
 import orjson
 from gevent import pywsgi
 
-logger = logging.getLogger("admin.server")
+logger = logging.getLogger(__name__)
 
 CAP_WARNING_INTERVAL = 60.0  # seconds between two "at the cap" warnings
 
@@ -53,9 +53,6 @@ class ConnectionTable:
         self._open: set[AdminHandler] = set()
         self._waiting: dict[AdminHandler, float] = {}  # insertion order: oldest first
         self._warned_at = -CAP_WARNING_INTERVAL
-
-    def __len__(self) -> int:
-        return len(self._open)
 
     def opened(self, handler: AdminHandler) -> AdminHandler | None:
         """Count `handler` in; at the cap, the connection to close for it (the one that has
