@@ -172,6 +172,10 @@ class HttpConfig:
     api_key_file: str = ""  # one "sha256:<hex>" a line
     password_file: str = ""  # Basic auth against a mosquitto_passwd file
     metrics_auth: bool = False  # /metrics needs credentials too
+    # open connections; at the cap the oldest idle one is closed for each new one
+    max_connections: int = 64
+    idle_timeout: float = 10.0  # seconds a connection may wait between requests
+    header_timeout: float = 5.0  # seconds a request's line and headers (and its body) may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +390,12 @@ def _check(config: BrokerConfig) -> BrokerConfig:
         raise ConfigError("[store] connect_wait must be above 0 (seconds)")
     if not 0 <= config.http.port <= 65535:
         raise ConfigError(f"[http] port must be 0..65535 (0: off), got {config.http.port}")
+    http = config.http
+    if http.max_connections < 2 or http.idle_timeout <= 0 or http.header_timeout <= 0:
+        raise ConfigError(
+            "[http] max_connections must be at least 2, idle_timeout and header_timeout "
+            "above 0 (seconds)"
+        )
     if config.sys.interval < 0:
         raise ConfigError("[sys] interval must be at least 0 (0: no $SYS updates)")
     flapping = config.flapping

@@ -57,7 +57,8 @@ class Client:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         data = orjson.dumps(body) if body is not None else None
         headers = dict(self._headers)
-        if data is not None:
+        if data is not None or method != "GET":
+            # The broker takes state-changing requests with a JSON body only (CSRF).
             headers["Content-Type"] = "application/json"
         request = Request(url, data=data, headers=headers, method=method)
         try:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.figures import read_pool_figures
 from actors.pool_ops import GATHER_TIMEOUT
+from admin.figures_cache import FiguresCache
 from admin.routing import ApiError, Request, Response, Router
 from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
@@ -96,9 +96,10 @@ def payload_fields(payload: bytes) -> dict[str, Any]:
 
 
 class Api:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, figures: FiguresCache) -> None:
         self._broker = broker
         self._context = broker.context
+        self._figures = figures
 
     # ----- health -------------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class Api:
         return Response(503, b'{"ready":false}')
 
     def stats(self, _request: Request) -> Any:
-        pool_figures, missing = read_pool_figures(self._broker)
+        pool_figures, missing = self._figures.read()  # shared with /metrics, once a second
         figures = with_missing(asdict(pool_figures), missing)
         figures.pop("store_commits")
         figures.pop("hook_latency")
@@ -214,10 +215,11 @@ class Api:
                 validate_topic_filter(topic_filter)
             except TopicError as error:
                 raise ApiError(400, str(error)) from error
-        items = sorted(index.match(topic_filter) if topic_filter else index.items())
-        page = paged(request, [message for _topic, message in items])
-        page["data"] = [self._retained_view(message) for message in page["data"]]
-        return page
+        # The index keeps its names sorted: a page costs its rows, not a sort of them all.
+        page, limit = page_bounds(request)
+        start = (page - 1) * limit
+        count, items = index.page(topic_filter, start, start + limit)
+        return page_of(page, limit, [self._retained_view(m) for _topic, m in items], count)
 
     def retained_get(self, request: Request) -> Any:
         index = self._broker.retained_index
@@ -251,9 +253,21 @@ class Api:
             raise ApiError(400, str(error)) from error
         if topic.startswith("$"):
             raise ApiError(400, "topics starting with '$' are the broker's [MQTT-4.7.2-1]")
+        config = self._broker.config
+        levels = config.limits.max_topic_levels
+        if topic.count("/") >= levels:
+            raise ApiError(
+                400, f"the topic has more than [limits] max_topic_levels ({levels}) levels"
+            )
         qos, retain = body.get("qos", 0), body.get("retain", False)
         if qos not in (0, 1, 2) or not isinstance(retain, bool):
             raise ApiError(400, "qos must be 0, 1 or 2 and retain true or false")
+        if qos > config.mqtt.maximum_qos:
+            raise ApiError(
+                400, f"qos {qos} is above [mqtt] maximum_qos ({config.mqtt.maximum_qos})"
+            )
+        if retain and not config.mqtt.retain_available:
+            raise ApiError(400, "retained messages are off ([mqtt] retain_available = false)")
         payload = body.get("payload", "")
         if not isinstance(payload, str):
             raise ApiError(400, "payload must be a string")
@@ -264,6 +278,13 @@ class Api:
                 raise ApiError(400, f"payload is not base64: {error}") from error
         else:
             data = payload.encode()
+        # What an MQTT client could not send in one packet: its topic and payload, at least.
+        if len(data) + len(topic.encode()) > config.limits.max_packet_size:
+            raise ApiError(
+                400,
+                f"topic and payload are over [limits] max_packet_size "
+                f"({config.limits.max_packet_size} bytes)",
+            )
         message = Message(topic=topic, payload=data, qos=qos, retain=retain)
         self._context.dispatcher.publish([message])
         return {"id": message.message_id}
@@ -328,8 +349,8 @@ class Api:
         return None
 
 
-def add_api_routes(router: Router, broker: Broker) -> None:
-    api = Api(broker)
+def add_api_routes(router: Router, broker: Broker, figures: FiguresCache) -> None:
+    api = Api(broker, figures)
     routes = [
         ("GET", "/api/v1/stats", api.stats),
         ("GET", "/api/v1/config", api.config),

@@ -1,8 +1,9 @@
-"""`GET /metrics`: a prometheus-client collector over one `Figures` read per scrape.
+"""`GET /metrics`: a prometheus-client collector over one `Figures` reading per second.
 
 Nothing is counted for Prometheus on the publish path: the broker's own plain counters
 (`actors.stats`) are turned into metric families when a scrape comes (a custom collector, as
-prometheus-client recommends for values another system keeps). In a pool the figures are
+prometheus-client recommends for values another system keeps), from a reading shared by
+the scrapes of the same second (`admin.figures_cache`). In a pool the figures are
 the pool's (`actors.figures.read_pool_figures`: every worker's counters and gauges added
 up); only the process's CPU time and RSS stay per worker, with the `worker` label.
 """
@@ -10,7 +11,6 @@ up); only the process's CPU time and RSS stay per worker, with the `worker` labe
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,27 +20,25 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from actors.figures import Figures, read_pool_figures
+from actors.figures import Figures
+from admin.figures_cache import FiguresCache
 from core.latency import LatencyHistogram
-
-if TYPE_CHECKING:
-    from actors.broker import Broker
 
 PREFIX = "mqtt_broker"
 
 
 class BrokerCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, figures: FiguresCache) -> None:
+        self._figures = figures
 
     def collect(self) -> Iterator[Metric]:
-        figures, _missing = read_pool_figures(self._broker)  # the gathering logs who is
+        figures, _missing = self._figures.read()  # the gathering logs who is
         return iter(metric_families(figures))
 
 
-def new_registry(broker: Broker) -> CollectorRegistry:
+def new_registry(figures: FiguresCache) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker))
+    registry.register(BrokerCollector(figures))
     return registry
 
 

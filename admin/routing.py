@@ -55,10 +55,13 @@ STATUS_TEXT = {
     204: "204 No Content",
     400: "400 Bad Request",
     401: "401 Unauthorized",
+    403: "403 Forbidden",
     404: "404 Not Found",
     405: "405 Method Not Allowed",
+    408: "408 Request Timeout",
     409: "409 Conflict",
     413: "413 Payload Too Large",
+    415: "415 Unsupported Media Type",
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }
@@ -76,9 +79,17 @@ class Router:
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
         self._routes.append((method, re.compile(f"^{regex}$"), handler, public))
 
-    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str], bool]:
+    def is_public(self, method: str, path: str) -> bool:
+        """Whether `method path` is a route open to requests without credentials (anything
+        else, an unknown path included, is asked for them before it is routed)."""
+        return any(
+            public and route_method == method and regex.match(path) is not None
+            for route_method, regex, _handler, public in self._routes
+        )
+
+    def find(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         allowed = False
-        for route_method, regex, handler, public in self._routes:
+        for route_method, regex, handler, _public in self._routes:
             match = regex.match(path)
             if match is None:
                 continue
@@ -86,5 +97,5 @@ class Router:
                 allowed = True
                 continue
             # PATH_INFO is already percent-decoded (WSGI): "a%2Fb" arrives as "a/b".
-            return handler, match.groupdict(), public
+            return handler, match.groupdict()
         raise ApiError(405 if allowed else 404, f"no route for {method} {path}")

@@ -8,25 +8,32 @@ on. A framework (Flask, Bottle) would bring routing we need a dozen lines for. H
 `[http] certfile`.
 
 Routes: `/metrics` (Prometheus), `/api/v1/...` (JSON, `admin.api`), `/` and `/static/...`
-(the dashboard). Everything needs credentials (`admin.auth`) except `/api/v1/health`,
-`/api/v1/ready` and, unless `[http] metrics_auth`, `/metrics`.
+(the dashboard). Before a request is routed: a state-changing one from another site is
+refused (403, `admin.request_guard`), credentials are checked (`admin.auth`: 401 for any
+path, known or not, except `GET /api/v1/health`, `GET /api/v1/ready` and, unless `[http]
+metrics_auth`, `GET /metrics`), and a state-changing one must declare a JSON body (415).
+Connections, timeouts and malformed requests are `admin.http_handler`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+import gevent
 import orjson
-from gevent import pywsgi
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from admin.api import add_api_routes
 from admin.auth import Authenticator
+from admin.figures_cache import FiguresCache
+from admin.http_handler import AdminWSGIServer
 from admin.metrics import new_registry
+from admin.request_guard import STATE_CHANGING, cross_site_reason, json_body_reason
 from admin.routing import STATUS_TEXT, ApiError, Request, Response, Router
 
 if TYPE_CHECKING:
@@ -36,9 +43,6 @@ logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_BODY = 1_048_576  # bytes of a request body
-# Requests served at once (one greenlet each); more wait in the accept backlog, so a flood of
-# HTTP clients cannot fill the event loop the MQTT connections share.
-MAX_CONCURRENT_REQUESTS = 64
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -53,13 +57,16 @@ class AdminServer:
         self._broker = broker
         self._config = broker.config.http
         self._auth = Authenticator(self._config)
-        self._registry = new_registry(broker)
+        figures = FiguresCache(broker)
+        self._registry = new_registry(figures)
+        self._figures = figures
+        self._rendered: tuple[object, bytes] | None = None  # (reading, /metrics text of it)
         self.router = Router()
         self.router.add("GET", "/metrics", self._metrics, public=not self._config.metrics_auth)
         self.router.add("GET", "/", self._dashboard)
         self.router.add("GET", "/static/{name}", self._static)
-        add_api_routes(self.router, broker)
-        self._server: pywsgi.WSGIServer | None = None
+        add_api_routes(self.router, broker, figures)
+        self._server: AdminWSGIServer | None = None
         self.port = 0
 
     def start(self, listener: Any = None) -> None:
@@ -73,26 +80,23 @@ class AdminServer:
         # connection storms a tenth of their rate (docs/loadtest.md, "Quiet-moment garbage
         # collection and one thread").
         environ = {"SERVER_NAME": config.host}
+        # Connections open at once (one greenlet each; `admin.http_handler`): more wait in
+        # the accept backlog, so a flood of HTTP clients cannot fill the event loop the MQTT
+        # connections share.
+        limits: dict[str, Any] = {
+            "max_connections": config.max_connections,
+            "idle_timeout": config.idle_timeout,
+            "header_timeout": config.header_timeout,
+        }
         if config.certfile:
-            server = pywsgi.WSGIServer(
-                address,
-                self.application,
-                log=None,
-                error_log=error_log,
-                spawn=MAX_CONCURRENT_REQUESTS,
-                environ=environ,
-                certfile=config.certfile,
-                keyfile=config.keyfile or config.certfile,
-            )
-        else:
-            server = pywsgi.WSGIServer(
-                address,
-                self.application,
-                log=None,
-                error_log=error_log,
-                spawn=MAX_CONCURRENT_REQUESTS,
-                environ=environ,
-            )
+            limits["certfile"] = config.certfile
+            limits["keyfile"] = config.keyfile or config.certfile
+            # The handshake then happens on the first read, under the idle timeout and in
+            # the connection table, not before it (where a silent client held a slot).
+            limits["do_handshake_on_connect"] = False
+        server = AdminWSGIServer(
+            address, self.application, log=None, error_log=error_log, environ=environ, **limits
+        )
         server.start()
         self._server = server
         self.port = server.server_port or 0
@@ -127,6 +131,11 @@ class AdminServer:
             ("Content-Type", response.content_type),
             ("Content-Length", str(len(response.body))),
             ("Cache-Control", "no-store"),
+            # No page of another site may frame the dashboard (and have its buttons clicked
+            # through a decoy), nor have a browser guess another type than the one said.
+            ("Content-Security-Policy", "frame-ancestors 'none'"),
+            ("X-Frame-Options", "DENY"),
+            ("X-Content-Type-Options", "nosniff"),
         ]
         if response.status == 401:
             headers.append(("WWW-Authenticate", REALM))
@@ -134,24 +143,47 @@ class AdminServer:
         return [response.body]
 
     def _respond(self, method: str, path: str, environ: dict[str, Any]) -> Response:
-        handler, params, public = self.router.find(method, path)
-        if not public and not self._auth.allowed(
+        peer = environ.get("REMOTE_ADDR")
+        changing = method in STATE_CHANGING
+        if changing:
+            scheme = "https" if self._config.certfile else "http"
+            reason = cross_site_reason(
+                environ.get("HTTP_ORIGIN"),
+                environ.get("HTTP_SEC_FETCH_SITE"),
+                environ.get("HTTP_HOST"),
+                scheme,
+            )
+            if reason is not None:
+                logger.warning(
+                    "admin HTTP: refused %s %s from %s: a cross-site request (%s); the API "
+                    "takes state-changing requests from its own pages and from clients "
+                    "that are not browsers (curl, ctl) only",
+                    method,
+                    path,
+                    peer,
+                    reason,
+                )
+                raise ApiError(403, f"cross-site request refused: {reason}")
+        if not self.router.is_public(method, path) and not self._auth.allowed(
             environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_API_KEY")
         ):
             logger.info(
-                "admin HTTP: refused %s %s from %s: no valid credentials",
-                method,
-                path,
-                environ.get("REMOTE_ADDR"),
+                "admin HTTP: refused %s %s from %s: no valid credentials", method, path, peer
             )
             raise ApiError(401, "credentials needed: an API key or a password-file user")
+        if changing:
+            reason = json_body_reason(environ.get("CONTENT_TYPE"))
+            if reason is not None:
+                logger.info("admin HTTP: refused %s %s from %s: %s", method, path, peer, reason)
+                raise ApiError(415, reason)
+        handler, params = self.router.find(method, path)
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError as error:
             raise ApiError(400, "Content-Length is not a number") from error
         if length > MAX_BODY:
             raise ApiError(413, f"the body is over {MAX_BODY} bytes")
-        body = environ["wsgi.input"].read(length) if length else b""
+        body = self._read_body(environ, length)
         query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
         result = handler(Request(method, path, query, body, params))
         if isinstance(result, Response):
@@ -160,10 +192,35 @@ class AdminServer:
             return Response(204, b"")
         return Response(200, orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))
 
+    def _read_body(self, environ: dict[str, Any], length: int) -> bytes:
+        """The request's body, which must arrive within `[http] header_timeout` seconds
+        (408 if not; the connection is then closed, `admin.http_handler`)."""
+        if not length:
+            return b""
+        seconds = self._config.header_timeout
+        body = b""
+        with contextlib.suppress(gevent.Timeout), gevent.Timeout(seconds):
+            body = environ["wsgi.input"].read(length)
+        if len(body) < length:
+            logger.info(
+                "admin HTTP: refused %s %s from %s: its body did not arrive within %g s "
+                "([http] header_timeout)",
+                environ["REQUEST_METHOD"],
+                environ.get("PATH_INFO"),
+                environ.get("REMOTE_ADDR"),
+                seconds,
+            )
+            raise ApiError(408, f"the body did not arrive within {seconds:g} s")
+        return body
+
     # ----- metrics and static files ------------------------------------------------------
 
     def _metrics(self, _request: Request) -> Response:
-        return Response(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+        """The text of the latest figures' reading, rendered once per reading."""
+        reading = self._figures.read()
+        if self._rendered is None or self._rendered[0] is not reading:
+            self._rendered = (reading, generate_latest(self._registry))
+        return Response(200, self._rendered[1], CONTENT_TYPE_LATEST)
 
     def _dashboard(self, _request: Request) -> Response:
         return self._file("index.html")

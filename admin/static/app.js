@@ -7,7 +7,10 @@ const samples = []; // {time, connections, received, sent, dropped}
 let clientSearch = "";
 
 async function api(path, options) {
-  const response = await fetch(path, { credentials: "same-origin", ...options });
+  // State-changing requests must declare a JSON body: the broker refuses form-shaped ones
+  // (another site's page could send those with the operator's credentials).
+  const headers = { "Content-Type": "application/json" };
+  const response = await fetch(path, { credentials: "same-origin", headers, ...options });
   if (!response.ok && response.status !== 204) {
     throw new Error(`${path}: ${response.status}`);
   }

@@ -4,6 +4,7 @@ and the will), sessions, subscriptions, retained messages, publish, plugins and 
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -97,6 +98,85 @@ def test_api_key_and_password_file_user_are_accepted(admin: Admin) -> None:
 def test_unknown_route_and_wrong_method(admin: Admin) -> None:
     assert admin.request("GET", "/api/v1/nothing").status == 404
     assert admin.request("PUT", "/api/v1/clients").status == 405
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/v1/nothing"),
+        ("GET", "/admin/.env"),
+        ("PUT", "/api/v1/clients"),
+        ("POST", "/api/v1/health"),  # only GET of health and ready is open
+        ("DELETE", "/api/v1/banned/clientid/x"),
+    ],
+)
+def test_credentials_are_checked_before_routing(admin: Admin, method: str, path: str) -> None:
+    """Whether a path exists is not told to a caller without credentials."""
+    answer = admin.request(method, path, key=None)
+    assert answer.status == 401, (method, path, answer.body)
+    assert answer.headers["WWW-Authenticate"].startswith("Basic")
+
+
+def test_a_request_of_over_100_headers_gets_431_and_one_log_line(admin: Admin) -> None:
+    with socket.create_connection(("127.0.0.1", admin.port), timeout=5) as sock:
+        headers = "".join(f"X-Filler-{n}: {n}\r\n" for n in range(120))
+        sock.sendall(f"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
+    assert b"malformed HTTP request" in answer
+    line = wait_for_log(admin.broker, "admin HTTP: refused a malformed request from 127.0.0.1")
+    assert "more than 100 headers" in line and "(answered 431)" in line
+    with socket.create_connection(("127.0.0.1", admin.port), timeout=5) as sock:
+        sock.sendall(b"GET /api/v1/health HTTP/9.9\r\n\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 400 ")
+    wait_for_log(admin.broker, "Invalid http version")
+    assert "Traceback" not in admin.broker.log()
+    assert admin.get("/api/v1/health", key=None) == {"status": "ok"}
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+# ----- cross-site requests (the browser test is in test_dashboard.py) ---------------------
+
+
+def test_state_changing_requests_need_a_json_body(admin: Admin, workers: int) -> None:
+    """An HTML form can send text/plain, urlencoded or multipart bodies only: 415."""
+    ban = {"kind": "clientid", "value": unique("csrf"), "duration": 60}
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", ""):
+        headers = {"Content-Type": content_type}
+        answer = admin.request("POST", "/api/v1/banned", ban, headers=headers)
+        assert answer.status == 415, (content_type, answer.body)
+        assert "application/json" in answer.json()["error"]
+    answer = admin.request("DELETE", "/api/v1/clients/nobody", headers={"Content-Type": ""})
+    assert answer.status == 415
+    assert ban["value"] not in str(admin.get("/api/v1/banned"))
+    wait_for_log(admin.broker, "refused POST /api/v1/banned from 127.0.0.1: Content-Type is")
+
+
+def test_cross_site_requests_get_403_and_same_origin_ones_pass(admin: Admin) -> None:
+    topic = unique("csrf-pub")
+    message = {"topic": topic, "payload": "x"}
+    own = f"http://127.0.0.1:{admin.port}"
+    for headers in (
+        {"Origin": "http://127.0.0.1:9"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": own},
+    ):
+        answer = admin.request("POST", "/api/v1/publish", message, headers=headers)
+        assert answer.status == 403, (headers, answer.body)
+        assert "cross-site request refused" in answer.json()["error"]
+    wait_for_log(admin.broker, "refused POST /api/v1/publish from 127.0.0.1: a cross-site request")
+    for headers in ({"Origin": own, "Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}):
+        answer = admin.request("POST", "/api/v1/publish", message, headers=headers)
+        assert answer.status == 200, (headers, answer.body)
+    # Reading is not state-changing: a GET carrying another Origin is answered.
+    assert admin.get("/api/v1/health", headers={"Origin": "http://127.0.0.1:9"})
 
 
 # ----- clients -------------------------------------------------------------------------------
@@ -260,6 +340,16 @@ def test_publish_reaches_subscribers_and_bad_input_gets_400(admin: Admin) -> Non
     subscriber.close()
 
 
+def test_publish_obeys_max_topic_levels_as_an_mqtt_publish_does(admin: Admin) -> None:
+    """[limits] max_topic_levels is 128 by default: a topic of 129 levels is refused."""
+    deep = "/".join(["l"] * 129)
+    answer = admin.request("POST", "/api/v1/publish", {"topic": deep, "payload": "x"})
+    assert answer.status == 400
+    assert "max_topic_levels (128)" in answer.json()["error"]
+    fits = "/".join(["l"] * 128)
+    assert admin.request("POST", "/api/v1/publish", {"topic": fits, "payload": "x"}).status == 200
+
+
 def test_plugins_list_and_reload(admin: Admin, workers: int) -> None:
     assert admin.get("/api/v1/plugins") == []
     assert admin.request("POST", "/api/v1/plugins/reload").json() == []
@@ -411,19 +501,29 @@ def test_https_with_a_certificate(tmp_path: Path) -> None:
     with running_broker(tmp_path, config) as broker:
         wait_for_log(broker, f"admin HTTP: listening on https://127.0.0.1:{port}")
         context = ssl.create_default_context(cafile=str(certificates.ca_file))
-        connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-        connection.request("GET", "/api/v1/stats", headers={"X-API-Key": API_KEY})
-        response = connection.getresponse()
-        assert response.status == 200
-        assert orjson.loads(response.read())["connections"] == 0
-        connection.close()
+        # Connections that never start their TLS handshake, beyond the cap (64): closed for
+        # newcomers like any connection waiting for a request.
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(80)]
+        try:
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            started = time.monotonic()
+            connection.request("GET", "/api/v1/stats", headers={"X-API-Key": API_KEY})
+            response = connection.getresponse()
+            assert response.status == 200
+            assert time.monotonic() - started < 2
+            assert orjson.loads(response.read())["connections"] == 0
+            connection.close()
+        finally:
+            for sock in silent:
+                sock.close()
 
 
 def test_oversized_and_malformed_bodies(admin: Admin) -> None:
     big = {"topic": "a", "payload": "x" * 1_100_000}
     assert admin.request("POST", "/api/v1/publish", big).status == 413
     connection = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=10)
-    connection.request("POST", "/api/v1/publish", body=b"{not json", headers={"X-API-Key": API_KEY})
+    json_headers = {"X-API-Key": API_KEY, "Content-Type": "application/json"}
+    connection.request("POST", "/api/v1/publish", body=b"{not json", headers=json_headers)
     answer = connection.getresponse()
     assert answer.status == 400
     assert b"not JSON" in answer.read()

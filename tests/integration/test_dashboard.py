@@ -1,6 +1,7 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) driven by Playwright
 while MQTT traffic flows. The numbers must appear, and a client kicked from the page must
-disappear from it and lose its connection.
+disappear from it and lose its connection. A page of another origin that makes the browser
+post a form to the API (CSRF) changes nothing; the dashboard's own requests still work.
 
 The screenshot of the run is written to tests/artifacts/dashboard.png (docs/dashboard.png is
 a committed copy).
@@ -8,6 +9,7 @@ a committed copy).
 
 from __future__ import annotations
 
+import http.server
 import logging
 import re
 import shutil
@@ -20,8 +22,8 @@ import pytest
 
 from mqtt.packets import Publish
 from tests.support.admin import API_KEY, Admin, free_port, http_config
-from tests.support.broker_config import running_broker
-from tests.support.clients import connect_raw, subscribe_raw
+from tests.support.broker_config import running_broker, wait_for_log
+from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.workers import connect_on_worker
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -129,3 +131,101 @@ def test_static_files_need_credentials_and_stay_in_their_folder(admin: Admin) ->
     assert answer.headers["Content-Type"].startswith("text/javascript")
     assert admin.request("GET", "/static/..%2Fserver.py").status == 404
     assert admin.request("GET", "/static/missing.js").status == 404
+
+
+# A form whose text/plain body is JSON: the name holds the object up to the reason's text,
+# "=" and the value close it: {"kind": "peerhost", "value": "0.0.0.0/0", "reason": "x="}.
+ATTACK_PAGE = """<!doctype html><html><body>
+<form id="attack" method="POST" action="{action}" enctype="text/plain">
+<input type="hidden" name='{{"kind":"peerhost","value":"0.0.0.0/0","duration":60,"reason":"x'
+ value='"}}'></form>
+<script>document.getElementById("attack").submit();</script></body></html>"""
+
+
+# A decoy page framing the dashboard, so that a click on the decoy lands on a kick button.
+FRAMING_PAGE = """<!doctype html><html><body><p>win a prize</p>
+<iframe id="framed" src="{target}/" width="1200" height="800"></iframe></body></html>"""
+
+
+class AttackSite:
+    """A web server of another origin (127.0.0.1 on another port): ATTACK_PAGE at /,
+    FRAMING_PAGE at /frame."""
+
+    def __init__(self, target: str) -> None:
+        pages = {
+            "/": ATTACK_PAGE.format(action=target + "/api/v1/banned").encode(),
+            "/frame": FRAMING_PAGE.format(target=target).encode(),
+        }
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                page = pages.get(self.path, b"")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -> None:
+    """The operator has the dashboard open (the browser holds its Basic credentials) and
+    visits another site, whose page posts a JSON-shaped text/plain form to the API: 403,
+    no ban, CONNECTs still accepted. Another of its pages frames the dashboard: nothing
+    loads in the frame. The dashboard's own JSON requests still pass."""
+    site = AttackSite(admin.url)
+    topic = unique("same-origin")
+    subscriber = connect_raw(admin.broker, unique("csrf-sub"))
+    subscribe_raw(subscriber, 1, (topic, 0))
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            context = browser.new_context(
+                http_credentials={"username": "operator", "password": API_KEY}
+            )
+            page = context.new_page()
+            page.goto(admin.url + "/")
+            playwright_api.expect(page.locator("#status")).to_have_text(
+                re.compile("^live"), timeout=10_000
+            )
+            attacked = context.new_page()
+            attacked.goto(site.url)
+            attacked.wait_for_url(admin.url + "/api/v1/banned", timeout=10_000)
+            playwright_api.expect(attacked.locator("body")).to_contain_text(
+                "cross-site request refused", timeout=10_000
+            )
+            # Framed by the other site, the dashboard does not load at all.
+            framing = context.new_page()
+            framing.goto(site.url + "frame")
+            framing.wait_for_timeout(1000)
+            framed = next(f for f in framing.frames if f.parent_frame is not None)
+            assert framed.evaluate("document.getElementById('status')") is None, framed.url
+            # The dashboard's own request, JSON from its origin, is served.
+            status = page.evaluate(
+                """async (topic) => (await fetch("/api/v1/publish", {
+                    method: "POST",
+                    headers: {"Content-Type": "application/json"},
+                    body: JSON.stringify({topic, payload: "from the page"}),
+                })).status""",
+                topic,
+            )
+            assert status == 200
+            browser.close()
+    finally:
+        site.close()
+    assert expect_publish(subscriber).payload == b"from the page"
+    subscriber.close()
+    wait_for_log(admin.broker, "refused POST /api/v1/banned from 127.0.0.1: a cross-site request")
+    assert admin.get("/api/v1/banned")["data"] == []
+    connect_raw(admin.broker, unique("still-welcome")).close()  # CONNACK 0, not 5

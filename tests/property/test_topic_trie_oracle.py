@@ -128,3 +128,67 @@ def test_retained_index_match_equals_oracle(ops: list[tuple], probes: list[str])
         matched = index.match(topic_filter)
         assert len(matched) == len(set(matched))
         assert set(matched) == {(n, v) for n, v in model.items() if matches(topic_filter, n)}
+
+
+retained_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), names),
+        st.tuples(st.just("delete"), names),
+        st.tuples(
+            st.just("page"),
+            st.one_of(st.none(), filters, names),
+            st.integers(0, 6),
+            st.integers(0, 8),
+        ),
+    ),
+    max_size=40,
+)
+
+
+@PROPERTY_SETTINGS
+@given(ops=retained_ops)
+def test_retained_pages_equal_the_sorted_oracle(ops: list[tuple]) -> None:
+    """`page` (the admin API's listing) is the oracle's sorted matches, sliced, whatever
+    the sets and deletes before it (the sorted list is brought up to date lazily)."""
+    index: RetainedIndex[str] = RetainedIndex()
+    stored: dict[str, str] = {}
+    for op in ops:
+        if op[0] == "set":
+            index.set(op[1], f"v-{op[1]}")
+            stored[op[1]] = f"v-{op[1]}"
+        elif op[0] == "delete":
+            assert index.delete(op[1]) == (stored.pop(op[1], None) is not None)
+        else:
+            _, topic_filter, start, size = op
+            expected = sorted(
+                name for name in stored if topic_filter is None or matches(topic_filter, name)
+            )
+            count, items = index.page(topic_filter, start, start + size)
+            assert count == len(expected)
+            assert items == [(name, stored[name]) for name in expected[start : start + size]]
+
+
+@PROPERTY_SETTINGS
+@given(
+    before=st.sets(names, max_size=40),
+    churn=st.lists(st.tuples(st.booleans(), names), max_size=60),
+)
+def test_retained_pages_after_bulk_and_single_changes(
+    before: set[str], churn: list[tuple[bool, str]]
+) -> None:
+    """Both merge paths: many names noted at once (a re-sort) and a few (bisection)."""
+    index: RetainedIndex[int] = RetainedIndex()
+    for name in before:
+        index.set(name, 0)
+    assert index.page(None, 0, 100) == (len(before), [(n, 0) for n in sorted(before)])
+    stored = set(before)
+    for add, name in churn:
+        if add:
+            index.set(name, 0)
+            stored.add(name)
+        else:
+            index.delete(name)
+            stored.discard(name)
+        assert index.page("#", 0, 1000)[1] == [
+            (n, 0) for n in sorted(stored) if not n.startswith("$")
+        ]

@@ -60,6 +60,8 @@ class Admin:
         headers: dict[str, str] | None = None,
     ) -> Answer:
         all_headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        if method != "GET":
+            all_headers["Content-Type"] = "application/json"  # as ctl and the dashboard
         all_headers.update(headers or {})
         data = orjson.dumps(body) if body is not None else None
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)

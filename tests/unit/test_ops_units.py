@@ -141,6 +141,9 @@ def test_config_sections(tmp_path: Path) -> None:
         ("[sys]\ninterval = -1\n", "interval must be at least 0"),
         ("[flapping]\nwindow = 0\n", "window and ban_time above 0"),
         ("[http]\nprot = 1\n", "unknown key 'prot'"),
+        ("[http]\nmax_connections = 1\n", "max_connections must be at least 2"),
+        ("[http]\nheader_timeout = 0\n", "header_timeout above 0"),
+        ("[http]\nidle_timeout = -1\n", "idle_timeout and header_timeout above 0"),
     ],
 )
 def test_config_errors(tmp_path: Path, text: str, message: str) -> None:

@@ -1,0 +1,55 @@
+"""The pool's figures as the admin listener reads them: at most one reading per second.
+
+A reading walks every session of every worker (queue and in-flight totals) and, in a pool,
+asks each worker over the fabric (`actors.figures.read_pool_figures`): worth doing once a
+second for a dashboard, not once per request of a scrape flood. So `/metrics` and
+`/api/v1/stats` share one reading for `max_age` seconds, and requests that arrive while a
+reading is under way wait for it instead of starting their own: whatever the request rate,
+the tables are walked at most about once per `max_age`. The figures are that much older.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from gevent.event import AsyncResult
+
+from actors.figures import Figures, read_pool_figures
+
+if TYPE_CHECKING:
+    from actors.broker import Broker
+
+MAX_AGE = 1.0  # seconds a reading is served for
+
+Reading = tuple[Figures, list[int]]  # the figures, and the workers left out of them
+
+
+class FiguresCache:
+    def __init__(self, broker: Broker, max_age: float = MAX_AGE) -> None:
+        self._broker = broker
+        self._max_age = max_age
+        self._reading: Reading | None = None
+        self._read_at = 0.0
+        self._pending: AsyncResult | None = None
+
+    def read(self) -> Reading:
+        """The latest reading if younger than `max_age`, else a new one (shared with the
+        requests that ask meanwhile). Blocks the calling greenlet while a pool gathers."""
+        if self._reading is not None and time.monotonic() - self._read_at < self._max_age:
+            return self._reading
+        if self._pending is not None:
+            shared: Reading | None = self._pending.get()
+            assert shared is not None  # set, or raised
+            return shared
+        pending = self._pending = AsyncResult()
+        try:
+            reading = read_pool_figures(self._broker)
+        except BaseException as error:
+            pending.set_exception(error)
+            raise
+        finally:
+            self._pending = None
+        self._reading, self._read_at = reading, time.monotonic()
+        pending.set(reading)
+        return reading
