@@ -361,13 +361,18 @@ class Connection:
     # ----- ending -----------------------------------------------------------------------
 
     def _lost(self, reason: DisconnectReason, error: MqttError | None, detail: str) -> None:
+        """The one way the socket side ends a connection (a read or write error, a reset,
+        EOF, a deadline, bad bytes): stop watching the socket and tell the owner why, once.
+        The owner's channel then ends the connection (will, hook, counters, listing) and
+        closes the socket. `close` is the other way: the owner ended it and knows."""
         owner = self._owner
         self._stop()
         if owner is not None:
             owner.connection_lost(reason, error, detail)
 
     def _write_failed(self, error: OSError) -> None:
-        self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
+        """A write failed (the transport reports it before it closes the socket)."""
+        self._lost(DisconnectReason.SOCKET_CLOSED, None, f"write failed: {error}")
 
     def _stop(self) -> None:
         """Stop watching the socket; the owner hears nothing more from it."""
