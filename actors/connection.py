@@ -224,18 +224,29 @@ class Connection:
             size = len(data)
             self.intake.add(len(packets), size)
             owner.packets_received(packets, size)
+            if self._owner is None:
+                return  # the owner is gone and closed the connection
         if layers is not None and layers.peer_closed:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer (TLS or WebSocket)")
             return
-        if packets:
-            limiter = self.rate_limiter
-            if limiter is not None:
-                publishes = sum([type(packet) is Publish for packet in packets])
-                delay = limiter.take(publishes, len(data), self._loop.now())
-                if delay > 0:
-                    self._pause_for_rate(delay)
-                    return
-            self._pause_if_behind()
+        if packets and self._over_rate(packets, len(data)):
+            return
+        # After every read, packets or not: the layers' answers (a WebSocket pong, TLS
+        # records) wait in the same backlog as acknowledgements and deliveries, so a client
+        # that sends pings and reads nothing is paused as one that does not read its PUBACKs.
+        self._pause_if_behind()
+
+    def _over_rate(self, packets: list[Packet], size: int) -> bool:
+        """Charge the client's rate limit with a read; True if that paused its reads."""
+        limiter = self.rate_limiter
+        if limiter is None:
+            return False
+        publishes = sum([type(packet) is Publish for packet in packets])
+        delay = limiter.take(publishes, size, self._loop.now())
+        if delay <= 0:
+            return False
+        self._pause_for_rate(delay)
+        return True
 
     def _pause_for_rate(self, delay: float) -> None:
         """Over the client's rate limit: read nothing for `delay` seconds."""
