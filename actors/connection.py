@@ -194,33 +194,44 @@ class Connection:
         if self._owner is not None and self._rate_timer is None:
             self._on_readable()
 
-    def _on_readable(self) -> None:
+    def _receive(self) -> bytes | None:
+        """One `recv`, through the layers: the MQTT bytes in it (maybe none), or None if
+        there was nothing to read or the connection ended (reported)."""
         try:
             data = self._sock.recv(READ_SIZE)
         except BlockingIOError:
-            return
+            return None
         except OSError as error:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
-            return
+            return None
         if not data:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer")
-            return
+            return None
         self._last_read = self._loop.now()
         layers = self.layers
-        if layers is not None:
-            try:
-                data = self._through_layers(layers, data)
-            except LayerError as error:
-                self.transport.write_raw(error.reply)
-                self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
-                return
+        if layers is None:
+            return data
+        try:
+            return self._through_layers(layers, data)
+        except LayerError as error:
+            self.transport.write_raw(error.reply)
+            self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
+            return None
+
+    def _on_readable(self) -> None:
+        data = self._receive()
+        if data is None:
+            return
+        layers = self.layers
         try:
             packets = self.decoder.feed(data) if data else None
         except MqttError as error:
             self._lost(DisconnectReason.PROTOCOL_ERROR, error, str(error))
             return
         owner = self._owner
-        if packets and owner is not None:
+        if owner is None:
+            return  # writing the layers' answer failed: that loss is reported already
+        if packets:
             size = len(data)
             self.intake.add(len(packets), size)
             owner.packets_received(packets, size)
