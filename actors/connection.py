@@ -22,9 +22,17 @@ Bounds on what one client can make the broker hold (docs/security.md): a read wa
 once per loop iteration, so a client whose socket always has data cannot hold the loop; it
 stops reading while the actors have not handled `limits.max_unprocessed_packets` /
 `max_unprocessed_bytes` of its input (`channel.intake`), and while more than
-`limits.max_write_buffer` bytes wait for the client to read them; a client that reads nothing
-of those for its read timeout is closed. TCP then pushes back on the client; throttling is
-logged, at most one line per second per reason.
+`limits.max_write_buffer` bytes wait for the client to read them, checked after every read
+(a read of WebSocket pings decodes no packet, but its pongs wait with the acknowledgements
+and deliveries); a client that reads nothing of those for its read timeout is closed. TCP
+then pushes back on the client; throttling is logged, at most one line per second per
+reason.
+
+Ending: whatever the socket side notices (EOF, a reset, a failed read or write, a deadline,
+bad bytes, a peer's TLS or WebSocket close) goes through `_lost`, which stops watching the
+socket and tells the owner once; the transport reports a failed write before it closes the
+socket. The owner's channel then ends the connection (docs/channel.md, "How a connection
+ends") and closes it with `close`.
 
 Rate limits (`rate_limiter`, a `core.rate_limit.RateLimiter`; docs/overload.md): after each
 read the client's buckets are charged with its PUBLISH packets and bytes; a client in debt is
