@@ -75,12 +75,15 @@ class Ends:
         rows = self.admin.get(f"/api/v1/clients?clientid={client_id}")["data"]
         return sum(row["clientid"] == client_id for row in rows)
 
-    def willing(self, client_id: str, keepalive: int = KEEPALIVE) -> RawClient:
+    def willing(
+        self, client_id: str, keepalive: int = KEEPALIVE, *, clean: bool = True
+    ) -> RawClient:
         """`client_id` connected with a will on ends/`client_id`, listed and counted."""
         before = self.connected()
         client = connect_raw(
             self.broker,
             client_id,
+            clean=clean,
             keepalive=keepalive,
             will=Will(f"ends/{client_id}", b"gone", qos=1),
         )
@@ -135,12 +138,13 @@ def reset(client: RawClient) -> None:
     client.sock.close()
 
 
-def test_a_write_that_fails_on_a_reset_client_ends_it(ended: Ends) -> None:
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "persistent"])
+def test_a_write_that_fails_on_a_reset_client_ends_it(ended: Ends, clean: bool) -> None:
     """The subscriber stops reading while more than max_write_buffer waits for it, then
     resets: the broker learns it from a failing write (its reads are paused)."""
     before = ended.connected()
     client_id = unique("ghost")
-    ghost = ended.willing(client_id)
+    ghost = ended.willing(client_id, clean=clean)
     subscribe_raw(ghost, 1, (f"load/{client_id}", 1))  # ... and reads nothing more
     publisher = connect_raw(ended.broker, unique("loader"))
     payload = b"x" * LOAD_SIZE
