@@ -22,9 +22,17 @@ Bounds on what one client can make the broker hold (docs/security.md): a read wa
 once per loop iteration, so a client whose socket always has data cannot hold the loop; it
 stops reading while the actors have not handled `limits.max_unprocessed_packets` /
 `max_unprocessed_bytes` of its input (`channel.intake`), and while more than
-`limits.max_write_buffer` bytes wait for the client to read them; a client that reads nothing
-of those for its read timeout is closed. TCP then pushes back on the client; throttling is
-logged, at most one line per second per reason.
+`limits.max_write_buffer` bytes wait for the client to read them, checked after every read
+(a read of WebSocket pings decodes no packet, but its pongs wait with the acknowledgements
+and deliveries); a client that reads nothing of those for its read timeout is closed. TCP
+then pushes back on the client; throttling is logged, at most one line per second per
+reason.
+
+Ending: whatever the socket side notices (EOF, a reset, a failed read or write, a deadline,
+bad bytes, a peer's TLS or WebSocket close) goes through `_lost`, which stops watching the
+socket and tells the owner once; the transport reports a failed write before it closes the
+socket. The owner's channel then ends the connection (docs/channel.md, "How a connection
+ends") and closes it with `close`.
 
 Rate limits (`rate_limiter`, a `core.rate_limit.RateLimiter`; docs/overload.md): after each
 read the client's buckets are charged with its PUBLISH packets and bytes; a client in debt is
@@ -194,48 +202,70 @@ class Connection:
         if self._owner is not None and self._rate_timer is None:
             self._on_readable()
 
-    def _on_readable(self) -> None:
+    def _receive(self) -> bytes | None:
+        """One `recv`, through the layers: the MQTT bytes in it (maybe none), or None if
+        there was nothing to read or the connection ended (reported)."""
         try:
             data = self._sock.recv(READ_SIZE)
         except BlockingIOError:
-            return
+            return None
         except OSError as error:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
-            return
+            return None
         if not data:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer")
-            return
+            return None
         self._last_read = self._loop.now()
         layers = self.layers
-        if layers is not None:
-            try:
-                data = self._through_layers(layers, data)
-            except LayerError as error:
-                self.transport.write_raw(error.reply)
-                self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
-                return
+        if layers is None:
+            return data
+        try:
+            return self._through_layers(layers, data)
+        except LayerError as error:
+            self.transport.write_raw(error.reply)
+            self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
+            return None
+
+    def _on_readable(self) -> None:
+        data = self._receive()
+        if data is None:
+            return
+        layers = self.layers
         try:
             packets = self.decoder.feed(data) if data else None
         except MqttError as error:
             self._lost(DisconnectReason.PROTOCOL_ERROR, error, str(error))
             return
         owner = self._owner
-        if packets and owner is not None:
+        if owner is None:
+            return  # writing the layers' answer failed: that loss is reported already
+        if packets:
             size = len(data)
             self.intake.add(len(packets), size)
             owner.packets_received(packets, size)
+            if self._owner is None:
+                return  # the owner is gone and closed the connection
         if layers is not None and layers.peer_closed:
             self._lost(DisconnectReason.SOCKET_CLOSED, None, "closed by peer (TLS or WebSocket)")
             return
-        if packets:
-            limiter = self.rate_limiter
-            if limiter is not None:
-                publishes = sum([type(packet) is Publish for packet in packets])
-                delay = limiter.take(publishes, len(data), self._loop.now())
-                if delay > 0:
-                    self._pause_for_rate(delay)
-                    return
-            self._pause_if_behind()
+        if packets and self._over_rate(packets, len(data)):
+            return
+        # After every read, packets or not: the layers' answers (a WebSocket pong, TLS
+        # records) wait in the same backlog as acknowledgements and deliveries, so a client
+        # that sends pings and reads nothing is paused as one that does not read its PUBACKs.
+        self._pause_if_behind()
+
+    def _over_rate(self, packets: list[Packet], size: int) -> bool:
+        """Charge the client's rate limit with a read; True if that paused its reads."""
+        limiter = self.rate_limiter
+        if limiter is None:
+            return False
+        publishes = sum([type(packet) is Publish for packet in packets])
+        delay = limiter.take(publishes, size, self._loop.now())
+        if delay <= 0:
+            return False
+        self._pause_for_rate(delay)
+        return True
 
     def _pause_for_rate(self, delay: float) -> None:
         """Over the client's rate limit: read nothing for `delay` seconds."""
@@ -361,13 +391,18 @@ class Connection:
     # ----- ending -----------------------------------------------------------------------
 
     def _lost(self, reason: DisconnectReason, error: MqttError | None, detail: str) -> None:
+        """The one way the socket side ends a connection (a read or write error, a reset,
+        EOF, a deadline, bad bytes): stop watching the socket and tell the owner why, once.
+        The owner's channel then ends the connection (will, hook, counters, listing) and
+        closes the socket. `close` is the other way: the owner ended it and knows."""
         owner = self._owner
         self._stop()
         if owner is not None:
             owner.connection_lost(reason, error, detail)
 
     def _write_failed(self, error: OSError) -> None:
-        self._lost(DisconnectReason.SOCKET_CLOSED, None, str(error))
+        """A write failed (the transport reports it before it closes the socket)."""
+        self._lost(DisconnectReason.SOCKET_CLOSED, None, f"write failed: {error}")
 
     def _stop(self) -> None:
         """Stop watching the socket; the owner hears nothing more from it."""

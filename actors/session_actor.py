@@ -632,6 +632,10 @@ class SessionActor(GeventActor):
         self._deliver_now(deliveries)
 
     def _deliver_retained(self, deliver: DeliverRetained) -> None:
+        # What waits goes to the socket first, so that the write bound sees it: a client
+        # asking for the retained store again and again without reading has the QoS 0
+        # messages of the later bursts dropped, not piled up (docs/overload.md).
+        self.after_drain()
         self._deliver_now(deliver.deliveries)
 
     def _deliver_now(self, deliveries: list[Delivery]) -> None:

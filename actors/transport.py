@@ -63,6 +63,8 @@ class Transport:
         self._close_when_flushed = False
         self.closed = False
         self.last_progress = 0.0  # loop time the client last took bytes (while some wait)
+        # Called once when a send fails, before anything else happens (before `on_closing`):
+        # whoever owns the connection hears why it ended, then the socket is closed.
         self.on_error: Callable[[OSError], None] | None = None
         self.on_flushed: Callable[[], None] | None = None  # called once the backlog is out
         # Called before the socket is closed: the reader stops watching its descriptor first
@@ -164,11 +166,14 @@ class Transport:
         self._sock.close()
 
     def _fail(self, error: OSError) -> None:
+        """A send failed (the peer reset, say): report it, then close. The report comes
+        first: `on_closing` may make the owner stop listening, and a loss nobody hears of
+        leaves a client that is connected to nothing (its will never sent, still counted)."""
         logger.debug("write to %s failed: %s", self.peer, error)
-        callback = self.on_error
+        on_error, self.on_error = self.on_error, None
+        if on_error is not None:
+            on_error(error)
         self._close_now()
-        if callback is not None:
-            callback(error)
 
 
 class LayeredTransport(Transport):

@@ -9,6 +9,12 @@ origin; a request without `Origin` is not a browser's and is allowed), 400 for n
 subprotocol and for anything that is not a WebSocket upgrade request (426 for another
 WebSocket version).
 
+Bytes the client sent right behind its upgrade request, without waiting for the 101 (a
+CONNECT in the same write), are WebSocket frames: once the upgrade is accepted they are read
+as such, not dropped. wsproto's server drops what follows the request in its buffer, so the
+layer gives it the request alone: it keeps a copy of the request until its blank line
+(bounded: wsproto refuses a head over 16 KiB) and feeds what follows once the 101 is sent.
+
 Then: MQTT bytes travel in binary messages only; any other data message closes the
 connection with close code 1003 [MQTT-6.0.0-1]. A message may hold several MQTT packets or
 part of one [MQTT-6.0.0-2]: payloads are concatenated and the MQTT decoder frames them. Pings
@@ -18,6 +24,7 @@ connection with the code wsproto chose (1002 protocol error, 1007 bad UTF-8...).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from wsproto import ConnectionType, WSConnection
@@ -40,17 +47,19 @@ from wsproto.utilities import RemoteProtocolError
 from actors.stream_layers import LayerError
 
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # in order of preference [MQTT-6.0.0-4]
+_HEAD_END = re.compile(b"\n\r?\n")  # where h11 ends a request head (h11._receivebuffer)
 
 
 class WebSocketLayer:
     """One connection's WebSocket, server side; see the module docstring."""
 
-    __slots__ = ("_allowed_origins", "_path", "_ws", "identity", "peer_closed", "ready")
+    __slots__ = ("_allowed_origins", "_head", "_path", "_ws", "identity", "peer_closed", "ready")
 
     def __init__(self, path: str = "/mqtt", allowed_origins: Iterable[str] = ()) -> None:
         self._path = path
         self._allowed_origins = frozenset(origin.lower() for origin in allowed_origins)
         self._ws = WSConnection(ConnectionType.SERVER)
+        self._head: bytes | None = b""  # the upgrade request so far; None once it is in
         self.ready = False
         self.peer_closed = False
         self.identity: str | None = None  # a WebSocket carries no identity
@@ -59,6 +68,28 @@ class WebSocketLayer:
         ws = self._ws
         if self.peer_closed or ws.state is ConnectionState.CLOSED:
             return b"", b""  # nothing may follow a close
+        payload: list[bytes] = []
+        replies: list[bytes] = []
+        head = self._head
+        if head is not None:  # the upgrade request is not complete yet
+            end = _HEAD_END.search(head + data)
+            if end is None:  # wsproto checks it as it comes, and bounds it
+                self._feed(data, payload, replies)
+                self._head = head + data
+                return b"".join(payload), b"".join(replies)
+            self._head = None
+            cut = end.end() - len(head)  # where the head ends in `data`
+            self._feed(data[:cut], payload, replies)
+            data = data[cut:]  # frames sent before the 101 arrived
+            if not data or not self.ready:
+                return b"".join(payload), b"".join(replies)
+        self._feed(data, payload, replies)
+        return b"".join(payload), b"".join(replies)
+
+    def _feed(self, data: bytes, payload: list[bytes], replies: list[bytes]) -> None:
+        """Give wsproto `data` and act on its events (MQTT bytes into `payload`, answers
+        into `replies`). Raises LayerError."""
+        ws = self._ws
         try:
             ws.receive_data(data)
             events = list(ws.events())
@@ -67,11 +98,8 @@ class WebSocketLayer:
             hint = error.event_hint
             status = hint.status_code if isinstance(hint, RejectConnection) else 400
             raise self._refuse(status, f"not a WebSocket upgrade request: {error}") from error
-        payload: list[bytes] = []
-        replies: list[bytes] = []
         for event in events:
             self._handle(event, payload, replies)
-        return b"".join(payload), b"".join(replies)
 
     def send(self, data: bytes) -> bytes:
         if self._ws.state is not ConnectionState.OPEN:

@@ -10,15 +10,19 @@ upgrade gets its HTTP answer and a close, and clients on the other listeners do 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import paho.mqtt.client as paho
 import pytest
 
+from mqtt import encode
+from mqtt.packets import Connect
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, unique
 from tests.support.listeners import Certificates, listener_port
+from tests.support.ws_frames import BINARY, client_frame
 
 CONFIG = """\
 [store]
@@ -224,3 +228,25 @@ def test_plain_mqtt_over_tls_on_the_wss_port_is_refused(
             if client.loop(0.1) != paho.MQTT_ERR_SUCCESS:
                 raise OSError("connection lost")
     wait_for_log(ws_broker, "WebSocket upgrade refused with HTTP 400")
+
+
+def test_a_connect_sent_with_the_upgrade_request_gets_its_connack(
+    ws_broker: BrokerProcess,
+) -> None:
+    """A client that does not wait for the 101 before its CONNECT is answered at once."""
+    connect = encode(Connect(client_id=unique("eager"), protocol_version=4), 4)
+    port = listener_port(ws_broker, "ws")
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        started = time.monotonic()
+        sock.sendall(upgrade_request() + client_frame(BINARY, connect))
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < 2 + 4:
+            chunk = sock.recv(4096)
+            assert chunk, f"closed after {answer!r}"
+            answer += chunk
+        elapsed = time.monotonic() - started
+    head, frames = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    # A server frame is not masked: 0x82, length 4, then the CONNACK (accepted).
+    assert frames[:6] == b"\x82\x04" + b"\x20\x02\x00\x00", frames
+    assert elapsed < 2.0, elapsed

@@ -25,6 +25,7 @@ from wsproto.events import (
 
 from actors.stream_layers import LayerError
 from actors.websocket_layer import WebSocketLayer
+from tests.support.ws_frames import BINARY, client_frame
 
 CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"
 PINGREQ = b"\xc0\x00"
@@ -97,6 +98,30 @@ def test_upgrade_split_across_reads() -> None:
     assert layer.receive(request[:20]) == (b"", b"")
     assert not layer.ready
     _data, reply = layer.receive(request[20:])
+    assert isinstance(client.events(reply)[0], AcceptConnection)
+
+
+def test_frames_sent_with_the_upgrade_request_are_read_after_it() -> None:
+    """A client that sends its CONNECT without waiting for the 101 has it read."""
+    layer = WebSocketLayer()
+    client = WsClient()
+    data, reply = layer.receive(
+        client.upgrade() + client_frame(BINARY, CONNECT) + client_frame(BINARY, PINGREQ[:1])
+    )
+    assert data == CONNECT + PINGREQ[:1]
+    assert isinstance(client.events(reply)[0], AcceptConnection)
+    data, reply = layer.receive(client_frame(BINARY, PINGREQ[1:]))
+    assert (data, reply) == (PINGREQ[1:], b"")
+
+
+def test_frames_behind_an_upgrade_request_split_across_reads() -> None:
+    layer = WebSocketLayer()
+    client = WsClient()
+    stream = client.upgrade() + client_frame(BINARY, CONNECT)
+    end = stream.index(b"\r\n\r\n")
+    assert layer.receive(stream[: end + 2]) == (b"", b"")  # the head's end split too
+    data, reply = layer.receive(stream[end + 2 :])
+    assert data == CONNECT
     assert isinstance(client.events(reply)[0], AcceptConnection)
 
 
