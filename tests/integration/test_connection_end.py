@@ -69,7 +69,19 @@ class Ends:
         self.watcher = watcher
 
     def connected(self) -> int:
-        return int(self.admin.get("/api/v1/stats")["connections"])
+        """The connection count of /api/v1/stats once it agrees with the client listing: the
+        stats are one reading a second (docs/operations.md), the listing is read anew."""
+        counts: list[int] = []
+
+        def settled() -> bool:
+            counts[:] = [
+                int(self.admin.get("/api/v1/stats")["connections"]),
+                int(self.admin.get("/api/v1/clients")["meta"]["count"]),
+            ]
+            return counts[0] == counts[1]
+
+        wait_until(settled)
+        return counts[0]
 
     def listed(self, client_id: str) -> int:
         rows = self.admin.get(f"/api/v1/clients?clientid={client_id}")["data"]
