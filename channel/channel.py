@@ -22,7 +22,9 @@ Phases, and what each accepts:
   pool may still refuse the CONNECT here (`session_refused`: the id's home found it banned).
 - CONNECTED: PUBLISH QoS 0/1 are routed (with their PUBACK, [MQTT-4.3.2-2]); QoS 2 PUBLISH,
   PUBREL, acknowledgements, SUBSCRIBE and UNSUBSCRIBE become session inputs; a second CONNECT
-  is a protocol violation [MQTT-3.1.0-2].
+  is a protocol violation [MQTT-3.1.0-2]. A QoS 2 PUBLISH with a new id while
+  `max_awaiting_rel` ids await PUBREL waits, with what must stay in order behind it, until a
+  PUBREL frees room (docs/overload.md).
 - CLOSED: reached exactly once, however the connection ends: the will is published unless
   the client sent DISCONNECT [MQTT-3.1.2-8/10] and only if the ACL allows it then; the
   `client.disconnected` hook runs if the client had connected; `End` is the last action.
