@@ -221,6 +221,7 @@ class Channel:
         "_identity",
         "_inbound_qos2",
         "_packet_limit",
+        "_pauses",
         "_pubacks",
         "_qos1_in_batch",
         "_qos2",
@@ -283,6 +284,7 @@ class Channel:
         self._awaiting: set[int] | frozenset[int] = NO_PACKET_IDS
         self._waiting: deque[Packet] | None = None
         self._waiting_bytes = 0
+        self._pauses = 0  # how often something waited (only the first is logged at INFO)
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -709,12 +711,15 @@ class Channel:
         waiting = self._waiting
         if waiting is None:
             waiting = self._waiting = deque()
-            logger.info(
+            # A client that keeps its window just over the bound pauses once per message.
+            logger.log(
+                logging.DEBUG if self._pauses else logging.INFO,
                 "%s has %d QoS 2 messages awaiting PUBREL (limits.max_awaiting_rel): its "
                 "PUBLISHes wait until PUBRELs free room",
                 self._name(),
                 len(self._awaiting),
             )
+            self._pauses += 1
         waiting.append(packet)
         if type(packet) is PublishPacket:
             self._waiting_bytes += len(packet.payload)
@@ -753,7 +758,7 @@ class Channel:
             if self.phase is not Phase.CONNECTED:
                 return
         self._waiting = None
-        logger.info("%s: PUBRELs freed room, no PUBLISH waits any more", self._name())
+        logger.debug("%s: PUBRELs freed room, no PUBLISH waits any more", self._name())
 
     def _subscribe(self, packet: Subscribe) -> None:
         self._flush_batch()
