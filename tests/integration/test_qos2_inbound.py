@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from mqtt.packets import PubComp, Publish, PubRec, PubRel
 from mqtt.reason_codes import ReasonCode
 from tests.support.broker_process import BrokerProcess, start_broker
@@ -40,12 +42,15 @@ def _connects(broker: BrokerProcess, client_id: str) -> int:
     )
 
 
-def test_a_qos2_publisher_beyond_the_bound_survives_a_dropped_connection_exactly_once(
-    broker_factory: Callable[..., BrokerProcess],
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "clean"])
+def test_a_qos2_publisher_beyond_the_bound_survives_a_dropped_connection(
+    broker_factory: Callable[..., BrokerProcess], persistent: bool
 ) -> None:
-    """The reported loop: a persistent paho 3.1.1 publisher sends 300 QoS 2 messages with
-    a window of 300 against max_awaiting_rel 20 and loses its connection once, mid-flow.
-    It reconnects once, all 300 complete, and a persistent subscriber gets each once."""
+    """The reported loop: a paho 3.1.1 publisher sends 300 QoS 2 messages with a window of
+    300 against max_awaiting_rel 20 and loses its connection once, mid-flow. It reconnects
+    once and all 300 complete. A persistent publisher's messages reach a persistent
+    subscriber once each; a clean-session publisher re-sends what it had not seen completed
+    as new messages to a new session, so a bounded few arrive twice (docs/overload.md)."""
     broker = broker_factory(f"[limits]\nmax_awaiting_rel = {BOUND}\n")
     topic, publisher_id = unique("q2loop"), unique("q2pub")
     subscriber = PahoCollector(broker, unique("q2sub"), clean_session=False)
@@ -53,7 +58,7 @@ def test_a_qos2_publisher_beyond_the_bound_survives_a_dropped_connection_exactly
     publisher = PahoCollector(
         broker,
         publisher_id,
-        clean_session=False,
+        clean_session=not persistent,
         setup=lambda c: (
             c.max_inflight_messages_set(MESSAGES),
             c.max_queued_messages_set(0),
@@ -95,7 +100,10 @@ def test_a_qos2_publisher_beyond_the_bound_survives_a_dropped_connection_exactly
     assert dropped_at == [30]
     assert set(received) == {b"%d" % n for n in range(MESSAGES)}
     duplicates = {payload: n for payload, n in received.items() if n > 1}
-    assert not duplicates, f"{len(duplicates)} messages delivered more than once"
+    if persistent:
+        assert not duplicates, f"{len(duplicates)} messages delivered more than once"
+    else:  # at most those routed, not yet completed when the connection dropped
+        assert len(duplicates) <= 2 * BOUND and set(duplicates.values()) <= {2}, duplicates
     connects = _connects(broker, publisher_id)
     assert 2 <= connects <= 3, f"{connects} connects of the publisher:\n{broker.log()[-3000:]}"
     assert "awaiting PUBREL (limits.max_awaiting_rel): its PUBLISHes wait" in broker.log()
