@@ -89,7 +89,8 @@ class LimitsConfig:
     # offline sessions and stuck subscribers; connected ones are bounded by flow control
     max_queued_bytes: int = 67_108_864
     queue_qos0: bool = False  # queue QoS 0 messages for offline persistent sessions
-    max_awaiting_rel: int = 100  # incoming QoS 2 packet ids awaiting PUBREL; beyond: close
+    # incoming QoS 2 packet ids awaiting PUBREL; beyond, new QoS 2 PUBLISHes wait for PUBRELs
+    max_awaiting_rel: int = 100
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
     max_client_id_length: int = 65535
     max_topic_levels: int = 128

@@ -98,6 +98,9 @@ class BrokerContext:
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
             identity_as_username=identity_as_username,
+            max_awaiting_rel=limits.max_awaiting_rel,
+            max_waiting_packets=limits.max_unprocessed_packets,
+            max_waiting_bytes=limits.max_unprocessed_bytes,
             admit=self.admission.check if self.admission is not None else None,
             offer=offer,
         )

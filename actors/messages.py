@@ -65,6 +65,8 @@ class SessionAttached:
 
     session: Any  # ActorRef of the SessionActor
     session_present: bool
+    # the incoming QoS 2 ids the session awaits PUBREL for (`Channel.session_attached`)
+    awaiting_rel: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)

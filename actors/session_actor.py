@@ -329,7 +329,12 @@ class SessionActor(GeventActor):
         self._carry_out(self.state.resume(time.time()))
         self._account()
         self.after_drain()
-        tell_if_alive(attach.client_ref, SessionAttached(self.actor_ref, attach.session_present))
+        tell_if_alive(
+            attach.client_ref,
+            SessionAttached(
+                self.actor_ref, attach.session_present, frozenset(self.state.awaiting_rel)
+            ),
+        )
         point = HookPoint.SESSION_RESUMED if attach.session_present else HookPoint.SESSION_CREATED
         if self._hooks.has(point):
             self._hooks.run(point, SessionEvent(client_id=self.state.client_id))
@@ -989,6 +994,11 @@ class SessionActor(GeventActor):
         pubrecs = []
         v5 = self._version >= 5
         for packet_id, message, pubrec in inbound.publishes:
+            if message is None and v5 and packet_id not in self.state.awaiting_rel:
+                # A refusing PUBREC (0x80 or more) ends the exchange: the id is not kept, so
+                # a PUBLISH that uses it again is a new message [MQTT-4.3.3-9].
+                pubrecs.append(pubrec)
+                continue
             try:
                 is_new = self.state.receive_qos2(packet_id)
             except TooManyAwaitingRelError as error:

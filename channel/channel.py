@@ -22,7 +22,9 @@ Phases, and what each accepts:
   pool may still refuse the CONNECT here (`session_refused`: the id's home found it banned).
 - CONNECTED: PUBLISH QoS 0/1 are routed (with their PUBACK, [MQTT-4.3.2-2]); QoS 2 PUBLISH,
   PUBREL, acknowledgements, SUBSCRIBE and UNSUBSCRIBE become session inputs; a second CONNECT
-  is a protocol violation [MQTT-3.1.0-2].
+  is a protocol violation [MQTT-3.1.0-2]. A QoS 2 PUBLISH with a new id while
+  `max_awaiting_rel` ids await PUBREL waits, with what must stay in order behind it, until a
+  PUBREL frees room (docs/overload.md).
 - CLOSED: reached exactly once, however the connection ends: the will is published unless
   the client sent DISCONNECT [MQTT-3.1.2-8/10] and only if the ACL allows it then; the
   `client.disconnected` hook runs if the client had connected; `End` is the last action.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -80,7 +83,7 @@ from channel.problems import (
 from core.client import NO_LIMIT, ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
-from core.session_state import Ack
+from core.session_state import NO_PACKET_IDS, Ack, with_packet_id, without_packet_id
 from hooks.decisions import AuthContinue, AuthResult
 from hooks.events import (
     AuthenticateRequest,
@@ -161,6 +164,12 @@ class ChannelSettings:
     # The banned table's check (`actors.admission`): why a CONNECT is refused, or None.
     admit: Callable[[ClientInfo], str | None] | None = None
     offer: Offer = field(default_factory=Offer)  # what 5.0 clients are offered (CONNACK)
+    # Incoming QoS 2 messages awaiting PUBREL (`limits.max_awaiting_rel`): a new one beyond
+    # waits, with what follows it, until a PUBREL frees room; at most this many packets and
+    # payload bytes wait (`limits.max_unprocessed_packets` / `_bytes`), beyond: close.
+    max_awaiting_rel: int = 100
+    max_waiting_packets: int = 1000
+    max_waiting_bytes: int = 1_048_576
 
 
 # The 5.0 DISCONNECT reason a server close sends a connected 5.0 client [MQTT-4.13.1-1].
@@ -203,6 +212,7 @@ class Channel:
         "_actions",
         "_aliases",
         "_auth",
+        "_awaiting",
         "_check_acl",
         "_disconnect_properties",
         "_held",
@@ -211,6 +221,7 @@ class Channel:
         "_identity",
         "_inbound_qos2",
         "_packet_limit",
+        "_pauses",
         "_pubacks",
         "_qos1_in_batch",
         "_qos2",
@@ -219,6 +230,8 @@ class Channel:
         "_settings",
         "_to_route",
         "_v5_pubacks",
+        "_waiting",
+        "_waiting_bytes",
         "_will",
         "client",
         "peer",
@@ -255,7 +268,7 @@ class Channel:
         self._auth: AuthExchange | None = None  # MQTT 5.0 enhanced authentication, if used
         # MQTT 5 only, created when first used:
         self._aliases: dict[int, str] | None = None  # the client's topic aliases
-        self._inbound_qos2: set[int] | None = None  # QoS 2 packet ids awaiting PUBREL
+        self._inbound_qos2: set[int] | None = None  # this connection's QoS 2 ids awaiting PUBREL
         self._qos1_in_batch = 0  # QoS 1 PUBLISHes of this batch (their PUBACKs not yet sent)
         # PUBACKs of a 5.0 batch: (packet id, the routed message, None) or (packet id, None,
         # a refusal's PUBACK); 0x10 is decided once routing knows who matched (`channel.acks`).
@@ -265,6 +278,13 @@ class Channel:
         # The 5.0 client's Maximum Packet Size, which a Reason String must not break (from
         # CONNECT on; `channel.problems`).
         self._packet_limit = NO_LIMIT
+        # The session's incoming QoS 2 ids awaiting PUBREL, as the session holds them (given
+        # at attach, then changed by what this channel tells it), and the packets that wait
+        # for a PUBREL to free room (`_wait`), with their payload bytes.
+        self._awaiting: set[int] | frozenset[int] = NO_PACKET_IDS
+        self._waiting: deque[Packet] | None = None
+        self._waiting_bytes = 0
+        self._pauses = 0  # how often something waited (only the first is logged at INFO)
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -318,14 +338,19 @@ class Channel:
             self._refuse(reason_code, why)
         return self._answer()
 
-    def session_attached(self, session_present: bool) -> list[Action]:
-        """The session wrote CONNACK (and its resends): handle what was held meanwhile."""
+    def session_attached(
+        self, session_present: bool, awaiting_rel: frozenset[int] = NO_PACKET_IDS
+    ) -> list[Action]:
+        """The session wrote CONNACK (and its resends): handle what was held meanwhile.
+        `awaiting_rel`: the incoming QoS 2 ids the session still awaits PUBREL for (a
+        resumed session's), which count against `max_awaiting_rel`."""
         actions = self._actions = []
         if self.phase is not Phase.CONNECTING:
             return self._answer()
         client = self.client
         assert client is not None
         self.phase = Phase.CONNECTED
+        self._awaiting = set(awaiting_rel) if awaiting_rel else NO_PACKET_IDS
         logger.info(
             "%s connected: MQTT level %d, clean %s, keep-alive %d s, session present %s",
             self._name(),
@@ -422,7 +447,10 @@ class Channel:
             if handler is None:
                 self._violation(f"{type(packet).__name__} is not a client-to-server packet")
                 return
-            handler(self, packet)
+            if self._waiting is not None and type(packet) in _WAIT_BEHIND:
+                self._wait(packet)  # in order, behind a QoS 2 PUBLISH that waits for room
+            else:
+                handler(self, packet)
             if self.phase is not Phase.CONNECTED:
                 return  # DISCONNECT or a violation closed the connection
         self._flush_batch()
@@ -456,6 +484,8 @@ class Channel:
             self._releases = []
 
     def _publish(self, packet: PublishPacket) -> None:
+        if packet.qos == 2 and self._held_back(packet):
+            return
         client = self.client
         assert client is not None
         topic = packet.topic if self.version < 5 else self._v5_topic(packet)
@@ -508,14 +538,31 @@ class Channel:
             else:
                 self._to_route.append(message)
                 self._pubacks.append(encode_ack(_PUBACK, packet_id, code, self.version))
-        elif allowed:
-            # The session records the packet id and routes a new message once (method B of
-            # [MQTT-4.3.3-2]); a denied one completes its flow without being routed.
+        else:
+            self._publish_qos2(packet_id, message if allowed else None, code, topic)
+
+    def _publish_qos2(self, packet_id: int, message: Message | None, code: int, topic: str) -> None:
+        """A QoS 2 PUBLISH (`message` None: refused with `code`) for the session, which
+        records the packet id and routes a new message once (method B of [MQTT-4.3.3-2]);
+        a refused one completes its flow without being routed."""
+        if self._releases and (
+            len(self._awaiting) + len(self._releases) >= self._settings.max_awaiting_rel
+        ):
+            # The session must see the batch's PUBRELs free the room this PUBLISH may take.
+            self._flush_batch()
+        if message is not None:
             pubrec = encode_ack(_PUBREC, packet_id, code, self.version)
             self._qos2.append((packet_id, message, pubrec))
-        else:
-            pubrec = self._refused_publish(_PUBREC, packet_id, code, topic)
-            self._qos2.append((packet_id, None, pubrec))
+            self._awaiting = with_packet_id(self._awaiting, packet_id)
+            return
+        pubrec = self._refused_publish(_PUBREC, packet_id, code, topic)
+        self._qos2.append((packet_id, None, pubrec))
+        if self.version < 5:  # acknowledged anyway (no reason codes): its PUBREL follows
+            self._awaiting = with_packet_id(self._awaiting, packet_id)
+        elif self._inbound_qos2 and packet_id not in self._awaiting:
+            # A PUBREC of 0x80 or more ends the exchange: the id is new again [MQTT-4.3.3-9]
+            # and no longer counts against the Receive Maximum (section 4.9).
+            self._inbound_qos2.discard(packet_id)
 
     def _refused_publish(self, packet_type: int, packet_id: int, code: int, topic: str) -> bytes:
         """The PUBACK/PUBREC that refuses a PUBLISH, saying why to a 5.0 client that asked
@@ -566,23 +613,32 @@ class Channel:
             )
             return False
         if packet.qos:
-            qos2 = self._inbound_qos2
-            if qos2 and packet.packet_id in qos2:
-                return True  # a resend of one already counted
-            unacknowledged = self._qos1_in_batch + (len(qos2) if qos2 else 0)
-            if unacknowledged >= offer.receive_maximum:
-                self._violation(
-                    f"more than the Receive Maximum of {offer.receive_maximum} unacknowledged "
-                    "QoS 1/2 PUBLISHes [MQTT-3.3.4-7]",
-                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
-                )
+            if self._over_receive_maximum(packet):
                 return False
             if packet.qos == 1:
                 self._qos1_in_batch += 1
             else:
+                qos2 = self._inbound_qos2
                 if qos2 is None:
                     qos2 = self._inbound_qos2 = set()
                 qos2.add(cast(int, packet.packet_id))
+        return True
+
+    def _over_receive_maximum(self, packet: PublishPacket) -> bool:
+        """Whether a 5.0 client's QoS 1/2 PUBLISH is one more unacknowledged on this
+        connection than the Receive Maximum CONNACK announced [MQTT-3.3.4-7]; if so the
+        connection is closed with DISCONNECT 0x93."""
+        qos2 = self._inbound_qos2
+        if qos2 and packet.packet_id in qos2:
+            return False  # a resend of one already counted
+        maximum = self._settings.offer.receive_maximum
+        if self._qos1_in_batch + (len(qos2) if qos2 else 0) < maximum:
+            return False
+        self._violation(
+            f"more than the Receive Maximum of {maximum} unacknowledged QoS 1/2 PUBLISHes "
+            "[MQTT-3.3.4-7]",
+            ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+        )
         return True
 
     def _resolve_alias(self, packet: PublishPacket) -> str | None:
@@ -613,9 +669,96 @@ class Channel:
     def _pubrel(self, packet: PubRel) -> None:
         if self._qos2:
             self._flush_batch()  # the QoS 2 PUBLISH must reach the session before its PUBREL
+        packet_id = packet.packet_id
         if self._inbound_qos2:
-            self._inbound_qos2.discard(packet.packet_id)
-        self._releases.append(packet.packet_id)
+            self._inbound_qos2.discard(packet_id)
+        self._awaiting = without_packet_id(self._awaiting, packet_id)
+        self._releases.append(packet_id)
+        if self._waiting is not None:
+            self._resume_waiting()
+
+    # ----- QoS 2 PUBLISHes beyond max_awaiting_rel ---------------------------------------
+    #
+    # The session keeps every incoming QoS 2 id until its PUBREL, at most `max_awaiting_rel`
+    # of them. A client with more outstanding (MQTT 3.1.1 sets no bound; a 5.0 client that
+    # resumed a session with ids still awaiting PUBREL, whose send quota starts afresh on
+    # the new connection, section 4.9) is not refused: its next QoS 2 PUBLISH with a new id
+    # waits here, and every PUBLISH, SUBSCRIBE and UNSUBSCRIBE after it waits behind it, in
+    # order, while the channel goes on reading the rest (PUBREL, acknowledgements, PINGREQ,
+    # DISCONNECT): the PUBRELs that free room come on this connection, behind what waits.
+    # What waits is bounded like unhandled input; beyond that the connection is closed.
+
+    def _no_room(self, packet: PublishPacket) -> bool:
+        """Whether a QoS 2 PUBLISH must wait: a new id while `max_awaiting_rel` await PUBREL
+        (a re-sent id is answered at once: it takes no room)."""
+        awaiting = self._awaiting
+        return len(awaiting) >= self._settings.max_awaiting_rel and (
+            packet.packet_id not in awaiting
+        )
+
+    def _held_back(self, packet: PublishPacket) -> bool:
+        """If a QoS 2 PUBLISH finds no room: it waits, or, from a 5.0 client over the Receive
+        Maximum, closes the connection (one within it waits for the PUBRELs of the ids its
+        resumed session holds)."""
+        if not self._no_room(packet):
+            return False
+        if self.version < 5 or not self._over_receive_maximum(packet):
+            self._wait(packet)
+        return True
+
+    def _wait(self, packet: Packet) -> None:
+        """Hold `packet` until PUBRELs free room; close if too much waits."""
+        waiting = self._waiting
+        if waiting is None:
+            waiting = self._waiting = deque()
+            # A client that keeps its window just over the bound pauses once per message.
+            logger.log(
+                logging.DEBUG if self._pauses else logging.INFO,
+                "%s has %d QoS 2 messages awaiting PUBREL (limits.max_awaiting_rel): its "
+                "PUBLISHes wait until PUBRELs free room",
+                self._name(),
+                len(self._awaiting),
+            )
+            self._pauses += 1
+        waiting.append(packet)
+        if type(packet) is PublishPacket:
+            self._waiting_bytes += len(packet.payload)
+        settings = self._settings
+        if (
+            len(waiting) > settings.max_waiting_packets
+            or self._waiting_bytes > settings.max_waiting_bytes
+        ):
+            why = (
+                f"{len(waiting)} packets ({self._waiting_bytes} payload bytes) wait behind "
+                f"{len(self._awaiting)} QoS 2 messages awaiting PUBREL, more than "
+                "limits.max_unprocessed_packets / _bytes: the client must send PUBREL for the "
+                "PUBRECs it received, or keep fewer QoS 2 messages in flight than "
+                "limits.max_awaiting_rel"
+            )
+            logger.warning("closing %s: %s", self._name(), why)
+            self._last_words(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, why)
+            self._close(DisconnectReason.QOS2_BACKLOG)
+
+    def _resume_waiting(self) -> None:
+        """A PUBREL freed room: handle what waits, in order, as long as there is room."""
+        waiting = self._waiting
+        assert waiting is not None
+        first = waiting[0]
+        if type(first) is PublishPacket and first.qos == 2 and self._no_room(first):
+            return
+        self._flush_batch()  # the session frees the room (Released) before it is taken again
+        while waiting:
+            packet = waiting[0]
+            if type(packet) is PublishPacket:
+                if packet.qos == 2 and self._no_room(packet):
+                    return
+                self._waiting_bytes -= len(packet.payload)
+            waiting.popleft()
+            _PACKET_HANDLERS[type(packet)](self, packet)
+            if self.phase is not Phase.CONNECTED:
+                return
+        self._waiting = None
+        logger.debug("%s: PUBRELs freed room, no PUBLISH waits any more", self._name())
 
     def _subscribe(self, packet: Subscribe) -> None:
         self._flush_batch()
@@ -1038,6 +1181,14 @@ class Channel:
         if was_connected:
             self._flush_batch()
         self.phase = Phase.CLOSED
+        if self._waiting:
+            # Never acknowledged: a client that keeps its session sends them again.
+            logger.info(
+                "%s: %d packets that waited for PUBRELs are dropped with the connection",
+                self._name(),
+                len(self._waiting),
+            )
+        self._waiting = None
         will, self._will = self._will, None
         client = self.client
         actions = self._actions
@@ -1130,6 +1281,11 @@ def _subscription_refusal(topic_filter: str, has_identifier: bool, offer: Offer)
         return ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED  # 3.2.2.3.12
     return None
 
+
+# What waits behind a QoS 2 PUBLISH that waits for room (`Channel._wait`): what must keep
+# its order with it. Acknowledgements, PUBREL (which frees the room), PINGREQ, DISCONNECT and
+# AUTH are handled at once.
+_WAIT_BEHIND = frozenset({PublishPacket, Subscribe, Unsubscribe})
 
 # What a connected client may send, and the method that handles it. A class-level table: a
 # per-instance dict of bound methods would cost ~1 KB per idle connection.
