@@ -990,8 +990,37 @@ class SessionActor(GeventActor):
         ):
             self._refuse_qos2_for_store(inbound)
             return
-        to_route = []
-        pubrecs = []
+        to_route, pubrecs = self._admit_qos2(inbound)
+        # PUBREC promises exactly-once: the awaiting-PUBREL id and the routed copies must be
+        # durable first, those on other workers of a pool too (the dispatcher's callback
+        # waits for their commits). The id's op goes first, so one commit covers both.
+        ops: list[Op] = [self._meta_op()] if self._stored and pubrecs else []
+        if ops:
+            self.after_drain()  # earlier ops and bytes go first
+            self._persistence.submit(ops)
+        transport = self._transport
+
+        def routed() -> None:
+            if transport is not None:
+                transport.write(b"".join(pubrecs))  # as amended below for 0x10
+
+        unmatched: set[int] = set()
+        routed_durably = bool(to_route) and self._context.dispatcher.publish(
+            to_route, routed if pubrecs else None, inbound.publisher, unmatched=unmatched
+        )
+        if unmatched and self._version >= 5:
+            _mark_unmatched(inbound, pubrecs, unmatched)
+        if pubrecs and not routed_durably:
+            if ops:
+                self._when_durable([], b"".join(pubrecs))
+            else:
+                self._out.extend(pubrecs)
+
+    def _admit_qos2(self, inbound: InboundQos2) -> tuple[list[Message], list[bytes]]:
+        """The new messages of `inbound` to route and the PUBRECs to send, in order: a
+        packet id already awaiting PUBREL is acknowledged again, not routed again."""
+        to_route: list[Message] = []
+        pubrecs: list[bytes] = []
         v5 = self._version >= 5
         for packet_id, message, pubrec in inbound.publishes:
             if message is None and v5 and packet_id not in self.state.awaiting_rel:
@@ -1025,30 +1054,7 @@ class SessionActor(GeventActor):
                 to_route.append(message)
             # Method B of [MQTT-4.3.3-2]: PUBREC now, never route the same packet id twice.
             pubrecs.append(pubrec)
-        # PUBREC promises exactly-once: the awaiting-PUBREL id and the routed copies must be
-        # durable first, those on other workers of a pool too (the dispatcher's callback
-        # waits for their commits). The id's op goes first, so one commit covers both.
-        ops: list[Op] = [self._meta_op()] if self._stored and pubrecs else []
-        if ops:
-            self.after_drain()  # earlier ops and bytes go first
-            self._persistence.submit(ops)
-        transport = self._transport
-
-        def routed() -> None:
-            if transport is not None:
-                transport.write(b"".join(pubrecs))  # as amended below for 0x10
-
-        unmatched: set[int] = set()
-        routed_durably = bool(to_route) and self._context.dispatcher.publish(
-            to_route, routed if pubrecs else None, inbound.publisher, unmatched=unmatched
-        )
-        if unmatched and v5:
-            _mark_unmatched(inbound, pubrecs, unmatched)
-        if pubrecs and not routed_durably:
-            if ops:
-                self._when_durable([], b"".join(pubrecs))
-            else:
-                self._out.extend(pubrecs)
+        return to_route, pubrecs
 
     def _refuse_qos2_for_store(self, inbound: InboundQos2) -> None:
         """The store fails (docs/overload.md): a 5.0 client gets PUBREC 0x97 for each new
