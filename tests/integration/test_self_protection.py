@@ -36,6 +36,7 @@ from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, connect_raw, subscribe_raw, unique
 from tests.support.raw_client import RawClient
+from tests.support.workers import serving_pids
 
 FLOOD_SECONDS = 4.0
 # Before intake was bounded, RSS grew by 0.7 GB in the first 2 s of a QoS 0 flood.
@@ -105,14 +106,18 @@ def side_traffic_flows(broker: BrokerProcess, seconds: float) -> list[float]:
 def check_flood_is_contained(broker: BrokerProcess, flooder: Flooder, min_sent: int) -> None:
     """Run `flooder` while side traffic flows: it must have written `min_sent` bytes or
     more, the broker's RSS must stay bounded and the side messages arrive promptly."""
-    process = psutil.Process(broker.process.pid)
-    rss_before = process.memory_info().rss
+    processes = [psutil.Process(pid) for pid in serving_pids(broker)]
+
+    def rss() -> int:
+        return sum(process.memory_info().rss for process in processes)
+
+    rss_before = rss()
     peak = [rss_before]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.1):
-            peak[0] = max(peak[0], process.memory_info().rss)
+            peak[0] = max(peak[0], rss())
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

@@ -21,7 +21,7 @@ from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, connect_raw, unique
 from tests.support.listeners import listener_port
-from tests.support.workers import worker_pid
+from tests.support.workers import serving_pids
 from tests.support.ws_frames import BINARY, PING, client_frame
 
 WRITE_BUFFER = 65536
@@ -98,11 +98,10 @@ def round_trips(broker: BrokerProcess, until: Callable[[], bool]) -> list[float]
 
 
 def test_a_websocket_ping_flood_is_paused_and_memory_stays_bounded(
-    broker_factory: Callable[..., BrokerProcess], workers: int
+    broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     broker = broker_factory(CONFIG)
-    pids = [broker.process.pid] if workers == 1 else [worker_pid(broker, w) for w in range(workers)]
-    processes = [psutil.Process(pid) for pid in pids]
+    processes = [psutil.Process(pid) for pid in serving_pids(broker)]
 
     def rss() -> int:
         return sum(process.memory_info().rss for process in processes)

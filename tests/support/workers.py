@@ -67,3 +67,15 @@ def worker_pid(broker: BrokerProcess, worker: int) -> int:
         ):
             return int(child)
     raise AssertionError(f"worker {worker} is not running")
+
+
+def serving_pids(broker: BrokerProcess) -> list[int]:
+    """The processes that serve clients: a pool's workers, or the broker itself when it
+    runs as one process (its memory is theirs: the supervisor's own stays flat)."""
+    children = Path(f"/proc/{broker.process.pid}/task/{broker.process.pid}/children")
+    workers = [
+        int(child)
+        for child in children.read_text().split()
+        if b"--worker-id" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+    ]
+    return workers or [broker.process.pid]
