@@ -212,7 +212,11 @@ class PoolNode:
         self._orphan_waits: list[int] = []
         self._orphan_sweep: Any = None
         self.adoptions = SessionAdoptions(
-            worker, self._ask_for_orphans, self.when_routes_known, self._deliver_orphans
+            worker,
+            self._ask_for_orphans,
+            self.when_routes_known,
+            self._deliver_orphans,
+            self._on_hand_over,
         )
         self._commit_token = 0
         self._commits: dict[int, _DurableAck] = {}
@@ -572,14 +576,16 @@ class PoolNode:
 
     def claim(self, client_id: str, answer: Callable[[ClaimAnswer], object]) -> None:
         """Ask the id's home for it; `answer` hears the grant, or its refusal (the id is
-        banned), or None: the home is unreachable, went down, or did not answer within
-        CLAIM_TIMEOUT, and the caller goes on as the only claimant. Never blocks: `answer`
-        is called from the frame that answers (at once, if the home is this worker and
-        grants at once). One claim per id at a time (the registry takes turns)."""
+        banned), or None: the home did not answer within CLAIM_TIMEOUT, and the caller goes
+        on as the only claimant. A home that is down (restarting) is asked again when it
+        links: it restores the sessions homed at it first, so a session its earlier life
+        hosted is adopted there, with what the others kept for it, and handed over
+        (docs/pool.md "A worker dies"). Never blocks: `answer` is called from the frame
+        that answers (at once, if the home is this worker and grants at once). One claim
+        per id at a time (the registry takes turns)."""
         self._claims[client_id] = (answer, self._loop.now() + CLAIM_TIMEOUT)
-        if not self.send(home_of(client_id, self.workers), Claim(client_id, self.worker)):
-            self._answer_claim(client_id, None)
-        elif self._claim_sweep is None and client_id in self._claims:
+        self.send(home_of(client_id, self.workers), Claim(client_id, self.worker))
+        if self._claim_sweep is None and client_id in self._claims:
             self._claim_sweep = self._loop.timer(CLAIM_SWEEP, CLAIM_SWEEP)
             self._claim_sweep.start(self._sweep_claims)
 
@@ -691,7 +697,7 @@ class PoolNode:
     def _on_hand_over(self, frame: HandOver) -> None:
         """A claimant took an id this worker owned: give the session up, then answer. A
         session still moving in here is given up once its move has ended."""
-        if self.moves.defer_hand_over(frame):
+        if self.moves.defer_hand_over(frame) or self.adoptions.defer_hand_over(frame):
             return
         registry = self._context.registry
         session = registry.sessions.get(frame.client_id) if registry is not None else None
@@ -716,6 +722,8 @@ class PoolNode:
         self.fabric.send(worker, DurableSnapshot(self.durable_announcer.snapshot().filters))
         if self._context.persistence.failing_here:
             self.fabric.send(worker, StoreFailing(1))
+        for client_id in [c for c in self._claims if home_of(c, self.workers) == worker]:
+            self.fabric.send(worker, Claim(client_id, self.worker))  # its answer was lost
         self.auth_failures.peer_up(worker)
         self.connection_counts.peer_up(worker)
         self.ops.peer_up(worker)  # bans: before `Owned`, which ends a starting peer's wait
@@ -768,8 +776,6 @@ class PoolNode:
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
                 result.set(None)
-        for client_id in [c for c in self._claims if home_of(c, self.workers) == worker]:
-            self._answer_claim(client_id, None)
         orphans = self.arbiter.owned_by(worker)
         for granted in self.arbiter.worker_down(worker):
             self.send(granted.claimant, granted)

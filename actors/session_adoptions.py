@@ -25,7 +25,7 @@ import gevent
 from actors.messages import ForwardingEnded, MoveSettled
 from actors.runtime import tell_if_alive
 from core.session_state import SubscriptionOptions
-from fabric.frames import Orphans
+from fabric.frames import HandOver, Orphans
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
 from router.shared import is_shared
@@ -39,10 +39,22 @@ DeliverOrphans = Callable[[tuple[Any, ...], FanOut], None]
 
 
 class _Adoption:
-    __slots__ = ("announced", "kept", "plans", "routes", "sessions", "timer", "waiting")
+    __slots__ = (
+        "announced",
+        "client_ids",
+        "deferred",
+        "kept",
+        "plans",
+        "routes",
+        "sessions",
+        "timer",
+        "waiting",
+    )
 
     def __init__(self) -> None:
         self.sessions: list[Any] = []
+        self.client_ids: set[str] = set()
+        self.deferred: list[HandOver] = []  # hand-overs of adopted ids asked meanwhile
         self.routes: RouteTable[str, Route] = RouteTable()
         self.plans = FanOut(self.routes)
         self.waiting: set[int] = set()  # workers whose `Orphans` has not come yet
@@ -60,9 +72,12 @@ class SessionAdoptions:
         ask: Callable[[int], object],
         when_routes_known: WhenRoutesKnown,
         deliver: DeliverOrphans,
+        hand_over: Callable[[HandOver], None],
     ) -> None:
-        """`ask(dead)` asks every worker, this one too, for what it kept for `dead`."""
+        """`ask(dead)` asks every worker, this one too, for what it kept for `dead`;
+        `hand_over` answers a hand-over deferred until the adoption ended."""
         self.worker = worker
+        self._hand_over = hand_over
         self._ask = ask
         self._when_routes_known = when_routes_known
         self._deliver = deliver
@@ -80,6 +95,7 @@ class SessionAdoptions:
         if adoption is None:
             adoption = self._adoptions[dead] = _Adoption()
         adoption.sessions.append(session)
+        adoption.client_ids.add(client_id)
         for topic_filter, options in subscriptions.items():
             if not is_shared(topic_filter):  # share groups are not in the durable replica
                 adoption.routes.add(topic_filter, client_id, Route(session, options, True))
@@ -123,6 +139,15 @@ class SessionAdoptions:
         if not adoption.waiting:
             self._end(frame.dead, adoption)
 
+    def defer_hand_over(self, frame: HandOver) -> bool:
+        """Hold a hand-over of an adopted session until what the others kept for it has
+        come (it then moves with all of it)."""
+        for adoption in self._adoptions.values():
+            if frame.client_id in adoption.client_ids:
+                adoption.deferred.append(frame)
+                return True
+        return False
+
     def peer_down(self, worker: int) -> None:
         """`worker` went down: its answer will not come."""
         for dead, adoption in list(self._adoptions.items()):
@@ -160,3 +185,5 @@ class SessionAdoptions:
             self._when_routes_known(
                 lambda: [tell_if_alive(session, MoveSettled()) for session in settled]
             )
+        for frame in adoption.deferred:
+            self._hand_over(frame)

@@ -57,19 +57,26 @@ def _publisher_on(pool: BrokerProcess, worker: int) -> PahoCollector:
     raise AssertionError("40 publishers in a row missed the worker")
 
 
+@pytest.mark.parametrize("reconnect", ["after the restart", "at once"])
 @pytest.mark.parametrize("homed", ["on the dead worker", "on the survivor"])
 @pytest.mark.parametrize("qos", [1, 2])
 def test_acknowledged_messages_survive_the_subscribers_worker_being_killed(
-    tmp_path: Path, qos: int, homed: str
+    tmp_path: Path, qos: int, homed: str, reconnect: str
 ) -> None:
+    """The subscriber reconnects once the worker is back, or at once: its CONNECT may land
+    on the survivor, whose claim then waits for the dead home to restart and adopt the
+    session, or in the dead worker's backlog."""
     pool = start_broker(tmp_path, UNBOUNDED_QUEUE, ("--workers", "2"))
     try:
-        _kill_under_a_stream(pool, qos, victim=1, home=1 if homed == "on the dead worker" else 0)
+        home = 1 if homed == "on the dead worker" else 0
+        _kill_under_a_stream(pool, qos, victim=1, home=home, at_once=reconnect == "at once")
     finally:
         assert pool.stop(timeout=10) == 0, pool.log()
 
 
-def _kill_under_a_stream(pool: BrokerProcess, qos: int, victim: int, home: int) -> None:
+def _kill_under_a_stream(
+    pool: BrokerProcess, qos: int, victim: int, home: int, *, at_once: bool
+) -> None:
     client_id, topic = _client_id_homed_on(home), unique("doomed")
     subscriber, _tries = connect_on_worker(pool, client_id, victim, 2, clean=False)
     subscribe_raw(subscriber, 1, (topic, qos))
@@ -81,7 +88,11 @@ def _kill_under_a_stream(pool: BrokerProcess, qos: int, victim: int, home: int) 
         receiver.read(subscriber, 0.5)
         os.kill(_worker_pid(pool, victim), signal.SIGKILL)
         subscriber.close()
-        time.sleep(1.0)  # the publisher streams on while the worker is dead and restarting
+        if at_once:
+            again = connect_raw(pool, client_id, clean=False, session_present=True)
+            receiver.read(again, 1.0)  # the publisher streams on meanwhile
+        else:
+            time.sleep(1.0)  # the publisher streams on while the worker is dead and restarting
         _wait_restarted(pool, victim)
         time.sleep(0.3)
     finally:
@@ -90,7 +101,8 @@ def _kill_under_a_stream(pool: BrokerProcess, qos: int, victim: int, home: int) 
     assert not thread.is_alive(), "the publisher's last publish was not acknowledged in 15 s"
     publisher.close()
     total = len(sent)
-    again = connect_raw(pool, client_id, clean=False, session_present=True)
+    if not at_once:
+        again = connect_raw(pool, client_id, clean=False, session_present=True)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and len(set(receiver.of("p"))) < total:
         receiver.read(again, 0.2)
