@@ -158,6 +158,10 @@ HAND_OVER_TIMEOUT = 5.0  # seconds it waits for the previous owner to give the s
 
 
 ORPHAN_TIMEOUT = 30.0  # seconds acks wait at most for a dead worker's sessions to be adopted
+RESOLVED_GRACE = 10.0  # seconds what was kept serves a late adopter after that
+
+
+_PEER_DOWN = object()  # a hand-over's answer when the previous owner went down
 
 
 class _DurableAck:
@@ -338,7 +342,7 @@ class PoolNode:
     def add(self, message: Message) -> bool:
         topic = message.topic
         kept = False
-        if self.orphans.dead and message.qos:  # a dead worker's sessions want it: kept
+        if self.orphans.active and message.qos:  # a dead worker's sessions want it: kept
             dead = self.orphans.keep(message)
             if dead:
                 self._orphan_waits += dead
@@ -481,20 +485,20 @@ class PoolNode:
         if self._orphan_sweep is None:
             self._orphan_sweep = gevent.spawn_later(ORPHAN_TIMEOUT, self._sweep_orphans)
 
-    def _ask_for_orphans(self, dead: int) -> None:
-        """This worker adopted its part of `dead`'s sessions: ask every worker, itself
+    def _ask_for_orphans(self, dead: int, round_: int) -> None:
+        """This worker adopted sessions of `dead` (in `round_`): ask every worker, itself
         included, for what it kept for them."""
         if self.fabric is not None:
-            self.fabric.broadcast(Adopted(dead))
-        self._on_adopted(self.worker, Adopted(dead))
+            self.fabric.broadcast(Adopted(dead, round_))
+        self._on_adopted(self.worker, Adopted(dead, round_))
 
     def _on_adopted(self, adopter: int, frame: Adopted) -> None:
-        """`adopter` hosts its part of `frame.dead`'s sessions: give it what was kept for
+        """`adopter` hosts a part of `frame.dead`'s sessions: give it what was kept for
         them (always answered, if only with nothing), and once it has committed that, it is
         done here."""
         dead = frame.dead
         messages = self.orphans.adopted(dead, adopter)
-        answer = Orphans(messages or (), dead)
+        answer = Orphans(messages or (), dead, frame.round)
         if adopter == self.worker:
             self.adoptions.orphans(adopter, answer)
             if messages is not None:
@@ -512,7 +516,7 @@ class PoolNode:
             self._committed(adopter, token)
 
     def _orphan_committed(self, dead: int, adopter: int) -> None:
-        tokens = self.orphans.committed(dead, adopter)
+        tokens = self.orphans.committed(dead, adopter, self._loop.now())
         if tokens is not None:
             logger.info(
                 "pool: every worker hosts the persistent sessions of worker %d again; %d "
@@ -534,7 +538,8 @@ class PoolNode:
     def _sweep_orphans(self) -> None:
         """Acks wait for a dead worker's sessions `ORPHAN_TIMEOUT` at most."""
         self._orphan_sweep = None
-        for dead, orphan in self.orphans.expired(self._loop.now(), ORPHAN_TIMEOUT):
+        expired = self.orphans.expired(self._loop.now(), ORPHAN_TIMEOUT, RESOLVED_GRACE)
+        for dead, orphan in expired:
             logger.error(
                 "pool: the persistent sessions of worker %d were not all hosted again "
                 "within %.0f s (no answer from workers %s); %d acknowledgements go and %d "
@@ -547,7 +552,7 @@ class PoolNode:
                 len(orphan.messages),
             )
             self._release_orphan_acks(dead, orphan.acks)
-        if self.orphans.dead:
+        if self.orphans.active or self.orphans.resolved:
             self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
 
     def _deliver_orphans(self, messages: tuple[Message, ...], plans: Any) -> None:
@@ -622,15 +627,18 @@ class PoolNode:
         """This worker's session for the id ended."""
         self.send(home_of(client_id, self.workers), Release(client_id, self.worker))
 
-    def hand_over(self, previous: int, client_id: str, discard: bool) -> None:
+    def hand_over(self, previous: int, client_id: str, discard: bool) -> bool:
         """Ask `previous` to give the session of `client_id` up, and wait until it has (or
-        it is down or silent: then what the store has is what there is)."""
+        it is down or silent: then what the store has is what there is). False if
+        `previous` is down (it died, or went down while this waited): the session it hosted
+        is then adopted from it where it is loaded (docs/pool.md "A worker dies")."""
         key = (client_id, previous)
         result: gevent.event.AsyncResult = gevent.event.AsyncResult()
         self._hand_overs[key] = result
         try:
-            if self.send(previous, HandOver(client_id, self.worker, int(discard))):
-                result.get(timeout=HAND_OVER_TIMEOUT)
+            if not self.send(previous, HandOver(client_id, self.worker, int(discard))):
+                return False
+            return result.get(timeout=HAND_OVER_TIMEOUT) is not _PEER_DOWN
         except gevent.Timeout:
             logger.warning(
                 "client id %r: worker %d did not hand its session over within %.0f s; "
@@ -639,6 +647,7 @@ class PoolNode:
                 previous,
                 HAND_OVER_TIMEOUT,
             )
+            return True
         finally:
             del self._hand_overs[key]
 
@@ -741,7 +750,7 @@ class PoolNode:
             self.fabric.broadcast(Leaving(self.worker))
 
     def peer_down(self, worker: int) -> None:
-        for dead, tokens in self.orphans.gone(worker):
+        for dead, tokens in self.orphans.gone(worker, self._loop.now()):
             logger.warning(
                 "pool: worker %d went down before it adopted its part of worker %d's "
                 "persistent sessions; %d acknowledgements waiting for that go",
@@ -775,7 +784,7 @@ class PoolNode:
         self.moves.peer_down(worker)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():
-                result.set(None)
+                result.set(_PEER_DOWN)
         orphans = self.arbiter.owned_by(worker)
         for granted in self.arbiter.worker_down(worker):
             self.send(granted.claimant, granted)

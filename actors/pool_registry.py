@@ -60,7 +60,7 @@ class PoolRegistry(SessionRegistry):
         context: BrokerContext,
         sessions: dict[str, Any],
         node: PoolNode,
-        resume: Callable[[str, float], Any],
+        resume: Callable[[str, float, int | None], Any],
     ) -> None:
         """`resume(client_id, wait)` loads the id's stored session and starts it detached
         (its actor ref), or returns None if the store has none; it waits at most `wait`
@@ -139,18 +139,31 @@ class PoolRegistry(SessionRegistry):
         client_id = client.client_id
         deadline = time.monotonic() + self._context.config.store.connect_wait
         previous = granted.previous if granted is not None else None
-        if previous is not None and previous != node.worker:
-            node.hand_over(previous, client_id, discard=client.clean_start)
+        died = None
+        if (
+            previous is not None
+            and previous != node.worker
+            and not node.hand_over(previous, client_id, discard=client.clean_start)
+        ):
+            died = previous
         session = self.sessions.get(client_id)
         if session is None and not client.clean_start and previous != node.worker:
+            # A session whose owner died is adopted here, with what the other workers kept
+            # for it (docs/pool.md "A worker dies").
+            adoption = None if died is None else node.adoptions.begin(died)
             try:
                 # The hand-over counts too; a store that answers at once is always asked.
-                session = self._resume(client_id, max(deadline - time.monotonic(), MIN_WAIT))
+                wait = max(deadline - time.monotonic(), MIN_WAIT)
+                session = self._resume(client_id, wait, adoption)
             except StoreError as error:
                 self._refuse_unavailable(client, client_ref, error)
                 if granted is not None:
                     node.settle(client_id, has_session=client_id in self.sessions)
                 return
+            finally:
+                if adoption is not None:
+                    fabric = node.fabric
+                    node.adoptions.announce(adoption, fabric.peers if fabric is not None else ())
             if session is not None:
                 self.sessions[client_id] = session
         if client_ref.is_alive():

@@ -146,6 +146,10 @@ class PoolBroker(Broker):
             if home_of(client_id, self.workers) == self.worker_id
             and node.arbiter.owner(client_id) is None
         }
+        # This worker's earlier life may have died: its sessions are adopted from it, and what
+        # the others kept for them comes once their routes are known (docs/pool.md "A
+        # worker dies").
+        self._restoring = node.adoptions.begin(self.worker_id)
         sessions = super()._restore_sessions(Snapshot(retained=[], sessions=homed))
         for client_id in sessions:
             node.arbiter.adopt(client_id, self.worker_id)
@@ -153,9 +157,7 @@ class PoolBroker(Broker):
                 node.route_changed(topic_filter, True)  # a share group's member too
                 if not is_shared(topic_filter):
                     node.durable_route_changed(topic_filter, True)
-        # This worker's earlier life may have died: what the others kept for its sessions
-        # comes once their routes are known (docs/pool.md "A worker dies").
-        node.adoptions.announce(self.worker_id, node.fabric.peers)
+        node.adoptions.announce(self._restoring, node.fabric.peers)
         node.rehost = self._rehost
         return sessions
 
@@ -163,7 +165,7 @@ class PoolBroker(Broker):
         actor.moving_in(None, user_known=False)
         session = actor.launch()
         state = actor.state
-        self.node.adoptions.add(self.worker_id, state.client_id, session, state.subscriptions)
+        self.node.adoptions.add(self._restoring, state.client_id, session, state.subscriptions)
         return session
 
     def _make_admission(self) -> Admission:
@@ -222,24 +224,24 @@ class PoolBroker(Broker):
 
     # ----- sessions from the store ----------------------------------------------------------
 
-    def _resume(self, client_id: str, wait: float, adopting: int | None = None) -> Any:
+    def _resume(self, client_id: str, wait: float, adoption: int | None = None) -> Any:
         """Load `client_id`'s stored session and start it detached (None: none stored),
         waiting at most `wait` seconds for a store process that is away (StoreError past
         that). If it is moving in from another worker, that worker then hears that its
-        routes are known here (and ends its forwarding). `adopting`: the dead worker that
-        hosted it (`actors.session_adoptions`)."""
+        routes are known here (and ends its forwarding). `adoption`: the round in which it
+        is adopted from a dead worker (`actors.session_adoptions`)."""
         try:
-            return self._load_and_start(client_id, wait, adopting)
+            return self._load_and_start(client_id, wait, adoption)
         finally:
             self.node.moves.routes_known(client_id)
 
-    def _load_and_start(self, client_id: str, wait: float, adopting: int | None) -> Any:
+    def _load_and_start(self, client_id: str, wait: float, adoption: int | None) -> Any:
         if self._store is None:
             return None
         stored = self._store.load_session(client_id, wait).sessions.get(client_id)
         if stored is None:
             return None
-        session = self._start_stored(client_id, stored, adopting)
+        session = self._start_stored(client_id, stored, adoption)
         if session is not None and stored.meta.subscriptions:
             # Its CONNACK waits until every worker routes its topics here, as a SUBACK does:
             # a publish after the CONNACK reaches the moved session.
@@ -254,26 +256,27 @@ class PoolBroker(Broker):
         if they had persistent ones, so that they keep queueing until their clients are
         back; then this worker has adopted its part of `dead`'s sessions (with none, it
         says so all the same: every worker's part is waited for)."""
+        adoption = self.node.adoptions.begin(dead)
         rehosting = []
         for client_id in client_ids:
             granted = self.node.arbiter.claim(client_id, self.worker_id)
             if granted and granted[0].previous is None:  # else another claim is in line
-                rehosting.append(gevent.spawn(self._rehost_from_store, client_id, dead))
+                rehosting.append(gevent.spawn(self._rehost_from_store, client_id, adoption))
 
         def adopted() -> None:
             gevent.joinall(rehosting)
             fabric = self.node.fabric
-            self.node.adoptions.announce(dead, fabric.peers if fabric is not None else ())
+            self.node.adoptions.announce(adoption, fabric.peers if fabric is not None else ())
 
         gevent.spawn(adopted)
 
-    def _rehost_from_store(self, client_id: str, dead: int) -> None:
+    def _rehost_from_store(self, client_id: str, adoption: int) -> None:
         registry = self.context.registry
         assert isinstance(registry, PoolRegistry)
         session = None
         if client_id not in registry.sessions:
             try:
-                session = self._resume(client_id, self.config.store.connect_wait, dead)
+                session = self._resume(client_id, self.config.store.connect_wait, adoption)
             except StoreError as error:
                 logger.warning(
                     "worker %d: cannot re-host the session of %r: %s; it is restored from "
@@ -288,7 +291,7 @@ class PoolBroker(Broker):
         self.node.settle(client_id, has_session=client_id in registry.sessions)
 
     def _start_stored(
-        self, client_id: str, stored: StoredSession, adopting: int | None = None
+        self, client_id: str, stored: StoredSession, adoption: int | None = None
     ) -> Any:
         context = self.context
         meta = stored.meta
@@ -306,12 +309,12 @@ class PoolBroker(Broker):
         actor = SessionActor(state, context, meta.protocol_version)
         if moving is not None:
             actor.moving_in(moving.username, bool(moving.user_known))
-        elif adopting is not None:
+        elif adoption is not None:
             actor.moving_in(None, user_known=False)
         session = actor.launch()
         self.node.moves.started(client_id, session)
-        if adopting is not None and moving is None:
-            self.node.adoptions.add(adopting, client_id, session, state.subscriptions)
+        if adoption is not None and moving is None:
+            self.node.adoptions.add(adoption, client_id, session, state.subscriptions)
         routes = [
             (topic_filter, Route(session, options, persistent=True))
             for topic_filter, options in state.subscriptions.items()

@@ -388,9 +388,11 @@ class Adopted:
     home re-hosted them, or `dead` restarted and restored them), with their routes known
     everywhere: send me what you acknowledged for that worker's sessions and could not
     give it (`Orphans`), then `CommitSync`. A worker that starts says it for its own
-    earlier life."""
+    earlier life. `round` tells the sender's adoptions apart (a CONNECT that was waiting
+    for the dead worker's hand-over adopts its session in a round of its own)."""
 
     dead: int
+    round: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +404,7 @@ class Orphans:
 
     messages: tuple[Message, ...]
     dead: int = 0
+    round: int = 0
 
 
 # ----- refused CONNECTs and the store's state, pool-wide (docs/pool.md) -------------------
@@ -645,7 +648,7 @@ def _encode_forward(frame: Forward) -> bytes:
 
 
 def _encode_orphans(frame: Orphans) -> bytes:
-    return _U32.pack(frame.dead) + _encode_messages(frame.messages)
+    return _U32x2.pack(frame.dead, frame.round) + _encode_messages(frame.messages)
 
 
 def _encode_retained(frame: Retained) -> bytes:
@@ -830,8 +833,8 @@ def _decode_forward(body: bytes) -> Forward:
 
 
 def _decode_orphans(body: bytes) -> Orphans:
-    (dead,) = _U32.unpack_from(body, 0)
-    return Orphans(_decode_messages(body, _U32.size), dead)
+    dead, round_ = _U32x2.unpack_from(body, 0)
+    return Orphans(_decode_messages(body, _U32x2.size), dead, round_)
 
 
 def _decode_retained(body: bytes) -> Retained:

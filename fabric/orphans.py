@@ -9,12 +9,14 @@ published to them. So the publisher's worker keeps, in memory:
 
 - `DurableSends`: per worker, the QoS 1/2 messages sent to it for its persistent sessions,
   per commit token, until that worker confirms their commit;
-- `OrphanedMessages`: per dead worker, the filters of its persistent sessions (from the `durable`
-  replica), the messages it may not have stored (the unconfirmed ones) and every later
-  QoS 1/2 message those filters match, and the acknowledgements that wait. Every worker
-  adopts part of the dead worker's sessions (the homes, and the dead worker's next life)
-  and says so (`Adopted`); it is then given the messages (`Orphans`), and once it has
-  committed them it is done. When every worker is done, the acknowledgements go.
+- `OrphanedMessages`: per dead worker, the filters of its persistent sessions (from the
+  `durable` replica), the messages it may not have stored (the unconfirmed ones) and every
+  later QoS 1/2 message those filters match, and the acknowledgements that wait. Every
+  worker adopts part of the dead worker's sessions (the homes, and the dead worker's next
+  life) and says so (`Adopted`); it is then given the messages (`Orphans`), and once it has
+  committed them it is done. When every worker is done, the acknowledgements go; the
+  messages are kept a little longer for a late adopter (a CONNECT that was waiting for the
+  dead worker to hand its session over loads it from the store instead).
 
 A message the adopter already has (the dead worker committed it) is known by its message
 id there (`core.move_in.MoveIn.orphaned`), so QoS 2 stays exactly once.
@@ -71,17 +73,22 @@ class _Orphan:
         self.waiting = set(workers)  # workers that have not adopted their part yet
         self.serving: set[int] = set()  # given the messages, their commit not confirmed
         self.acks: list[int] = []  # tokens of the acknowledgements waiting
-        self.since = since
+        self.since = since  # when the worker died; once resolved, when that happened
 
 
 class OrphanedMessages:
     """The dead workers' persistent sessions as this worker keeps messages for them; see
     the module docstring."""
 
-    __slots__ = ("dead",)
+    __slots__ = ("active", "resolved")
 
     def __init__(self) -> None:
-        self.dead: dict[int, _Orphan] = {}  # read directly on the publish path: empty = none
+        # Dead workers whose sessions are not all adopted yet: read directly on the publish
+        # path (empty: nothing to keep).
+        self.active: dict[int, _Orphan] = {}
+        # Dead workers every worker has adopted from, kept for `RESOLVED_GRACE` seconds: a
+        # CONNECT that was waiting for the dead worker's hand-over adopts its session late.
+        self.resolved: dict[int, _Orphan] = {}
 
     def died(
         self,
@@ -96,9 +103,10 @@ class OrphanedMessages:
         """`dead` went down with persistent sessions subscribed to `filters`; `lost`
         were sent to it and not confirmed, and the acknowledgements `tokens` waited on
         them. Every one of `workers` adopts a part of its sessions."""
-        orphan = self.dead.get(dead)
+        self.resolved.pop(dead, None)
+        orphan = self.active.get(dead)
         if orphan is None:
-            orphan = self.dead[dead] = _Orphan(workers, now)
+            orphan = self.active[dead] = _Orphan(workers, now)
         else:  # it died again before every worker adopted its sessions
             orphan.waiting.update(workers)
         for topic_filter in filters:
@@ -107,10 +115,10 @@ class OrphanedMessages:
         orphan.acks += tokens
 
     def keep(self, message: Message) -> list[int]:
-        """The dead workers with a persistent session that `message` (QoS 1/2) is for; it
-        is kept for each of them."""
+        """The dead workers with a persistent session that `message` (QoS 1/2) is for, not
+        all adopted yet; it is kept for each of them."""
         kept: list[int] = []
-        for dead, orphan in self.dead.items():
+        for dead, orphan in self.active.items():
             if orphan.filters.match(message.topic):
                 orphan.messages.append(message)
                 kept.append(dead)
@@ -118,49 +126,59 @@ class OrphanedMessages:
 
     def wait(self, dead: int, token: int) -> None:
         """The acknowledgement `token` waits until every worker adopted `dead`'s sessions."""
-        self.dead[dead].acks.append(token)
+        self.active[dead].acks.append(token)
 
     def adopted(self, dead: int, adopter: int) -> tuple[Message, ...] | None:
-        """`adopter` hosts its part of `dead`'s sessions, their routes known here: the
-        messages to give it. None: nothing is kept for `dead`, or `adopter` had them."""
-        orphan = self.dead.get(dead)
-        if orphan is None or adopter not in orphan.waiting:
-            return None
-        orphan.waiting.discard(adopter)
-        orphan.serving.add(adopter)
+        """`adopter` hosts a part of `dead`'s sessions, their routes known here: the
+        messages to give it (also to a late adopter, within the grace). None: nothing is
+        kept for `dead`."""
+        orphan = self.active.get(dead)
+        if orphan is not None:
+            orphan.waiting.discard(adopter)
+            orphan.serving.add(adopter)
+        else:
+            orphan = self.resolved.get(dead)
+            if orphan is None:
+                return None
         return tuple(orphan.messages)
 
-    def committed(self, dead: int, adopter: int) -> list[int] | None:
+    def committed(self, dead: int, adopter: int, now: float) -> list[int] | None:
         """`adopter` committed what it was given: the acknowledgements to release if every
-        worker is now done with `dead` (which is then forgotten); else None."""
-        orphan = self.dead.get(dead)
+        worker is now done with `dead`; else None."""
+        orphan = self.active.get(dead)
         if orphan is None:
             return None
         orphan.serving.discard(adopter)
-        return self._done(dead, orphan)
+        return self._done(dead, orphan, now)
 
-    def gone(self, worker: int) -> list[tuple[int, list[int]]]:
+    def gone(self, worker: int, now: float) -> list[tuple[int, list[int]]]:
         """`worker` went down too: it adopts nothing more. The (dead worker, tokens) whose
         acknowledgements that leaves nobody to wait for."""
         released = []
-        for dead, orphan in list(self.dead.items()):
+        for dead, orphan in list(self.active.items()):
             orphan.waiting.discard(worker)
             orphan.serving.discard(worker)
-            tokens = self._done(dead, orphan)
+            tokens = self._done(dead, orphan, now)
             if tokens is not None:
                 released.append((dead, tokens))
         return released
 
-    def expired(self, now: float, timeout: float) -> list[tuple[int, _Orphan]]:
+    def expired(self, now: float, timeout: float, grace: float) -> list[tuple[int, _Orphan]]:
         """The dead workers whose sessions were not all adopted within `timeout` seconds,
-        forgotten: (worker, what was kept: its `acks`, `messages`, `waiting`, `serving`)."""
-        late = [(dead, o) for dead, o in self.dead.items() if now - o.since >= timeout]
+        given up: (worker, what was kept: its `acks`, `messages`, `waiting`, `serving`).
+        Resolved ones older than `grace` are forgotten."""
+        late = [(dead, o) for dead, o in self.active.items() if now - o.since >= timeout]
         for dead, _orphan in late:
-            del self.dead[dead]
+            del self.active[dead]
+        for dead in [d for d, o in self.resolved.items() if now - o.since >= grace]:
+            del self.resolved[dead]
         return late
 
-    def _done(self, dead: int, orphan: _Orphan) -> list[int] | None:
+    def _done(self, dead: int, orphan: _Orphan, now: float) -> list[int] | None:
         if orphan.waiting or orphan.serving:
             return None
-        del self.dead[dead]
-        return orphan.acks
+        del self.active[dead]
+        self.resolved[dead] = orphan
+        orphan.since = now
+        acks, orphan.acks = orphan.acks, []
+        return acks

@@ -189,8 +189,8 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(StoreFailing, st.sampled_from([0, 1])),
     st.builds(DurableRoutes, filter_sets, filter_sets),
     st.builds(DurableSnapshot, filter_sets),
-    st.builds(Adopted, worker_ids),
-    st.builds(Orphans, message_batches, worker_ids),
+    st.builds(Adopted, worker_ids, st.integers(0, 2**32 - 1)),
+    st.builds(Orphans, message_batches, worker_ids, st.integers(0, 2**32 - 1)),
 )
 
 
