@@ -1,0 +1,69 @@
+"""Edge cases of the protocol that Mosquitto answers, over real sockets with raw packets.
+
+- A packet only a server sends (CONNACK, SUBACK, UNSUBACK, PINGRESP) from a client is a
+  Protocol Error by its type, whatever its body holds: 5.0 DISCONNECT 0x82, 3.1.1 close.
+
+Each offence closes only its own connection and leaves a WARNING line naming the client.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mqtt.packets import Disconnect
+from mqtt.reason_codes import ReasonCode
+from tests.fixtures.wire_packets import h
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess
+from tests.support.clients import connect_raw, unique
+from tests.support.raw_client import RawClient
+
+
+def _closed_with_warning(broker: BrokerProcess, client: RawClient, client_id: str) -> str:
+    """Assert the broker closed `client` and logged a WARNING naming it; the line."""
+    assert client.is_closed_by_broker(3)
+    client.close()
+    line = wait_for_log(broker, f"closing client '{client_id}'")
+    assert " WARNING " in line, line
+    return line
+
+
+# Each with a body that is broken too (a property not allowed in it, an unknown one, a
+# body where none belongs): the type decides before the body is read.
+SERVER_ONLY_5 = {
+    "connack_bad_property": "20 05 00 00 02 0100",
+    "suback_unknown_property": "90 05 0001 01 ff 00",
+    "unsuback_bad_property": "b0 06 0001 02 0100 00",
+    "pingresp_with_body": "d0 01 00",
+}
+SERVER_ONLY_4 = {
+    "connack_reserved_flags": "21 02 0000",
+    "suback": "90 03 0001 00",
+    "unsuback": "b0 02 0001",
+    "pingresp_with_body": "d0 01 00",
+}
+
+
+@pytest.mark.parametrize("wire", SERVER_ONLY_5.values(), ids=SERVER_ONLY_5.keys())
+def test_server_only_packet_from_a_5_0_client_is_disconnect_0x82(
+    broker: BrokerProcess, wire: str
+) -> None:
+    client_id = unique("srvonly5")
+    client = connect_raw(broker, client_id, version=5)
+    client.send_bytes(h(wire))
+    disconnect = client.expect()
+    assert isinstance(disconnect, Disconnect), disconnect
+    assert disconnect.reason_code == ReasonCode.PROTOCOL_ERROR, disconnect
+    line = _closed_with_warning(broker, client, client_id)
+    assert "sent only by a server" in line, line
+
+
+@pytest.mark.parametrize("wire", SERVER_ONLY_4.values(), ids=SERVER_ONLY_4.keys())
+def test_server_only_packet_from_a_3_1_1_client_closes_it(
+    broker: BrokerProcess, wire: str
+) -> None:
+    client_id = unique("srvonly4")
+    client = connect_raw(broker, client_id)
+    client.send_bytes(h(wire))
+    line = _closed_with_warning(broker, client, client_id)
+    assert "sent only by a server" in line, line
