@@ -2,6 +2,8 @@
 
 - A packet only a server sends (CONNACK, SUBACK, UNSUBACK, PINGRESP) from a client is a
   Protocol Error by its type, whatever its body holds: 5.0 DISCONNECT 0x82, 3.1.1 close.
+- A delivery acknowledged with an ack that does not fit it (PUBCOMP for QoS 1, PUBACK for
+  QoS 2) is a Protocol Error, instead of a delivery left in flight for good.
 
 Each offence closes only its own connection and leaves a WARNING line naming the client.
 """
@@ -10,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from mqtt.packets import Disconnect
+from mqtt.packets import Disconnect, PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt.reason_codes import ReasonCode
 from tests.fixtures.wire_packets import h
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
-from tests.support.clients import connect_raw, unique
+from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
 
 
@@ -67,3 +69,64 @@ def test_server_only_packet_from_a_3_1_1_client_closes_it(
     client.send_bytes(h(wire))
     line = _closed_with_warning(broker, client, client_id)
     assert "sent only by a server" in line, line
+
+
+# (QoS of the delivery, the acks the client answers it with; the last one does not fit)
+WRONG_ACKS = {
+    "qos1_pubcomp": (1, [PubComp]),
+    "qos1_pubrec": (1, [PubRec]),
+    "qos2_puback": (2, [PubAck]),
+    "qos2_pubrec_then_puback": (2, [PubRec, PubAck]),
+}
+
+
+def _deliver_to(broker: BrokerProcess, client: RawClient, qos: int) -> int:
+    """Subscribe `client` at `qos` and have another client publish to it at `qos`; the
+    delivery's packet id."""
+    topic = unique("wrongack")
+    subscribe_raw(client, 1, (topic, qos))
+    publisher = connect_raw(broker, unique("pub"))
+    publisher.send(Publish(topic, b"x", qos=qos, packet_id=1))
+    assert publisher.expect().packet_id == 1  # PUBACK or PUBREC: routed
+    publisher.close()
+    publish = expect_publish(client)
+    assert publish.qos == qos and publish.packet_id is not None, publish
+    return publish.packet_id
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("case", WRONG_ACKS.values(), ids=WRONG_ACKS.keys())
+def test_an_ack_that_does_not_fit_the_delivery_closes_the_connection(
+    broker: BrokerProcess, case: tuple[int, list[type]], version: int
+) -> None:
+    qos, acks = case
+    client_id = unique("wrongack")
+    client = connect_raw(broker, client_id, version=version)
+    packet_id = _deliver_to(broker, client, qos)
+    for ack in acks[:-1]:
+        client.send(ack(packet_id))
+        assert client.expect() == PubRel(packet_id)  # a fitting PUBREC's PUBREL
+    client.send(acks[-1](packet_id))
+    if version == 5:
+        disconnect = client.expect()
+        assert isinstance(disconnect, Disconnect), disconnect
+        assert disconnect.reason_code == ReasonCode.PROTOCOL_ERROR, disconnect
+    assert client.is_closed_by_broker(3)  # at once, not after the keep-alive
+    client.close()
+    name = acks[-1].__name__.upper()
+    line = wait_for_log(broker, f"closing client '{client_id}': protocol violation: {name}")
+    assert " WARNING " in line and f"packet id {packet_id}" in line, line
+
+
+def test_fitting_acks_keep_the_connection(broker: BrokerProcess) -> None:
+    """The same exchanges with the acks that fit leave the connection served."""
+    client = connect_raw(broker, unique("rightack"), version=5)
+    client.send(PubAck(_deliver_to(broker, client, 1)))
+    packet_id = _deliver_to(broker, client, 2)
+    client.send(PubRec(packet_id))
+    assert client.expect() == PubRel(packet_id)
+    client.send(PubRec(packet_id))  # a repeated PUBREC: its PUBREL again [MQTT-4.3.3-1]
+    assert client.expect() == PubRel(packet_id)
+    client.send(PubComp(packet_id))
+    _deliver_to(broker, client, 1)
+    client.close()
