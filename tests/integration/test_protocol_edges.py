@@ -4,16 +4,32 @@
   Protocol Error by its type, whatever its body holds: 5.0 DISCONNECT 0x82, 3.1.1 close.
 - A delivery acknowledged with an ack that does not fit it (PUBCOMP for QoS 1, PUBACK for
   QoS 2) is a Protocol Error, instead of a delivery left in flight for good.
+- A client id or will topic holding control characters (U+0001-U+001F, U+007F-U+009F) is
+  refused, unless `[limits] allow_control_characters`.
 
 Each offence closes only its own connection and leaves a WARNING line naming the client.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from mqtt.packets import Disconnect, PubAck, PubComp, Publish, PubRec, PubRel
-from mqtt.reason_codes import ReasonCode
+from mqtt.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Will,
+)
+from mqtt.reason_codes import ConnackReturnCode, ReasonCode
 from tests.fixtures.wire_packets import h
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
@@ -61,9 +77,7 @@ def test_server_only_packet_from_a_5_0_client_is_disconnect_0x82(
 
 
 @pytest.mark.parametrize("wire", SERVER_ONLY_4.values(), ids=SERVER_ONLY_4.keys())
-def test_server_only_packet_from_a_3_1_1_client_closes_it(
-    broker: BrokerProcess, wire: str
-) -> None:
+def test_server_only_packet_from_a_3_1_1_client_closes_it(broker: BrokerProcess, wire: str) -> None:
     client_id = unique("srvonly4")
     client = connect_raw(broker, client_id)
     client.send_bytes(h(wire))
@@ -129,4 +143,53 @@ def test_fitting_acks_keep_the_connection(broker: BrokerProcess) -> None:
     assert client.expect() == PubRel(packet_id)
     client.send(PubComp(packet_id))
     _deliver_to(broker, client, 1)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "code"),
+    [(4, ConnackReturnCode.IDENTIFIER_REJECTED), (5, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID)],
+)
+@pytest.mark.parametrize("control", ["\x01", "\x1b", "\x7f", "\x9f"])
+def test_client_id_with_a_control_character_is_refused(
+    broker: BrokerProcess, version: int, code: int, control: str
+) -> None:
+    client_id = unique("ctl") + control
+    client = RawClient(broker.host, broker.port, version=version)
+    connack = client.connect(client_id)
+    assert isinstance(connack, ConnAck) and connack.reason_code == code, connack
+    assert client.is_closed_by_broker(3)
+    client.close()
+    line = wait_for_log(broker, f"client id {client_id!r} holds control characters")
+    assert "refused CONNECT" in line, line
+
+
+def test_will_topic_with_a_control_character_is_refused(broker: BrokerProcess) -> None:
+    """5.0: CONNACK 0x90 Topic Name invalid; 3.1.1 has no return code for it: closed."""
+    topic = unique("will") + "/\x1b[2J"
+    client = RawClient(broker.host, broker.port, version=5)
+    connack = client.connect(unique("ctlwill"), will=Will(topic, b"x"))
+    assert isinstance(connack, ConnAck), connack
+    assert connack.reason_code == ReasonCode.TOPIC_NAME_INVALID, connack
+    assert client.is_closed_by_broker(3)
+    client.close()
+    client = RawClient(broker.host, broker.port, version=4)
+    client.send(Connect(client_id=unique("ctlwill"), protocol_version=4, will=Will(topic, b"x")))
+    with pytest.raises(ConnectionError):  # closed, without a CONNACK
+        client.expect(3)
+    client.close()
+    wait_for_log(broker, f"will topic {topic!r} holds control characters")
+    line = wait_for_log(broker, "protocol violation: will topic")
+    assert " WARNING " in line, line
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_control_characters_accepted_when_configured(
+    broker_factory: Callable[..., BrokerProcess], version: int
+) -> None:
+    broker = broker_factory("[limits]\nallow_control_characters = true\n")
+    client_id = unique("ctl") + "\x01"
+    client = connect_raw(broker, client_id, version=version, will=Will("w/\x1b", b"x"))
+    client.send(PingReq())
+    assert isinstance(client.expect(), PingResp)
     client.close()
