@@ -94,6 +94,9 @@ class LimitsConfig:
     connect_timeout: float = 10.0  # seconds from accept to CONNECT
     max_client_id_length: int = 65535
     max_topic_levels: int = 128
+    # accept client ids and will topics holding control characters (U+0001-U+001F,
+    # U+007F-U+009F); false: CONNACK 0x02 / 0x85, or for a will topic 0x90 (3.x: close)
+    allow_control_characters: bool = False
     # bytes waiting for a slow socket before QoS 0 to it is dropped and reads from it pause
     max_write_buffer: int = 4_194_304
     # a connection's input the actors have not handled yet, beyond which its reads pause

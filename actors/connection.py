@@ -136,7 +136,7 @@ class Connection:
             else LayeredTransport(sock, peer, loop, layers)
         )
         self._identified = False  # the layers' identity was reported (or there is none)
-        self.decoder = PacketDecoder(max_packet_size=max_packet_size)
+        self.decoder = PacketDecoder(max_packet_size=max_packet_size, from_client=True)
         self.intake = intake
         self.write_limit = write_limit  # bytes waiting for the client before reads pause
         self._throttle_log = throttle_log

@@ -97,6 +97,7 @@ class BrokerContext:
         return ChannelSettings(
             max_client_id_length=limits.max_client_id_length,
             max_topic_levels=limits.max_topic_levels,
+            allow_control_characters=limits.allow_control_characters,
             identity_as_username=identity_as_username,
             max_awaiting_rel=limits.max_awaiting_rel,
             max_waiting_packets=limits.max_unprocessed_packets,

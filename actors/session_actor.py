@@ -110,6 +110,7 @@ from core.session_state import (
     Completed,
     Delivery,
     Dropped,
+    ProtocolViolation,
     Revoked,
     SendPublish,
     SendPubrel,
@@ -915,6 +916,18 @@ class SessionActor(GeventActor):
             self._drops = []
         self._drops.append(action)
 
+    def _protocol_violation(self, action: ProtocolViolation) -> None:
+        """The client acknowledged a delivery with an ack that does not fit it: its
+        connection is closed as a Protocol Error (5.0: DISCONNECT 0x82 saying why)."""
+        if self._client_ref is None:
+            return  # the connection is gone already
+        logger.warning(
+            "closing client %r: protocol violation: %s", self.state.client_id, action.why
+        )
+        tell_if_alive(
+            self._client_ref, CloseConnection(DisconnectReason.PROTOCOL_ERROR, detail=action.why)
+        )
+
     def _revoked(self, action: Revoked) -> None:
         # The batch (routes, stored subscriptions, log line) is handled by _reauthorize.
         if self._hooks.has(HookPoint.SESSION_UNSUBSCRIBED):
@@ -1259,6 +1272,7 @@ _ACTION_HANDLERS: dict[type, Callable[[SessionActor, Any], None]] = {
     Completed: SessionActor._completed,
     Dropped: SessionActor._dropped,
     Revoked: SessionActor._revoked,
+    ProtocolViolation: SessionActor._protocol_violation,
 }
 
 

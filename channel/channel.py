@@ -122,6 +122,7 @@ from mqtt.packets import (
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from mqtt.topics import TopicError
+from mqtt.wire import has_control_characters
 from router.shared import inner_filter, is_shared, parse_shared
 
 logger = logging.getLogger(__name__)
@@ -158,6 +159,9 @@ class ChannelSettings:
 
     max_client_id_length: int = 65535
     max_topic_levels: int = 128
+    # `limits.allow_control_characters`: accept a client id or will topic that holds
+    # U+0001-U+001F or U+007F-U+009F (refused by default, as Mosquitto does).
+    allow_control_characters: bool = False
     # The listener's `use_identity_as_username`: the TLS client certificate's CN becomes the
     # username (a client without a certificate is refused), as in Mosquitto.
     identity_as_username: bool = False
@@ -902,8 +906,7 @@ class Channel:
             client_id = f"auto-{uuid.uuid4().hex}"  # [MQTT-3.1.3-6]
             if self.version >= 5:
                 connack_properties[PropertyId.ASSIGNED_CLIENT_IDENTIFIER] = client_id
-        if len(client_id) > settings.max_client_id_length:
-            self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
+        if self._strings_refused(packet, client_id):
             return
         username = packet.username
         if settings.identity_as_username:
@@ -983,6 +986,34 @@ class Channel:
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _strings_refused(self, packet: Connect, client_id: str) -> bool:
+        """Refuse a CONNECT whose client id is over `max_client_id_length`, or (unless
+        `allow_control_characters`) whose client id or will topic holds a control
+        character, which a UTF-8 string SHOULD NOT (3.1.1 section 1.5.3, 5.0 section
+        1.5.4), and say so (True). The id: CONNACK 0x85 (3.x: 0x02 identifier rejected).
+        The will topic: 5.0 CONNACK 0x90, "the Will Topic Name is not malformed, but is not
+        accepted by this Server" (3.2.2.2); no 3.x return code fits, so a 3.x client is
+        closed."""
+        settings = self._settings
+        if len(client_id) > settings.max_client_id_length:
+            self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id too long")
+            return True
+        if settings.allow_control_characters:
+            return False
+        if has_control_characters(packet.client_id):
+            why = f"client id {packet.client_id!r} holds control characters (section 1.5.4)"
+            self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, why)
+            return True
+        will = packet.will
+        if will is None or not has_control_characters(will.topic):
+            return False
+        why = f"will topic {will.topic!r} holds control characters (section 1.5.4)"
+        if self.version >= 5:
+            self._refuse(ReasonCode.TOPIC_NAME_INVALID, why)
+        else:
+            self._violation(why)
+        return True
 
     def _banned(self, client: ClientInfo) -> bool:
         """Refuse a banned client with CONNACK 0x8A (3.1.1: 0x05 not authorised)."""

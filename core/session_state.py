@@ -17,7 +17,9 @@ in the order they must happen, which the session actor (`actors.session_actor`) 
 - `Dropped(delivery, reason)`: not kept: queue full, QoS 0 offline or to a slow consumer,
   no longer authorised, expired, too large for the client (count, log, delete from the
   store, run message.dropped);
-- `Revoked(topic_filter)`: a subscription the ACL no longer allows was removed.
+- `Revoked(topic_filter)`: a subscription the ACL no longer allows was removed;
+- `ProtocolViolation(why)`: the client acknowledged a delivery in flight with an
+  acknowledgement that does not fit its stage (close the connection as a Protocol Error).
 
 The transitions: `deliver` (new deliveries), `acknowledge` (PUBACK/PUBREC/PUBCOMP), `resume`
 (the client is back), `discard` (a PUBLISH that could not be sent) and `keep_readable`
@@ -96,6 +98,10 @@ _TRANSITIONS: dict[Ack, tuple[Stage, Stage | None]] = {
     Ack.PUBREC: (Stage.AWAIT_PUBREC, Stage.AWAIT_PUBCOMP),
     Ack.PUBCOMP: (Stage.AWAIT_PUBCOMP, None),
 }
+# The rule an ack that does not fit its delivery's stage breaks, by the delivery's QoS: a
+# receiver answers QoS 1 with PUBACK [MQTT-4.3.2-2], QoS 2 with PUBREC and a PUBREL with
+# PUBCOMP [MQTT-4.3.3-2].
+_RULE_OF_QOS = {1: "MQTT-4.3.2-2", 2: "MQTT-4.3.3-2"}
 
 
 @dataclass(slots=True)
@@ -161,9 +167,17 @@ class Revoked:
     topic_filter: str
 
 
+@dataclass(slots=True)
+class ProtocolViolation:
+    """The client broke the protocol (`why` says how, citing the rule): close its connection
+    as a Protocol Error (5.0: DISCONNECT 0x82)."""
+
+    why: str
+
+
 # A bare `Delivery` in an action list is itself an action: "write this QoS 0 delivery now,
 # without a packet id" (it needs no tracking, and the QoS 0 fan-out path allocates nothing).
-Action = Delivery | SendPublish | SendPubrel | Completed | Dropped | Revoked
+Action = Delivery | SendPublish | SendPubrel | Completed | Dropped | Revoked | ProtocolViolation
 
 
 def with_packet_id(ids: set[int] | frozenset[int], packet_id: int) -> set[int] | frozenset[int]:
@@ -253,9 +267,14 @@ class SessionState:
         """Apply PUBACK/PUBREC/PUBCOMP packets from the client, in arrival order.
 
         An ack that matches the stage of its packet id advances it: PUBREC -> SendPubrel,
-        PUBACK/PUBCOMP -> Completed. Anything else (a duplicate, a stray, the wrong kind) is
-        ignored, except that a PUBREC always gets a PUBREL [MQTT-4.3.3-1]. If slots were
-        freed and the client is connected, queued deliveries follow into the window.
+        PUBACK/PUBCOMP -> Completed. Another ack for an id in flight (PUBREC or PUBCOMP for
+        QoS 1, PUBACK for QoS 2, PUBCOMP before PUBREC) would leave the delivery in flight
+        for good: it ends the batch with a `ProtocolViolation`, as in Mosquitto (the acks
+        before it count; the window is not refilled for a connection that closes). A
+        repeated PUBREC gets its PUBREL again [MQTT-4.3.3-1]; an ack for an id not in
+        flight (a duplicate, a stray) is ignored, but a PUBREC still gets a PUBREL. If
+        slots were freed and the client is connected, queued deliveries follow into the
+        window.
         """
         actions: list[Action] = []
         append = actions.append
@@ -276,6 +295,16 @@ class SessionState:
                         entry.stage = next_stage
                         append(SendPubrel(packet_id, entry.delivery))
                     continue
+                if ack is not Ack.PUBREC or entry.stage is Stage.AWAIT_PUBACK:
+                    qos = entry.delivery.qos
+                    awaited = entry.stage.name.removeprefix("AWAIT_")
+                    append(
+                        ProtocolViolation(
+                            f"{ack.name} for packet id {packet_id}, a QoS {qos} delivery "
+                            f"awaiting {awaited} [{_RULE_OF_QOS[qos]}]"
+                        )
+                    )
+                    return actions
             if ack is Ack.PUBREC:
                 append(SendPubrel(packet_id, None, found=entry is not None))
         if freed and connected:

@@ -14,6 +14,11 @@ Invariants:
 - Before the protocol version is known only CONNECT is accepted [MQTT-3.1.0-1]; reading a
   CONNECT's protocol level sets `protocol_version` (if still unset) before the rest of the
   packet is validated, so a broker can answer a bad CONNECT in the client's version.
+- A broker's decoder (`from_client`) refuses the packets only a server sends (CONNACK,
+  SUBACK, UNSUBACK, PINGRESP; the direction column of table 2-1, section 2.1.2) as a
+  Protocol Error (0x82) as soon as their fixed header is read, before their flags or body
+  are looked at: the type alone breaks the protocol [MQTT-4.8.0-1]. Not on the PUBLISH
+  path: only packets that reach the general decoding pay for the check.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ _BARE_ACKS: dict[int, type[PubAck | PubRec | PubRel | PubComp]] = {
 _CONNECT = PacketType.CONNECT
 _CONNACK = PacketType.CONNACK
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+# What only a server sends (section 2.1.2, table 2-1), refused by a broker's decoder.
+_SERVER_ONLY = frozenset(
+    {PacketType.CONNACK, PacketType.SUBACK, PacketType.UNSUBACK, PacketType.PINGRESP}
+)
+_NONE: frozenset[int] = frozenset()
 
 
 def _read_remaining_length(buf: bytes, pos: int, size: int) -> tuple[int, int]:
@@ -80,13 +90,25 @@ class PacketDecoder:
 
     `max_packet_size` bounds a whole packet (fixed header included, as MQTT 5.0 Maximum
     Packet Size does). `protocol_version` is 3, 4 or 5, or None until a CONNECT is read;
-    clients set it up front.
+    clients set it up front. `from_client`: the decoder reads what a client sends (a
+    broker's), so the packets only a server sends are a Protocol Error.
     """
 
-    __slots__ = ("_failure", "_needed", "_pending", "max_packet_size", "protocol_version")
+    __slots__ = (
+        "_failure",
+        "_needed",
+        "_pending",
+        "_refused",
+        "max_packet_size",
+        "protocol_version",
+    )
 
     def __init__(
-        self, max_packet_size: int = 1_048_576, protocol_version: int | None = None
+        self,
+        max_packet_size: int = 1_048_576,
+        protocol_version: int | None = None,
+        *,
+        from_client: bool = False,
     ) -> None:
         if not 2 <= max_packet_size <= MAX_PACKET_SIZE:
             raise ValueError(
@@ -99,6 +121,7 @@ class PacketDecoder:
         self._pending = bytearray()
         self._needed = 0
         self._failure: MqttError | None = None
+        self._refused = _SERVER_ONLY if from_client else _NONE
 
     @property
     def buffered(self) -> int:
@@ -195,6 +218,11 @@ class PacketDecoder:
         version = self.protocol_version
         if version is None:
             raise ProtocolError(f"first packet is type {packet_type}, not CONNECT [MQTT-3.1.0-1]")
+        if packet_type in self._refused:
+            raise ProtocolError(
+                f"{PacketType(packet_type).name} is sent only by a server (section 2.1.2), "
+                "not by a client [MQTT-4.8.0-1]"
+            )
         if packet_type == _PUBLISH:
             return decode_publish(flags, buf, start, end, version)
         if packet_type == 0:

@@ -7,6 +7,8 @@ never read at or past `end` (the end of the current packet or property block) an
 
 from __future__ import annotations
 
+import re
+
 from mqtt.errors import MalformedPacketError
 
 MAX_VARINT = 268_435_455
@@ -100,6 +102,17 @@ def decode_utf8(raw: bytes) -> str:
     if "\x00" in text:
         raise MalformedPacketError("string contains U+0000 [MQTT-1.5.3-2]")
     return text
+
+
+_CONTROL_CHARACTERS = re.compile("[\x01-\x1f\x7f-\x9f]")
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether `text` holds a control character U+0001-U+001F or U+007F-U+009F. A UTF-8
+    string SHOULD NOT, and a receiver MAY treat one that does as malformed (3.1.1 section
+    1.5.3, 5.0 section 1.5.4); `decode_utf8` accepts them, whether to is the caller's
+    policy."""
+    return _CONTROL_CHARACTERS.search(text) is not None
 
 
 def read_string(buf: bytes, pos: int, end: int) -> tuple[str, int]:

@@ -12,8 +12,10 @@ the actions the transitions return and checks after every step that:
 - packet ids in flight are within 1..65535, and a new one is never an id still in flight
   [MQTT-2.3.1-2] (server: [MQTT-2.3.1-4]);
 - an ack batch answers each ack as its stage says (PUBREC -> SendPubrel, even a repeated
-  one [MQTT-4.3.3-1]; PUBACK/PUBCOMP -> Completed; anything else nothing), then refills the
-  window from the head of the queue, only when connected and a slot was freed;
+  one [MQTT-4.3.3-1]; PUBACK/PUBCOMP -> Completed; for an id not in flight nothing), then
+  refills the window from the head of the queue, only when connected and a slot was freed;
+  an ack of an id in flight that does not fit its stage ends the batch with a
+  ProtocolViolation, after the acks before it and without a refill;
 - resume resends every in-flight entry in send order (PUBLISH with DUP, or PUBREL once
   PUBREC came) [MQTT-4.4.0-1] before anything from the queue;
 - a full queue drops its oldest first; drops carry the reason that applies;
@@ -37,6 +39,7 @@ from core.session_state import (
     Delivery,
     Dropped,
     InflightEntry,
+    ProtocolViolation,
     SendPublish,
     SendPubrel,
     SessionState,
@@ -295,9 +298,16 @@ class SessionModel:
         stages = {pid: e.stage for pid, e in entries.items()}
         queue_before = list(self.state.queue or ())
         expected: list[Action] = []
+        violated = False
         for ack, packet_id in resolved:
             expected_stage, next_stage = EXPECTED_TRANSITION[ack]
-            if stages.get(packet_id) is expected_stage:
+            stage = stages.get(packet_id)
+            if stage is not None and stage is not expected_stage and (
+                ack is not Ack.PUBREC or stage is Stage.AWAIT_PUBACK
+            ):
+                violated = True
+                break
+            if stage is expected_stage:
                 delivery = entries[packet_id].delivery
                 if next_stage is None:
                     del stages[packet_id]
@@ -312,7 +322,11 @@ class SessionModel:
         actions = self.state.acknowledge(resolved, self.connected, now=0.0)
         assert actions[: len(expected)] == expected
         refill = actions[len(expected) :]
-        freed = any(type(a) is Completed for a in expected)
+        if violated:
+            [violation] = refill
+            assert type(violation) is ProtocolViolation
+            refill = []
+        freed = any(type(a) is Completed for a in expected) and not violated
         if not (self.connected and freed):
             assert refill == []
         self.sent_from_queue(refill, queue_before, filled=self.connected and freed)

@@ -10,7 +10,10 @@ import math
 from dataclasses import replace
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channel.acks import encode_pubacks
 from channel.actions import (
@@ -166,6 +169,79 @@ def test_client_id_too_long_refused() -> None:
         told(ConnAck(reason_code=ReasonCode.CLIENT_IDENTIFIER_NOT_VALID), "client id too long")
     )
     assert channel.phase is Phase.CLOSED
+
+
+def _is_control(character: str) -> bool:
+    """The reference: U+0001-U+001F and U+007F-U+009F (3.1.1 1.5.3, 5.0 1.5.4)."""
+    return 0x01 <= ord(character) <= 0x1F or 0x7F <= ord(character) <= 0x9F
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF), min_size=1, max_size=12))
+def test_a_client_id_is_refused_exactly_when_it_holds_a_control_character(
+    client_id: str,
+) -> None:
+    channel = new_channel()
+    actions = channel.handle_in([Connect(client_id=client_id, protocol_version=5)], 12)
+    if any(map(_is_control, client_id)):
+        code, why = said(actions[0])
+        assert code == ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
+        assert why is not None and "control characters (section 1.5.4)" in why
+        assert channel.phase is Phase.CLOSED
+    else:
+        assert of_type(actions, OpenSession)
+
+
+@pytest.mark.parametrize(
+    ("version", "connack"),
+    [
+        (4, bytes((0x20, 2, 0, 0x02))),  # 3.1.1: 2 identifier rejected
+        (
+            5,
+            told(
+                ConnAck(reason_code=0x85),
+                "client id 'c\\x01' holds control characters (section 1.5.4)",
+            ),
+        ),
+    ],
+)
+def test_client_id_with_a_control_character_refused(version: int, connack: bytes) -> None:
+    channel = new_channel()
+    actions = channel.handle_in([Connect(client_id="c\x01", protocol_version=version)], 12)
+    assert actions == [
+        Send(connack),
+        End(DisconnectReason.NOT_AUTHORIZED, was_connected=False),
+        InputHandled(1, 12),
+    ]
+
+
+@pytest.mark.parametrize("control", ["\x01", "\x1f", "\x7f", "\x9f"])
+def test_will_topic_with_a_control_character_refused(control: str) -> None:
+    """5.0: CONNACK 0x90, the will topic is not accepted (3.2.2.2); 3.1.1 has no return
+    code for it: closed without CONNACK."""
+    will = Will(f"w/{control}", b"x")
+    v5 = new_channel()
+    actions = v5.handle_in([Connect(client_id="c1", protocol_version=5, will=will)], 12)
+    assert said(actions[0]) == (
+        ReasonCode.TOPIC_NAME_INVALID,
+        f"will topic {will.topic!r} holds control characters (section 1.5.4)",
+    )
+    assert v5.phase is Phase.CLOSED and not of_type(actions, Publish)
+    v4 = new_channel()
+    actions = v4.handle_in([Connect(client_id="c1", protocol_version=4, will=will)], 12)
+    assert actions == [
+        End(DisconnectReason.PROTOCOL_ERROR, was_connected=False),
+        InputHandled(1, 12),
+    ]
+
+
+def test_control_characters_accepted_when_allowed() -> None:
+    """`limits.allow_control_characters`: the client id and will topic go through."""
+    channel = new_channel(allow_control_characters=True)
+    will = Will("w/\x07", b"x")
+    actions = channel.handle_in([Connect(client_id="c\x01", protocol_version=5, will=will)], 12)
+    (opened,) = of_type(actions, OpenSession)
+    assert opened.client.client_id == "c\x01"
 
 
 @pytest.mark.parametrize(

@@ -148,3 +148,51 @@ def test_bad_acks_are_refused_as_before(
 ) -> None:
     with pytest.raises(error):
         PacketDecoder(protocol_version=version).feed(h(wire))
+
+
+# Packets only a server sends, each also broken in its flags or body (an unknown or
+# misplaced property, a body where none belongs): the type decides first.
+_SERVER_ONLY_WIRES = [
+    ("20 02 0000", 4),  # CONNACK
+    ("21 02 0000", 4),  # CONNACK with reserved flags set
+    ("90 03 0001 00", 4),  # SUBACK
+    ("b0 02 0001", 4),  # UNSUBACK
+    ("d0 00", 4),  # PINGRESP
+    ("d0 01 00", 4),  # PINGRESP with a body
+    ("20 05 00 00 02 0100", 5),  # CONNACK with Payload Format Indicator, not a CONNACK property
+    ("90 06 0001 02 0100 00", 5),  # SUBACK likewise
+    ("b0 06 0001 02 0100 00", 5),  # UNSUBACK likewise
+    ("90 05 0001 01 ff 00", 5),  # SUBACK with an unknown property
+]
+
+
+@pytest.mark.parametrize(("wire", "version"), _SERVER_ONLY_WIRES)
+def test_a_brokers_decoder_refuses_server_only_packets_as_a_protocol_error(
+    wire: str, version: int
+) -> None:
+    """The type alone is a Protocol Error (0x82) [MQTT-4.8.0-1], whatever the body holds:
+    a bad property must not turn it into a Malformed Packet (0x81)."""
+    decoder = PacketDecoder(protocol_version=version, from_client=True)
+    with pytest.raises(ProtocolError) as caught:
+        decoder.feed(h(wire))
+    assert type(caught.value) is ProtocolError
+    assert caught.value.reason_code == ReasonCode.PROTOCOL_ERROR
+    assert "sent only by a server" in str(caught.value)
+
+
+def test_a_brokers_decoder_still_reads_what_clients_send() -> None:
+    decoder = PacketDecoder(protocol_version=5, from_client=True)
+    wire = h("c0 00 40 03 1234 10 e0 00")  # PINGREQ, PUBACK 0x10 (full path), DISCONNECT
+    assert [type(packet).__name__ for packet in decoder.feed(wire)] == [
+        "PingReq",
+        "PubAck",
+        "Disconnect",
+    ]
+
+
+def test_a_clients_decoder_reads_server_only_packets() -> None:
+    """Without `from_client` (a client's decoder) CONNACK is decoded like any packet, and
+    a broken one is what its body makes it."""
+    assert len(PacketDecoder(protocol_version=4).feed(h("20 02 0000"))) == 1
+    with pytest.raises(MalformedPacketError):  # Payload Format Indicator in CONNACK
+        PacketDecoder(protocol_version=5).feed(h("20 05 00 00 02 0100"))

@@ -20,6 +20,7 @@ from core.session_state import (
     Delivery,
     Dropped,
     InflightEntry,
+    ProtocolViolation,
     Revoked,
     SendPublish,
     SendPubrel,
@@ -317,21 +318,32 @@ def test_pubrec_and_pubcomp_in_one_batch_complete_the_delivery() -> None:
     assert state.inflight == {}
 
 
+def test_a_repeated_pubrec_changes_nothing_and_gets_its_pubrel_again() -> None:
+    """A PUBREC is always answered with PUBREL [MQTT-4.3.3-1]."""
+    state = session()
+    packet_id = sent_id(deliver(state, delivery(2)))
+    ack(state, Ack.PUBREC, packet_id)
+    before = dict(state.inflight)
+    assert ack(state, Ack.PUBREC, packet_id) == [SendPubrel(packet_id, None)]
+    assert state.inflight == before
+    assert state.inflight[packet_id].stage is Stage.AWAIT_PUBCOMP
+
+
 @pytest.mark.parametrize(
-    ("qos", "acks_before", "wrong_ack"),
+    ("qos", "acks_before", "wrong_ack", "rule"),
     [
-        (1, [], Ack.PUBREC),
-        (1, [], Ack.PUBCOMP),
-        (2, [], Ack.PUBACK),
-        (2, [], Ack.PUBCOMP),  # PUBCOMP before PUBREC
-        (2, [Ack.PUBREC], Ack.PUBREC),  # a duplicate PUBREC
-        (2, [Ack.PUBREC], Ack.PUBACK),
+        (1, [], Ack.PUBREC, "MQTT-4.3.2-2"),
+        (1, [], Ack.PUBCOMP, "MQTT-4.3.2-2"),
+        (2, [], Ack.PUBACK, "MQTT-4.3.3-2"),
+        (2, [], Ack.PUBCOMP, "MQTT-4.3.3-2"),  # PUBCOMP before PUBREC
+        (2, [Ack.PUBREC], Ack.PUBACK, "MQTT-4.3.3-2"),
     ],
 )
-def test_an_ack_of_the_wrong_kind_changes_nothing(
-    qos: int, acks_before: list[Ack], wrong_ack: Ack
+def test_an_ack_that_does_not_fit_its_delivery_is_a_protocol_violation(
+    qos: int, acks_before: list[Ack], wrong_ack: Ack, rule: str
 ) -> None:
-    """Ignored, except that a PUBREC is always answered with PUBREL [MQTT-4.3.3-1]."""
+    """It changes nothing and answers only the violation, naming the ack, the id, the
+    stage and the rule: the connection is closed instead of the delivery hanging."""
     state = session()
     message = delivery(qos)
     packet_id = sent_id(deliver(state, message))
@@ -339,10 +351,32 @@ def test_an_ack_of_the_wrong_kind_changes_nothing(
         ack(state, kind, packet_id)
     before = dict(state.inflight)
     stage_before = state.inflight[packet_id].stage
-    expected = [SendPubrel(packet_id, None)] if wrong_ack is Ack.PUBREC else []
-    assert ack(state, wrong_ack, packet_id) == expected
+    [violation] = ack(state, wrong_ack, packet_id)
+    assert type(violation) is ProtocolViolation
+    awaited = stage_before.name.removeprefix("AWAIT_")
+    assert violation.why == (
+        f"{wrong_ack.name} for packet id {packet_id}, a QoS {qos} delivery awaiting "
+        f"{awaited} [{rule}]"
+    )
     assert state.inflight == before
     assert state.inflight[packet_id].stage is stage_before
+
+
+def test_a_violation_ends_the_batch_after_what_came_before_it() -> None:
+    """The acks before it count; those after it and the window's refill do not: the
+    connection closes."""
+    state = session(max_inflight=2)
+    first, second, waiting = delivery(1), delivery(1), delivery(1)
+    sent = state.deliver([first, second, waiting], True)
+    ids = [action.packet_id for action in sent if type(action) is SendPublish]
+    assert queued(state) == [waiting]
+    actions = state.acknowledge(
+        [(Ack.PUBACK, ids[0]), (Ack.PUBCOMP, ids[1]), (Ack.PUBACK, ids[1])], True, now=0.0
+    )
+    assert actions[0] == Completed(first)
+    assert [type(action) for action in actions] == [Completed, ProtocolViolation]
+    assert list(state.inflight) == [ids[1]]
+    assert queued(state) == [waiting]
 
 
 @pytest.mark.parametrize("kind", list(Ack))
