@@ -221,9 +221,12 @@ class ClientActor(GeventActor):
         request `routed`; its session does the rest (its state, the SUBACK). Not once the
         session is being taken from this connection, nor if it stopped: the session then
         changes the routes with its state, if it still handles the request at all, so no
-        route outlives the session it points at (docs/channel.md, "Routes in read order")."""
+        route outlives the session it points at. Nor while the session has not yet handled
+        a QoS 2 PUBLISH this connection sent before (it routes them), or a request left to
+        it: it then changes the routes after those, in order (docs/channel.md, "Routes in
+        read order")."""
         session = self._session
-        if self._handed_over or not session.is_alive():
+        if self._handed_over or not session.is_alive() or _unrouted(session):
             return
         client = self._channel.client
         assert client is not None
@@ -402,6 +405,20 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
     actions.InputHandled: ClientActor._input_handled,
     actions.End: ClientActor._end,
 }
+
+
+def _unrouted(session: Any) -> bool:
+    """Whether `session` still holds, unhandled, a QoS 2 PUBLISH batch (which it routes) or
+    a SUBSCRIBE/UNSUBSCRIBE whose routes it changes itself. Asked only for a SUBSCRIBE or
+    UNSUBSCRIBE, never on the publish path."""
+    return any(
+        type(message) is actions.InboundQos2
+        or (
+            isinstance(message, actions.SubscribeRequest | actions.UnsubscribeRequest)
+            and not message.routed
+        )
+        for message in session.actor_inbox.waiting()
+    )
 
 
 def _address(peer: str) -> str | None:

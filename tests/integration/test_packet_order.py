@@ -95,3 +95,27 @@ def test_a_publish_in_the_read_of_its_unsubscribe_is_not_delivered(
             delivered.append((index, seen))
     client.close()
     assert delivered == [], f"{len(delivered)} of {ROUNDS // 2} rounds: {delivered[:5]}"
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_a_qos2_publish_before_a_subscribe_in_one_read_is_not_delivered_to_it(
+    broker: BrokerProcess, version: int
+) -> None:
+    # QoS 2 messages are routed by the session, after the client actor has carried out the
+    # whole read: the SUBSCRIBE's routes must still come after them.
+    client = connect_raw(broker, unique("order-before"), version=version)
+    delivered = []
+    for index in range(ROUNDS // 2):
+        topic = unique("order/before")
+        packet_id = 2 * index + 1
+        client.send_bytes(
+            encode(Publish(topic, b"before", qos=2, packet_id=packet_id + 1), version)
+            + encode(Subscribe(packet_id, [Subscription(topic, 0)]), version)
+        )
+        seen = _collect(client, 2)  # SUBACK, PUBCOMP
+        client.send(Publish(topic, b"marker"))
+        seen += _collect(client, 0, b"marker")
+        if seen != [b"marker"]:
+            delivered.append((index, seen))
+    client.close()
+    assert delivered == [], f"{len(delivered)} of {ROUNDS // 2} rounds: {delivered[:5]}"
