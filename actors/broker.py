@@ -34,7 +34,7 @@ from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
-from actors.router_actor import RouterActor, RouteReplication, add_route
+from actors.router_actor import RouterActor, RouteReplication, RouteWriter, add_route
 from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
@@ -115,12 +115,13 @@ class Broker:
         self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         snapshot = self._open_store()
         context.admission = self._make_admission()
-        context.router = RouterActor.start(
+        context.routes = RouteWriter(
             context.route_table,
             context.shared_subscriptions,
             self.route_replica,
             worker=self.worker_id,
         )
+        context.router = RouterActor.start(context.routes, self.route_replica)
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)

@@ -12,7 +12,9 @@ nothing but acknowledgements of a connected client goes straight to the session 
 (`Channel.acks_only`), which owns the in-flight window they free.
 
 One batch of packets is handled at once: its publishes are routed together, and all its
-replies leave in one socket write (`after_drain`).
+replies leave in one socket write (`after_drain`). The routes of a SUBSCRIBE or UNSUBSCRIBE
+are written into the route table here, as its action is carried out, so they are in force
+for the PUBLISHes after it (docs/channel.md, "Routes in read order").
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from core.reasons import DisconnectReason
 from hooks.hookpoints import HookPoint
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
+from router.fan_out import Route
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,9 @@ _CLIENT_RATE_LIMIT = HookPoint.CLIENT_RATE_LIMIT
 
 
 class ClientActor(GeventActor):
+    # Set once its session is being taken over (`_handle_arrived`); class-level: rarely set.
+    _handed_over = False
+
     def __init__(
         self, connection: Connection, context: BrokerContext, channel: Channel, endpoint: Endpoint
     ) -> None:
@@ -140,6 +146,9 @@ class ClientActor(GeventActor):
         order: a DISCONNECT in it may end the session (section 3.14.2.2.2) or discard the
         will [MQTT-3.14.4-3]. Ending the connection tells the session `Detach` instead."""
         if message.read:
+            # What this connection reads from now on may reach the session after the
+            # takeover: it changes no route itself any more (`_route_now`).
+            self._handed_over = True
             tell_if_alive(message.session, ArrivedHandled(self.actor_ref))
             return
         self._connection.read_arrived()  # tells this actor the packets, as any read does
@@ -195,13 +204,45 @@ class ClientActor(GeventActor):
     def _carry_out(self, answer: list[actions.Action]) -> None:
         for action in answer:
             if isinstance(action, actions.SessionInput):
-                if type(action) is actions.InboundQos2 and self._flow_controlled:
-                    action.publisher = self._connection.intake
+                if type(action) is actions.InboundQos2:
+                    if self._flow_controlled:
+                        action.publisher = self._connection.intake
+                elif isinstance(action, actions.SubscribeRequest | actions.UnsubscribeRequest):
+                    self._route_now(action)
                 # The session may have stopped (taken over, terminated): then these go
                 # nowhere, and its CloseConnection is on its way to this actor.
                 tell_if_alive(self._session, action)
             else:
                 _ACTION_HANDLERS[type(action)](self, action)
+
+    def _route_now(self, request: actions.SubscribeRequest | actions.UnsubscribeRequest) -> None:
+        """Change the routes of a SUBSCRIBE / UNSUBSCRIBE now, before the actions after it
+        (a PUBLISH of the same read) and before any connection read later, and mark the
+        request `routed`; its session does the rest (its state, the SUBACK). Not once the
+        session is being taken from this connection, nor if it stopped: the session then
+        changes the routes with its state, if it still handles the request at all, so no
+        route outlives the session it points at. Nor while the session has not yet handled
+        a QoS 2 PUBLISH this connection sent before (it routes them), or a request left to
+        it: it then changes the routes after those, in order (docs/channel.md, "Routes in
+        read order")."""
+        session = self._session
+        if self._handed_over or not session.is_alive() or _unrouted(session):
+            return
+        client = self._channel.client
+        assert client is not None
+        routes = self._context.routes
+        if isinstance(request, actions.SubscribeRequest):
+            persistent = client.keeps_session
+            routes.add(
+                client.client_id,
+                [
+                    (topic_filter, Route(session, options, persistent))
+                    for topic_filter, options in request.granted()
+                ],
+            )
+        else:
+            routes.remove(client.client_id, request.topic_filters, session)
+        request.routed = True
 
     def _send(self, action: actions.Send) -> None:
         self._out.append(action.data)
@@ -364,6 +405,20 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
     actions.InputHandled: ClientActor._input_handled,
     actions.End: ClientActor._end,
 }
+
+
+def _unrouted(session: Any) -> bool:
+    """Whether `session` still holds, unhandled, a QoS 2 PUBLISH batch (which it routes) or
+    a SUBSCRIBE/UNSUBSCRIBE whose routes it changes itself. Asked only for a SUBSCRIBE or
+    UNSUBSCRIBE, never on the publish path."""
+    return any(
+        type(message) is actions.InboundQos2
+        or (
+            isinstance(message, actions.SubscribeRequest | actions.UnsubscribeRequest)
+            and not message.routed
+        )
+        for message in session.actor_inbox.waiting()
+    )
 
 
 def _address(peer: str) -> str | None:

@@ -1,7 +1,8 @@
 """What every actor of one broker worker shares: configuration, actor refs, tables, counters.
 
 Built once by `actors.broker.Broker` and handed to each actor it starts. The route table is
-here so publishers can read it directly; only the router actor changes it.
+here so publishers can read it directly; every change to it goes through `routes` (the
+`RouteWriter`), called synchronously by the actor that changes a subscription.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from actors.dispatch import Dispatcher
 from actors.overload import FlowControl
 from actors.persistence import Persistence
 from actors.rate_limited_log import RateLimitedLog
+from actors.router_actor import RouteWriter
 from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
@@ -48,6 +50,7 @@ class BrokerContext:
     # The share groups of `$share/...` subscriptions, beside the route table (same writer).
     shared_subscriptions: SharedSubscriptions = field(default_factory=SharedSubscriptions)
     router: Any = None  # ActorRef[RouterActor]
+    routes: RouteWriter = field(init=False)  # the one way to change routes; set by Broker.start
     retainer: Any = None  # ActorRef[RetainerActor]
     registry: Any = None  # actors.session_registry.SessionRegistry
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client

@@ -3,7 +3,7 @@
 Publishers call `Dispatcher.publish` from their own actor (the client actor for QoS 0/1, the
 session actor for QoS 2): it reads the router's `RouteTable` directly, the way emqttd reads
 its route tables from the caller's process, so a publish never queues behind the router's
-mailbox. Changes to the table go through the router actor only.
+mailbox. Changes to the table go through `actors.router_actor.RouteWriter` only.
 
 For one batch it:
 - writes, for QoS 1/2 deliveries to persistent sessions and for retained messages, the store

@@ -230,10 +230,21 @@ class DeliverRetained(Deliver):
 
 @dataclass(slots=True)
 class AddRoutes:
+    """Routes of a session restored from the store (a live subscription's routes are
+    written by its subscriber: `actors.router_actor.RouteWriter`)."""
+
     client_id: str
     routes: list[tuple[str, Any]]  # (topic filter, Route)
+
+
+@dataclass(slots=True)
+class AwaitRoutes:
+    """Asked of the router after a subscription's routes were written: answered with
+    `RoutesChanged(token)` once every worker of a pool has applied them (at once in one
+    process), which releases the SUBACK."""
+
     reply_to: Any
-    token: Any  # handed back in RoutesChanged
+    token: Any
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@ what they tell it (docs/pool.md).
 
 `PoolNode` is the `FabricHandler` of this worker's `Fabric` and holds the pool's shared
 state as this worker sees it:
-- routes: the router actor reports each local route that appears or goes (`route_changed`);
+- routes: the route writer (`actors.router_actor.RouteWriter`) reports each local route
+  that appears or goes (`route_changed`);
   a `RouteAnnouncer` turns them into filter announcements, broadcast once per loop turn. A
   peer that comes up gets a `RoutesSnapshot`; a peer that goes down loses its routes at once
   in the `RemoteRoutes` replica.
@@ -257,9 +258,9 @@ class PoolNode:
     # ----- routes -------------------------------------------------------------------------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
-        """The router added the first route of a subscriber to `topic_filter` (a member to
-        the share group of a `$share/...` one), or removed one (called from the router
-        actor, on the loop)."""
+        """The route writer added the first route of a subscriber to `topic_filter` (a
+        member to the share group of a `$share/...` one), or removed one (called from the
+        actor that changed it, on the loop)."""
         if is_shared(topic_filter):
             if added:
                 self.share_announcer.joined(topic_filter)

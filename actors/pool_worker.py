@@ -320,7 +320,7 @@ class PoolBroker(Broker):
             for topic_filter, options in state.subscriptions.items()
         ]
         if routes:
-            context.router.tell(AddRoutes(client_id, routes, reply_to=None, token=None))
+            context.router.tell(AddRoutes(client_id, routes))
         if remaining != float("inf"):
             actor.start_expiry_timer(remaining)
         return session

@@ -190,6 +190,11 @@ class _DrainingInbox:
     def empty(self) -> bool:
         return not self._envelopes and not self._urgent
 
+    def waiting(self) -> list[Any]:
+        """The ordinary (not urgent) messages waiting, in order; for a sender that must
+        know whether what it told earlier has been handled yet."""
+        return [envelope.message for envelope in self._envelopes or ()]
+
     def schedule_drain(self) -> None:
         if self._actor is not None and not self._draining:
             self._draining = True

@@ -56,9 +56,9 @@ import gevent
 from actors.context import BrokerContext
 from actors.losses import report_loss
 from actors.messages import (
-    AddRoutes,
     ArrivedHandled,
     Attach,
+    AwaitRoutes,
     CloseConnection,
     Deliver,
     DeliverRetained,
@@ -1114,18 +1114,13 @@ class SessionActor(GeventActor):
         codes: list[int] = []
         routes: list[tuple[str, Route]] = []
         retained_for: list[tuple[str, SubscriptionOptions]] = []
+        granted = iter(request.granted())
         for index, subscription in enumerate(request.subscriptions):
             refused = request.refused.get(index)
             if refused is not None:
                 codes.append(refused)
                 continue
-            options = SubscriptionOptions(
-                qos=subscription.qos,
-                no_local=subscription.no_local,
-                retain_as_published=subscription.retain_as_published,
-                retain_handling=subscription.retain_handling,
-                subscription_id=request.subscription_id,
-            )
+            options = next(granted)[1]
             is_new = self.state.subscribe(subscription.topic_filter, options)
             self._stored_subscriptions = None
             route = Route(self.actor_ref, options, self.state.persistent)
@@ -1150,9 +1145,10 @@ class SessionActor(GeventActor):
         suback = SubAck(request.packet_id, codes, request.suback_properties or {})
         token = (suback, retained_for)
         if routes:
-            self._context.router.tell(
-                AddRoutes(self.state.client_id, routes, reply_to=self.actor_ref, token=token)
-            )
+            if not request.routed:  # the client actor could not: written in this order
+                self._context.routes.add(self.state.client_id, routes)
+            # The SUBACK once every worker of a pool knows the routes.
+            self._context.router.tell(AwaitRoutes(self.actor_ref, token))
         else:
             self._routes_changed(RoutesChanged(token))
 
@@ -1168,17 +1164,13 @@ class SessionActor(GeventActor):
                     SessionUnsubscribed(client_id=self.state.client_id, topic_filter=topic_filter),
                 )
         unsuback = UnsubAck(request.packet_id, codes if self._version >= 5 else [])
-        # UNSUBACK only once the routes are gone, so nothing new is delivered for them
-        # afterwards [MQTT-3.10.4-2].
-        self._context.router.tell(
-            RemoveRoutes(
-                self.state.client_id,
-                list(request.topic_filters),
-                session=self.actor_ref,
-                reply_to=self.actor_ref,
-                token=(unsuback, []),
+        if not request.routed:  # the client actor could not: removed in this order
+            self._context.routes.remove(
+                self.state.client_id, list(request.topic_filters), self.actor_ref
             )
-        )
+        # The routes are gone: nothing new is delivered for them after the UNSUBACK
+        # [MQTT-3.10.4-2].
+        self._routes_changed(RoutesChanged((unsuback, [])))
 
     def _routes_changed(self, changed: RoutesChanged) -> None:
         ack, retained_for = changed.token

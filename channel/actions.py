@@ -24,7 +24,8 @@ Session inputs (told to the session actor):
 - `Acknowledged`: PUBACK/PUBREC/PUBCOMP for messages the session delivered.
 - `Released`: PUBREL packet ids, answered with PUBCOMP once the release is recorded.
 - `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused (and
-  for a 5.0 client the SUBACK properties that say why).
+  for a 5.0 client the SUBACK properties that say why). `routed` says whether the client
+  actor already changed the routes, in read order (docs/channel.md, "Routes in read order").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from channel.intake import Intake
 from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason, DropReason
-from core.session_state import Ack
+from core.session_state import Ack, SubscriptionOptions
 from mqtt.packets import Subscription
 
 
@@ -130,12 +131,32 @@ class SubscribeRequest(SessionInput):
     subscription_id: int | None = None  # MQTT 5 Subscription Identifier property
     # The SUBACK's properties (5.0): a Reason String for the refusals (`channel.problems`).
     suback_properties: dict[int, Any] | None = None
+    routed: bool = False  # set by the client actor: the routes are in the table already
+
+    def granted(self) -> list[tuple[str, SubscriptionOptions]]:
+        """Each filter not refused, with the options of its subscription, in order."""
+        refused = self.refused
+        return [
+            (
+                subscription.topic_filter,
+                SubscriptionOptions(
+                    qos=subscription.qos,
+                    no_local=subscription.no_local,
+                    retain_as_published=subscription.retain_as_published,
+                    retain_handling=subscription.retain_handling,
+                    subscription_id=self.subscription_id,
+                ),
+            )
+            for index, subscription in enumerate(self.subscriptions)
+            if index not in refused
+        ]
 
 
 @dataclass(slots=True)
 class UnsubscribeRequest(SessionInput):
     packet_id: int
     topic_filters: list[str]
+    routed: bool = False  # set by the client actor: the routes are gone already
 
 
 Action = (

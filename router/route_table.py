@@ -1,8 +1,9 @@
 """RouteTable: topic filter -> {subscriber: value}, matched by the topic name of a PUBLISH.
 
-The router actor is the only writer (`add`, `remove`); publishers in other greenlets call
-`match` directly. Exact filters live in a dict looked up by the topic name itself; wildcard
-filters live in a `TopicTrie`, walked only when there are any.
+One writer changes it (`add`, `remove`: `actors.router_actor.RouteWriter`, on the
+worker's one thread); publishers in other greenlets call `match` directly. Exact filters
+live in a dict looked up by the topic name itself; wildcard filters live in a `TopicTrie`,
+walked only when there are any.
 
 Invariants:
 - every filter present has at least one subscriber; `len(table)` counts (filter, subscriber)

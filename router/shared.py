@@ -11,7 +11,7 @@ still gets its own copy. 3.1.1 clients may use the same syntax (as in EMQX and M
   inner filters in their own `RouteTable`, each filter holding {group name: ShareGroup}.
   A `ShareGroup` is immutable (its members a tuple, replaced on every change), so a
   publisher may keep what `match` returned across greenlet switches, as with the route
-  table. The router actor is its only writer, like the route table's.
+  table. It has the route table's writer (`actors.router_actor.RouteWriter`).
 
 Which member gets a message is `router.share_strategy`'s business; what happens to the
 messages of a member that leaves is the session's (`actors.session_actor`, redispatch).

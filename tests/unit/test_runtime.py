@@ -535,3 +535,17 @@ def test_future_map_uses_pykkas_get_hook() -> None:
     mapped = future.map(lambda value: value + 1)
     future.set(1)
     assert mapped.get(timeout=1) == 2
+
+
+def test_waiting_lists_the_ordinary_messages_not_handled_yet(start_recorder: Starter) -> None:
+    # Told from a greenlet, the drain runs later: the client actor reads a session's
+    # waiting messages this way to know whether what it told before was handled.
+    ref, events = start_recorder()
+    ref.ask("first")  # started, idle
+    ref.tell("a")
+    ref.tell(Urgent("u"))
+    ref.tell("b")
+    assert ref.actor_inbox.waiting() == ["a", "b"]
+    ref.ask("sync")
+    assert ref.actor_inbox.waiting() == []
+    assert handled(events)[-4:] == [Urgent("u"), "a", "b", "sync"]
