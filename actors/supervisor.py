@@ -53,6 +53,24 @@ class _Worker:
     restart_at: float = 0.0  # monotonic time of the next start while it is down
     ready: bool = False  # a companion: said it serves
 
+    def died(self, name: str, pid: int, status: int, now: float) -> None:
+        """It exited with `status`: schedule its restart, at once or, if it died soon after
+        its start, after a back-off that doubles with each such death; one ERROR line."""
+        fast = now - self.started_at < FAST_DEATH
+        delay = self.backoff if fast else 0.0
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF) if fast else FIRST_BACKOFF
+        self.restart_at = now + delay
+        logger.error(
+            "supervisor: %s (pid %d) %s; restarting it%s",
+            name,
+            pid,
+            _describe(status),
+            f" in {delay:.1f} s (it died {now - self.started_at:.1f} s after its start: "
+            "see its log lines above)"
+            if delay
+            else "",
+        )
+
 
 class Companion(Protocol):
     """A process the workers use, one for the pool (its store process)."""
@@ -163,20 +181,7 @@ class Supervisor:
                     self._failed_with = status
                     self._stopping = True
                     return
-                fast = now - worker.started_at < FAST_DEATH
-                delay = worker.backoff if fast else 0.0
-                worker.backoff = min(worker.backoff * 2, MAX_BACKOFF) if fast else FIRST_BACKOFF
-                worker.restart_at = now + delay
-                logger.error(
-                    "supervisor: worker %d (pid %d) %s; restarting it%s",
-                    worker_id,
-                    process.pid,
-                    _describe(status),
-                    f" in {delay:.1f} s (it died {now - worker.started_at:.1f} s after its "
-                    "start: see its log lines above)"
-                    if delay
-                    else "",
-                )
+                worker.died(f"worker {worker_id}", process.pid, status, now)
             if now >= worker.restart_at:
                 self._start(worker_id)
 
@@ -231,20 +236,7 @@ class Supervisor:
                     )
                 return
             state.process = None
-            fast = now - state.started_at < FAST_DEATH
-            delay = state.backoff if fast else 0.0
-            state.backoff = min(state.backoff * 2, MAX_BACKOFF) if fast else FIRST_BACKOFF
-            state.restart_at = now + delay
-            logger.error(
-                "supervisor: %s (pid %d) %s; restarting it%s",
-                companion.name,
-                process.pid,
-                _describe(status),
-                f" in {delay:.1f} s (it died {now - state.started_at:.1f} s after its start: "
-                "see its log lines above)"
-                if delay
-                else "",
-            )
+            state.died(companion.name, process.pid, status, now)
         if now >= state.restart_at:
             self._start_companion(companion)
 
