@@ -10,6 +10,9 @@ Run modes (docs/plugins.md has the table of points and return values):
 - `run_fold`: thread an accumulator, `callback(event, acc) -> new acc | Stop(result)`.
 - `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on (an
   `AuthResult`, or for enhanced authentication an `AuthContinue`, also wins).
+- `checks_reads`: True if any callback answers True (a client's deliveries are then each
+  checked with `authorize`); a callback that raises or answers something else counts as
+  True, the side that delivers nothing the ACL denies.
 - `publish`: `callback(message) -> Message | None (unchanged) | DROP`.
 - `rate_limits`: `callback(ClientRateLimit) -> RateLimits | None (unchanged)`.
 
@@ -48,6 +51,7 @@ from hooks.decisions import (
 from hooks.events import (
     AuthenticateRequest,
     AuthorizeRequest,
+    CheckReads,
     ClientInfo,
     ClientRateLimit,
     Message,
@@ -64,6 +68,7 @@ Callback = Callable[..., Any]
 _AUTHENTICATE_POINT = HookPoint.CLIENT_AUTHENTICATE
 _AUTHORIZE_POINT = HookPoint.CLIENT_AUTHORIZE
 _PUBLISH_POINT = HookPoint.MESSAGE_PUBLISH
+_CHECK_READS_POINT = HookPoint.CLIENT_CHECK_READS
 _AUTHENTICATE = _AUTHENTICATE_POINT._value_
 _AUTHORIZE = _AUTHORIZE_POINT._value_
 _PUBLISH = _PUBLISH_POINT._value_
@@ -239,6 +244,27 @@ class HookBus:
                 return False
             if result is not Decision.IGNORE:
                 self._log_bad_return(point, entry, result, "Decision")
+        return False
+
+    def checks_reads(self, client: ClientInfo) -> bool:
+        """Run client.check_reads: whether each message delivered to `client` is checked
+        with `authorize`. No callback: False (the SUBSCRIBE decision covers its messages)."""
+        point = _CHECK_READS_POINT
+        chain = self._chains.get(point._value_)
+        if not chain:
+            return False
+        request = CheckReads(client=client)
+        for entry in chain:
+            try:
+                result = entry.callback(request)
+            except Exception:
+                self._log_failure(point, entry)
+                return True
+            if result is True:
+                return True
+            if result is not False:
+                self._log_bad_return(point, entry, result, "bool")
+                return True
         return False
 
     # -- message.publish ------------------------------------------------------------------
