@@ -178,9 +178,8 @@ class Dispatcher:
         # Whether any share group has members here or on another worker: nothing the loop
         # below runs can change that, so it is asked once per batch, not once per message.
         any_shares = bool(self._shares.group_count or (remote is not None and remote.shares))
-        checks = self.read_checks
-        plans = self._readable_plans if checks.active else None
-        reads = checks if checks.active else None
+        reads = self.read_checks if self.read_checks.active else None
+        plans = None if reads is None else self._readable_plans
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:

@@ -69,6 +69,7 @@ _AUTHENTICATE_POINT = HookPoint.CLIENT_AUTHENTICATE
 _AUTHORIZE_POINT = HookPoint.CLIENT_AUTHORIZE
 _PUBLISH_POINT = HookPoint.MESSAGE_PUBLISH
 _CHECK_READS_POINT = HookPoint.CLIENT_CHECK_READS
+_CHECKED = "True: each delivery to the client is checked"
 _AUTHENTICATE = _AUTHENTICATE_POINT._value_
 _AUTHORIZE = _AUTHORIZE_POINT._value_
 _PUBLISH = _PUBLISH_POINT._value_
@@ -258,12 +259,12 @@ class HookBus:
             try:
                 result = entry.callback(request)
             except Exception:
-                self._log_failure(point, entry)
+                self._log_failure(point, entry, _CHECKED)
                 return True
             if result is True:
                 return True
             if result is not False:
-                self._log_bad_return(point, entry, result, "bool")
+                self._log_bad_return(point, entry, result, "bool", _CHECKED)
                 return True
         return False
 
@@ -347,22 +348,31 @@ class HookBus:
     # -- failure logging ------------------------------------------------------------------
 
     @staticmethod
-    def _log_failure(point: HookPoint, entry: _Registration) -> None:
+    def _log_failure(
+        point: HookPoint, entry: _Registration, treated: str = "IGNORE / no change"
+    ) -> None:
         logger.exception(
-            "hook %s: callback %s raised; it was skipped (treated as IGNORE / no change); "
-            "fix or remove the plugin",
+            "hook %s: callback %s raised; it was skipped (treated as %s); fix or remove the plugin",
             point.value,
             entry.label,
+            treated,
         )
 
     @staticmethod
-    def _log_bad_return(point: HookPoint, entry: _Registration, value: object, wanted: str) -> None:
+    def _log_bad_return(
+        point: HookPoint,
+        entry: _Registration,
+        value: object,
+        wanted: str,
+        treated: str = "IGNORE / no change",
+    ) -> None:
         logger.error(
-            "hook %s: callback %s returned %r, expected %s; treated as IGNORE / no change",
+            "hook %s: callback %s returned %r, expected %s; treated as %s",
             point.value,
             entry.label,
             value,
             wanted,
+            treated,
         )
 
 

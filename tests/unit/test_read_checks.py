@@ -89,6 +89,7 @@ def test_a_failing_or_wrong_callback_checks_the_client(caplog: pytest.LogCapture
         with caplog.at_level(logging.ERROR, logger="hooks.hook_bus"):
             assert bus.checks_reads(client("c")) is True
     assert len(caplog.records) == 2
+    assert all("treated as True" in record.getMessage() for record in caplog.records)
 
 
 # -- ReadChecks ---------------------------------------------------------------------------
