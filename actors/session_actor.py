@@ -36,6 +36,11 @@ mark instead. Offline, or stuck (`Stalled`: over the mark without an acknowledge
 `[overload] max_stall`), it falls back to `limits.max_queued_messages` / `max_queued_bytes`
 and drop-oldest, and drops QoS 0 while stuck.
 
+Read checks (`hooks.read_checks`): on attach the session tells the dispatcher's `ReadChecks`
+who its client is (forgotten when the actor stops), so a client whose reads an ACL plugin
+checks is given only the messages it may read; the retained messages for its new
+subscriptions are filtered here with the same cached answers.
+
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
 QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
