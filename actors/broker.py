@@ -307,6 +307,9 @@ class Broker:
         """
         logger.info("reloading plugins")
         reload_plugins(self.plugins)
+        # The ACL may have changed: which clients have each delivery checked, and the
+        # answers cached for them, are made again before the next message is routed.
+        self.context.dispatcher.read_checks.reset()
         for endpoint in self.endpoints:
             endpoint.reload()
         started = time.monotonic()

@@ -18,6 +18,12 @@ For one batch it:
 - gives each share group matching the topic (`$share/...`, `router.shared`) the message
   once, to the member its `SharePicker` strategy picks; while the broker has no share group
   this is one attribute test per message;
+- leaves out the subscribers whose deliveries are checked for read access and whose ACL
+  denies the topic (`hooks.read_checks`, Mosquitto's per-message read check): while some
+  subscriber is checked, the plans come filtered from `router.readable_plans`, which
+  decides each (subscriber, topic) once and keeps the answer beside the plan; a share
+  group's member that may not read the topic is passed over for another. While no
+  subscriber is checked, that costs one attribute test per batch;
 - tells each session one `Deliver` with all of its deliveries from the batch;
 - in a pool (`remote` set, docs/pool.md), hands each message to the forwarder, which sends
   the batch once to each other worker with a matching subscriber; what a worker receives
@@ -29,6 +35,10 @@ For one batch it:
 - flow control (`actors.overload`): holds the publisher's intake (pauses its reads) on every
   session of the batch that is over its high-water mark, and on the memory alarm while it is
   raised. That costs one dict lookup and one attribute read per session per batch.
+
+Retained messages sent on SUBSCRIBE, messages resumed from a stored queue, forwarded by a
+session's previous worker or kept for it while its worker was dead are checked by the session
+actor instead.
 
 `redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
 its session ended) and gives each to another member of its group, as EMQX does; in a pool
@@ -57,12 +67,14 @@ from core.share_origin import ShareOrigin
 from fabric.frames import ShareMark
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
+from hooks.read_checks import ReadChecks
 from mqtt.encoder import encode_publish
-from router.fan_out import FanOut, Route
+from router.fan_out import FanOut, Plan, Route
+from router.readable_plans import ReadablePlans
 from router.route_table import RouteTable
 from router.share_replica import RemoteShares, stand_in
 from router.share_strategy import SharePicker, Strategy
-from router.shared import SharedSubscriptions, ShareGroup
+from router.shared import SharedSubscriptions, ShareGroup, ShareMember
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -70,6 +82,13 @@ logger = logging.getLogger(__name__)
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
 _NO_SUBSCRIBERS = DropReason.NO_SUBSCRIBERS
+
+
+class Plans(Protocol):
+    """Where `_fan_out` reads a topic's plan: `FanOut`, or `ReadablePlans` while reads are
+    checked."""
+
+    def plan(self, topic: str) -> Plan: ...
 
 
 class RemoteForwarder(Protocol):
@@ -123,6 +142,10 @@ class Dispatcher:
         self._shares = SharedSubscriptions() if shares is None else shares
         self._picker = SharePicker(Strategy.ROUND_ROBIN) if picker is None else picker
         self._fan_out_plans = FanOut(routes, shares=self._shares)
+        # Per-delivery read checks: the sessions register their clients (`identify`), the
+        # broker resets it after a reload.
+        self.read_checks = ReadChecks(hooks)
+        self._readable_plans = ReadablePlans(self._fan_out_plans, self.read_checks)
         self._loss_log = loss_log
         self._retainer = retainer
         self._hooks = hooks
@@ -155,6 +178,8 @@ class Dispatcher:
         # Whether any share group has members here or on another worker: nothing the loop
         # below runs can change that, so it is asked once per batch, not once per message.
         any_shares = bool(self._shares.group_count or (remote is not None and remote.shares))
+        reads = self.read_checks if self.read_checks.active else None
+        plans = None if reads is None else self._readable_plans
         for original in messages:
             message = hooks.publish(original) if filter_by_hooks else original
             if message is None:
@@ -168,12 +193,14 @@ class Dispatcher:
                     ops.append(
                         PutRetained(message) if message.payload else DeleteRetained(message.topic)
                     )
-            delivered = self._fan_out(message, per_session, ops)
+            delivered = self._fan_out(message, per_session, ops, plans)
             if remote is not None and remote.add(message):
                 delivered = True
             if any_shares:
                 groups = self._share_plan(message.topic)
-                delivered = self._share_out(message, groups, per_session, ops) or delivered
+                delivered = (
+                    self._share_out(message, groups, per_session, ops, reads=reads) or delivered
+                )
             if not delivered:
                 self.dropped(message, DropReason.NO_SUBSCRIBERS)
                 if unmatched is not None:
@@ -248,9 +275,10 @@ class Dispatcher:
         message: Message,
         per_session: dict[Any, list[Delivery]],
         ops: list[Op],
-        plans: FanOut | None = None,
+        plans: Plans | None = None,
     ) -> bool:
-        """`message` to the subscribers of this worker's route table (of `plans`' if given)."""
+        """`message` to the subscribers of this worker's route table (of `plans`' if given:
+        `ReadablePlans` while reads are checked)."""
         plan = (plans or self._fan_out_plans).plan(message.topic)
         wire_qos0: bytes | None = None
         persistence = self._persistence
@@ -318,10 +346,11 @@ class Dispatcher:
         `publisher` stands for the publishing connection there, for flow control."""
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
+        plans = self._readable_plans if self.read_checks.active else None
         for index, message in enumerate(messages):
             mark = None if marks is None else marks[index]
             if mark is None or mark.ordinary:
-                self._fan_out(message, per_session, ops)
+                self._fan_out(message, per_session, ops, plans)
             if mark is not None:
                 for share in mark.shares:
                     self._share_here(message, share, per_session, ops)
@@ -356,14 +385,19 @@ class Dispatcher:
         message travelled), to another worker's (never back here: this worker joins
         `tried`), else it is dropped."""
         local = self._shares.group(share.group, share.topic_filter)
-        if local is not None and self._share_out(message, (local,), per_session, ops, share.tried):
+        reads = self.read_checks if self.read_checks.active else None
+        if local is not None and self._share_out(
+            message, (local,), per_session, ops, share.tried, reads=reads
+        ):
             return
         remote = self.remote
         group = None
         if remote is not None:
             group = remote.shares.pool_group(share.group, share.topic_filter, None)
         tried = share.tried | {stand_in(remote.worker if remote is not None else 0)}
-        if group is None or not self._share_out(message, (group,), per_session, ops, tried):
+        if group is None or not self._share_out(
+            message, (group,), per_session, ops, tried, reads=reads
+        ):
             logger.info(
                 "shared subscriptions: no member of group %r (%r) is left to take a message on "
                 "%r forwarded for it; dropped",
@@ -396,13 +430,18 @@ class Dispatcher:
         per_session: dict[Any, list[Delivery]],
         ops: list[Op],
         tried: frozenset[str] = frozenset(),
+        *,
+        reads: ReadChecks | None = None,
     ) -> bool:
         """One delivery per share group, to the member the strategy picks (not one of
-        `tried`); False if no group had a member to take it. A stand-in for another
-        worker's members (no route) picked: the forwarder takes it to that worker."""
+        `tried`, nor one that `reads` says may not read the topic); False if no group had
+        a member to take it. A stand-in for another worker's members (no route) picked: the
+        forwarder takes it to that worker, whose members are checked there."""
         delivered = False
         for group in groups:
             member = self._picker.pick(group, message.topic, message.publisher or "", tried)
+            if reads is not None:
+                member = self._readable_member(group, message, member, tried, reads)
             if member is None:
                 continue
             delivered = True
@@ -426,6 +465,24 @@ class Dispatcher:
             per_session.setdefault(member.route.session, []).append(delivery)
         return delivered
 
+    def _readable_member(
+        self,
+        group: ShareGroup,
+        message: Message,
+        member: ShareMember | None,
+        tried: frozenset[str],
+        reads: ReadChecks,
+    ) -> ShareMember | None:
+        """`member`, or if it may not read the message's topic, the next pick among those
+        that have not been passed over (None: no member of the group may read it)."""
+        topic = message.topic
+        while member is not None and member.route is not None:
+            if reads.keeps(member.route.session, topic):
+                return member
+            tried = tried | {member.client_id}
+            member = self._picker.pick(group, topic, message.publisher or "", tried)
+        return member
+
     def redispatch(self, deliveries: list[Delivery], giver: str) -> list[Delivery]:
         """Give shared deliveries that the member `giver` cannot keep to other members of
         their groups; returns those no other member could take (the group is gone, or
@@ -440,7 +497,10 @@ class Dispatcher:
                 left.append(delivery)
                 continue
             tried = share.tried | {giver}
-            if not self._share_out(delivery.message, (group,), per_session, ops, tried):
+            reads = self.read_checks if self.read_checks.active else None
+            if not self._share_out(
+                delivery.message, (group,), per_session, ops, tried, reads=reads
+            ):
                 left.append(delivery)
         if ops:  # first: the sessions' in-flight marks must follow the puts
             self._persistence.submit(ops)
@@ -489,8 +549,9 @@ class Dispatcher:
         """
         per_session: dict[Any, list[Delivery]] = {}
         remote = self.remote
+        plans = self._readable_plans if self.read_checks.active else None
         for message in messages:
-            self._fan_out(message, per_session, [])
+            self._fan_out(message, per_session, [], plans)
             if remote is not None:
                 remote.add(message)
         for session, deliveries in per_session.items():

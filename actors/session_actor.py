@@ -36,6 +36,11 @@ mark instead. Offline, or stuck (`Stalled`: over the mark without an acknowledge
 `[overload] max_stall`), it falls back to `limits.max_queued_messages` / `max_queued_bytes`
 and drop-oldest, and drops QoS 0 while stuck.
 
+Read checks (`hooks.read_checks`): on attach the session tells the dispatcher's `ReadChecks`
+who its client is (forgotten when the actor stops), so a client whose reads an ACL plugin
+checks is given only the messages it may read; the retained messages for its new
+subscriptions are filtered here with the same cached answers.
+
 Persistent sessions mirror every change into the store (`actors.persistence`): messages
 entering or leaving the in-flight window, acknowledgements, subscriptions and the incoming
 QoS 2 packet ids. Answers whose promise depends on the store (SUBACK, PUBREC, PUBCOMP) are
@@ -190,6 +195,7 @@ class SessionActor(GeventActor):
         self._will_timer: gevent.Greenlet | None = None
         self._flow = context.flow
         self._load = context.flow.new_load(self.actor_ref)
+        self._reads = context.dispatcher.read_checks  # who may read what is delivered here
         self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
         # Pool (docs/pool.md "Deliveries during a move"): moving in from another worker
         # (set before launch), or moved away and forwarding what still reaches it.
@@ -214,6 +220,9 @@ class SessionActor(GeventActor):
         if self._move_out is not None:
             return self._while_moved_away(message)
         return _MESSAGE_HANDLERS[type(message)](self, message)
+
+    def on_stop(self) -> None:
+        self._reads.forget(self.actor_ref)  # however it ended: terminated, moved away
 
     def after_drain(self) -> None:
         gated = False
@@ -303,6 +312,7 @@ class SessionActor(GeventActor):
             # subscriptions and queued messages are re-checked against the ACL for it.
             self._reauthorize(attach.client)
         self._client = attach.client
+        self._reads.identify(self.actor_ref, attach.client)  # whose reads are checked
         self._client_ref = attach.client_ref
         self._transport = attach.transport
         client = attach.client
@@ -642,7 +652,17 @@ class SessionActor(GeventActor):
         # asking for the retained store again and again without reading has the QoS 0
         # messages of the later bursts dropped, not piled up (docs/overload.md).
         self.after_drain()
-        self._deliver_now(deliver.deliveries)
+        self._deliver_now(self._retained_readable(deliver.deliveries))
+
+    def _retained_readable(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """The retained messages for a new subscription that its client may read, when its
+        reads are checked (a wildcard granted beside a deny rule); the others are not sent,
+        as Mosquitto does not send them."""
+        reads = self._reads
+        client = reads.client_of(self.actor_ref)
+        if client is None:
+            return deliveries
+        return [d for d in deliveries if reads.may_read(client, d.message.topic)]
 
     def _deliver_now(self, deliveries: list[Delivery]) -> None:
         transport = self._transport

@@ -23,6 +23,7 @@ __all__ = [
     "AuthenticateRequest",
     "AuthorizeAction",
     "AuthorizeRequest",
+    "CheckReads",
     "ClientConnect",
     "ClientConnected",
     "ClientDisconnected",
@@ -107,6 +108,14 @@ class AuthorizeRequest:
     action: AuthorizeAction
     topic: str  # topic name for PUBLISH, topic filter for SUBSCRIBE
     qos: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckReads:
+    """client.check_reads: whether the messages delivered to `client` are each checked for
+    read access (Mosquitto's `MOSQ_ACL_READ`), beyond its SUBSCRIBE being granted."""
+
+    client: ClientInfo
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

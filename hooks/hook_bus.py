@@ -10,6 +10,9 @@ Run modes (docs/plugins.md has the table of points and return values):
 - `run_fold`: thread an accumulator, `callback(event, acc) -> new acc | Stop(result)`.
 - `authenticate`, `authorize`: the first ALLOW/DENY wins, IGNORE passes on (an
   `AuthResult`, or for enhanced authentication an `AuthContinue`, also wins).
+- `checks_reads`: True if any callback answers True (a client's deliveries are then each
+  checked with `authorize`); a callback that raises or answers something else counts as
+  True, the side that delivers nothing the ACL denies.
 - `publish`: `callback(message) -> Message | None (unchanged) | DROP`.
 - `rate_limits`: `callback(ClientRateLimit) -> RateLimits | None (unchanged)`.
 
@@ -48,6 +51,7 @@ from hooks.decisions import (
 from hooks.events import (
     AuthenticateRequest,
     AuthorizeRequest,
+    CheckReads,
     ClientInfo,
     ClientRateLimit,
     Message,
@@ -64,6 +68,8 @@ Callback = Callable[..., Any]
 _AUTHENTICATE_POINT = HookPoint.CLIENT_AUTHENTICATE
 _AUTHORIZE_POINT = HookPoint.CLIENT_AUTHORIZE
 _PUBLISH_POINT = HookPoint.MESSAGE_PUBLISH
+_CHECK_READS_POINT = HookPoint.CLIENT_CHECK_READS
+_CHECKED = "True: each delivery to the client is checked"
 _AUTHENTICATE = _AUTHENTICATE_POINT._value_
 _AUTHORIZE = _AUTHORIZE_POINT._value_
 _PUBLISH = _PUBLISH_POINT._value_
@@ -241,6 +247,27 @@ class HookBus:
                 self._log_bad_return(point, entry, result, "Decision")
         return False
 
+    def checks_reads(self, client: ClientInfo) -> bool:
+        """Run client.check_reads: whether each message delivered to `client` is checked
+        with `authorize`. No callback: False (the SUBSCRIBE decision covers its messages)."""
+        point = _CHECK_READS_POINT
+        chain = self._chains.get(point._value_)
+        if not chain:
+            return False
+        request = CheckReads(client=client)
+        for entry in chain:
+            try:
+                result = entry.callback(request)
+            except Exception:
+                self._log_failure(point, entry, _CHECKED)
+                return True
+            if result is True:
+                return True
+            if result is not False:
+                self._log_bad_return(point, entry, result, "bool", _CHECKED)
+                return True
+        return False
+
     # -- message.publish ------------------------------------------------------------------
 
     def publish(self, message: Message) -> Message | None:
@@ -321,22 +348,31 @@ class HookBus:
     # -- failure logging ------------------------------------------------------------------
 
     @staticmethod
-    def _log_failure(point: HookPoint, entry: _Registration) -> None:
+    def _log_failure(
+        point: HookPoint, entry: _Registration, treated: str = "IGNORE / no change"
+    ) -> None:
         logger.exception(
-            "hook %s: callback %s raised; it was skipped (treated as IGNORE / no change); "
-            "fix or remove the plugin",
+            "hook %s: callback %s raised; it was skipped (treated as %s); fix or remove the plugin",
             point.value,
             entry.label,
+            treated,
         )
 
     @staticmethod
-    def _log_bad_return(point: HookPoint, entry: _Registration, value: object, wanted: str) -> None:
+    def _log_bad_return(
+        point: HookPoint,
+        entry: _Registration,
+        value: object,
+        wanted: str,
+        treated: str = "IGNORE / no change",
+    ) -> None:
         logger.error(
-            "hook %s: callback %s returned %r, expected %s; treated as IGNORE / no change",
+            "hook %s: callback %s returned %r, expected %s; treated as %s",
             point.value,
             entry.label,
             value,
             wanted,
+            treated,
         )
 
 

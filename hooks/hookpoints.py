@@ -18,6 +18,10 @@ class HookPoint(Enum):
     CLIENT_CONNECTED = "client.connected"  # ClientConnected: CONNACK 0 sent
     CLIENT_DISCONNECTED = "client.disconnected"  # ClientDisconnected: connection closed
     CLIENT_AUTHORIZE = "client.authorize"  # AuthorizeRequest -> Decision
+    # CheckReads -> bool: True if each message delivered to the client is to be checked with
+    # client.authorize (a SUBSCRIBE of its topic name); asked when its session is attached
+    # and after a reload; run in the session actor and, on reload, the broker's
+    CLIENT_CHECK_READS = "client.check_reads"
     CLIENT_SUBSCRIBE = "client.subscribe"  # ClientSubscribe: SUBSCRIBE received, before ACL
     CLIENT_UNSUBSCRIBE = "client.unsubscribe"  # ClientUnsubscribe: UNSUBSCRIBE received
     # ClientRateLimit -> RateLimits | None (unchanged): the client's limits once connected

@@ -21,10 +21,14 @@ Decisions (client.authorize):
   where the filter has `#`: `a/+` is covered by `a/+` and `a/#`, not by `a/b`, and `a/#` not
   by `a/+/#` (which misses `a`).
 - `deny` rules win over grants, whichever block they are in. For PUBLISH a deny rule applies
-  when it matches the topic; for SUBSCRIBE when it overlaps the filter (some topic matches
-  both): the broker checks ACLs at SUBSCRIBE time only, so `#` with a `deny secret/x` rule is
-  refused rather than delivering `secret/x`. This is stricter than Mosquitto 2, which checks
-  `read` on every delivered message instead.
+  when it matches the topic; for SUBSCRIBE when it covers the filter (every topic the filter
+  matches is denied: `a/b` refuses `a/b`, `a/#` refuses `a/+`), so a wildcard that only
+  overlaps a deny rule (`#` beside `deny secret/x`) is granted, as in Mosquitto.
+- Reading what such a subscription matches is checked message by message, as Mosquitto's
+  `MOSQ_ACL_READ`: client.check_reads answers True for a client with a deny rule in its
+  block or its patterns, and the broker then asks client.authorize, as a SUBSCRIBE of the
+  topic name, before each message on a new topic reaches it (cached per client and topic
+  until the next reload): `secret/x` is denied, every other topic granted by `#`.
 - A request that no rule grants or denies is IGNORE: the bus then denies it unless another
   ACL plugin allows it (with only this plugin loaded, that is Mosquitto's default deny).
 
@@ -41,7 +45,7 @@ from enum import Flag
 from pathlib import Path
 
 from hooks.decisions import Decision
-from hooks.events import AuthorizeAction, AuthorizeRequest, ClientInfo
+from hooks.events import AuthorizeAction, AuthorizeRequest, CheckReads, ClientInfo
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from mqtt.topics import TopicError, validate_topic_filter
@@ -103,22 +107,6 @@ def _has_plus_at(topic_filter: str, index: int) -> bool:
     return len(levels) > index and levels[index] == "+"
 
 
-def overlaps(first: str, second: str) -> bool:
-    """True if some topic name matches both filters (how deny rules meet a SUBSCRIBE)."""
-    first_levels, second_levels = first.split("/"), second.split("/")
-    for a, b in ((first_levels[0], second_levels[0]), (second_levels[0], first_levels[0])):
-        if a in ("+", "#") and b.startswith("$"):
-            return False  # [MQTT-4.7.2-1]
-    for a, b in zip(first_levels, second_levels, strict=False):
-        if "#" in (a, b):
-            return True
-        if a != b and "+" not in (a, b):
-            return False
-    shorter = min(len(first_levels), len(second_levels))
-    longer = first_levels if len(first_levels) > len(second_levels) else second_levels
-    return len(longer) == shorter or longer[shorter] == "#"  # `a/#` also matches `a`
-
-
 class RuleSet:
     """The rules of one block compiled into one TopicTrie per kind of access."""
 
@@ -126,23 +114,22 @@ class RuleSet:
         self._deny = TopicTrie()
         self._read = TopicTrie()
         self._write = TopicTrie()
-        deny_filters: list[str] = []
+        self.denies = False  # whether any rule denies (the client's reads are then checked)
         for rule in rules:
             if rule.access is Access.DENY:
                 self._deny.add(rule.topic)
-                deny_filters.append(rule.topic)
+                self.denies = True
             if Access.READ in rule.access:
                 self._read.add(rule.topic)
             if Access.WRITE in rule.access:
                 self._write.add(rule.topic)
-        self._deny_filters = tuple(deny_filters)
 
     def decide(self, action: AuthorizeAction, topic: str) -> Decision:
         if action is AuthorizeAction.PUBLISH:
             if self._deny.match(topic):
                 return Decision.DENY
             return Decision.ALLOW if covers(self._write, topic) else Decision.IGNORE
-        if any(overlaps(rule, topic) for rule in self._deny_filters):
+        if covers(self._deny, topic):
             return Decision.DENY
         return Decision.ALLOW if covers(self._read, topic) else Decision.IGNORE
 
@@ -193,6 +180,19 @@ class AclTable:
         if Decision.DENY in decisions:
             return Decision.DENY
         return Decision.ALLOW if Decision.ALLOW in decisions else Decision.IGNORE
+
+    def checks_reads(self, client: ClientInfo) -> bool:
+        """Whether a deny rule applies to `client` (its own block's or a pattern's): what its
+        wildcard subscriptions match is then checked message by message. A client that the
+        pattern guard denies everything is checked too."""
+        own = self._anonymous if client.username is None else self._users.get(client.username)
+        if own is not None and own.denies:
+            return True
+        if not self._patterns:
+            return False
+        if _has_wildcard(client.client_id) or _has_wildcard(client.username):
+            return True
+        return self._pattern_set(client).denies
 
     def _pattern_set(self, client: ClientInfo) -> RuleSet:
         key = (client.client_id, client.username)
@@ -290,7 +290,7 @@ class Config:
 
 
 class Plugin:
-    """Registers on client.authorize and answers from the ACL file."""
+    """Registers on client.authorize and client.check_reads and answers from the ACL file."""
 
     def __init__(self, options: Mapping[str, object], context: PluginContext) -> None:
         self._name = context.plugin_name or __name__
@@ -303,9 +303,13 @@ class Plugin:
 
     def register(self, bus: HookBus) -> None:
         bus.register(HookPoint.CLIENT_AUTHORIZE, self.authorize, owner=self._name)
+        bus.register(HookPoint.CLIENT_CHECK_READS, self.checks_reads, owner=self._name)
 
     def authorize(self, request: AuthorizeRequest) -> Decision:
         return self._table.decide(request.client, request.action, request.topic)
+
+    def checks_reads(self, request: CheckReads) -> bool:
+        return self._table.checks_reads(request.client)
 
     def reload(self) -> None:
         """Re-read the file; a bad file leaves the rules in force and logs why."""

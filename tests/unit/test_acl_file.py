@@ -14,7 +14,7 @@ from hooks.decisions import Decision
 from hooks.events import AuthorizeAction, AuthorizeRequest, ClientInfo
 from hooks.hook_bus import HookBus
 from mqtt.topics import matches
-from plugins.acl_file import AclFileError, Plugin, covers, overlaps, parse_acl
+from plugins.acl_file import AclFileError, Plugin, covers, parse_acl
 from plugins.base import PluginConfigError, PluginContext
 from plugins.loader import load_plugins
 from router.topic_trie import TopicTrie
@@ -94,9 +94,8 @@ def test_blocks_grant_by_access_kind(
     [
         ("alice", PUB, "alice/private"),
         ("alice", SUB, "alice/private"),
-        ("alice", SUB, "alice/#"),  # overlaps the denied topic: refused as a whole
-        ("alice", SUB, "alice/+"),
         ("alice", PUB, "devices/c1/locked"),  # pattern deny beats pattern grant
+        ("alice", SUB, "devices/c1/locked"),
     ],
 )
 def test_deny_rules_win_over_grants(user: str, action: AuthorizeAction, topic: str) -> None:
@@ -110,9 +109,37 @@ def test_a_deny_in_the_users_block_beats_a_pattern_grant() -> None:
     assert decide(text, PUB, "devices/c1/open", user="alice") is Decision.ALLOW
 
 
-def test_subscribe_deny_needs_an_overlap() -> None:
-    assert decide(ACL, SUB, "alice/public/+", user="alice") is Decision.ALLOW
-    assert decide(ACL, SUB, "alice/+/x", user="alice") is Decision.ALLOW
+def test_a_wildcard_overlapping_a_deny_rule_is_granted_as_mosquitto_does() -> None:
+    """The deny rule is applied to each message instead (`checks_reads`)."""
+    text = "topic readwrite #\ntopic deny test/nosubscribe\n"
+    for topic_filter in ("#", "+/+", "test/+", "test/#"):
+        assert decide(text, SUB, topic_filter) is Decision.ALLOW
+    assert decide(ACL, SUB, "alice/#", user="alice") is Decision.ALLOW
+    assert decide(ACL, SUB, "alice/+", user="alice") is Decision.ALLOW
+
+
+@pytest.mark.parametrize(
+    ("deny", "topic_filter"),
+    [("a/b", "a/b"), ("a/#", "a/+"), ("a/#", "a/#"), ("a/+", "a/x"), ("#", "a/+/c")],
+)
+def test_a_subscribe_is_denied_when_a_deny_rule_covers_the_whole_filter(
+    deny: str, topic_filter: str
+) -> None:
+    text = f"topic readwrite #\ntopic deny {deny}\n"
+    assert decide(text, SUB, topic_filter) is Decision.DENY
+
+
+def test_reads_are_checked_for_clients_a_deny_rule_applies_to() -> None:
+    table = parse_acl(ACL, "acl")
+    assert table.checks_reads(client("c1", "alice")) is True  # deny alice/private
+    assert table.checks_reads(client("c9", "bob")) is True  # pattern deny devices/%c/locked
+    no_patterns = parse_acl("user bob\ntopic sensors/#\nuser eve\ntopic deny x\n", "acl")
+    assert no_patterns.checks_reads(client("c9", "bob")) is False
+    assert no_patterns.checks_reads(client("c9", "eve")) is True
+    assert no_patterns.checks_reads(client("c9", None)) is False
+    guarded = parse_acl("pattern read devices/%c/#\n", "acl")
+    assert guarded.checks_reads(client("c1", None)) is False
+    assert guarded.checks_reads(client("c+", None)) is True  # denied everything
 
 
 # -- patterns --------------------------------------------------------------------------
@@ -123,7 +150,8 @@ def test_subscribe_deny_needs_an_overlap() -> None:
     [
         ("c1", None, PUB, "devices/c1/state", Decision.ALLOW),
         ("c1", None, SUB, "devices/c1/state/#", Decision.ALLOW),
-        ("c1", None, SUB, "devices/c1/#", Decision.DENY),  # overlaps devices/c1/locked
+        ("c1", None, SUB, "devices/c1/#", Decision.ALLOW),  # devices/c1/locked: per message
+        ("c1", None, SUB, "devices/c1/locked", Decision.DENY),
         ("c2", None, PUB, "devices/c1/state", Decision.IGNORE),
         ("c1", "alice", SUB, "users/alice/inbox", Decision.ALLOW),
         ("c1", "bob", SUB, "users/alice/inbox", Decision.IGNORE),
@@ -229,10 +257,15 @@ def test_covers_agrees_with_the_reference_matcher(rule: str, topic_filter: str) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(filters(), filters())
-def test_overlaps_agrees_with_the_reference_matcher(first: str, second: str) -> None:
-    expected = any(matches(first, name) and matches(second, name) for name in NAMES)
-    assert overlaps(first, second) is expected
+@given(filters(), filters(), st.sampled_from(NAMES))
+def test_a_delivery_is_read_only_if_no_deny_rule_matches_and_a_grant_does(
+    grant: str, deny: str, name: str
+) -> None:
+    """A message on `name` reaches a client through a granted subscription exactly when the
+    reference matcher says the grant matches it and the deny rule does not."""
+    table = parse_acl(f"topic read {grant}\ntopic deny {deny}\n", "acl")
+    expected = matches(grant, name) and not matches(deny, name)
+    assert (table.decide(client("c1", None), SUB, name) is Decision.ALLOW) is expected
 
 
 # -- parse errors ----------------------------------------------------------------------
