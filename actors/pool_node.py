@@ -121,6 +121,7 @@ from fabric.frames import (
 from fabric.orphans import DurableSends, OrphanedMessages
 from fabric.outbox import ForwardOutbox
 from fabric.ownership import ClientIdArbiter, home_of
+from router.fan_out import FanOut
 from router.route_replica import RemoteRoutes, RouteAnnouncer
 from router.share_replica import RemoteShares, ShareAnnouncer
 from router.shared import is_shared
@@ -556,7 +557,7 @@ class PoolNode:
         if self.orphans.active or self.orphans.resolved:
             self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
 
-    def _deliver_orphans(self, messages: tuple[Message, ...], plans: Any) -> None:
+    def _deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
         dispatcher = self._context.dispatcher
         if dispatcher is not None:
             dispatcher.deliver_orphans(messages, plans)

@@ -26,6 +26,7 @@ import gevent
 
 from actors.messages import ForwardingEnded, MoveSettled
 from actors.runtime import tell_if_alive
+from core.message import Message
 from core.session_state import SubscriptionOptions
 from fabric.frames import HandOver, Orphans
 from router.fan_out import FanOut, Route
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 ADOPTION_TIMEOUT = 10.0  # seconds an adoption waits at most for the other workers' answers
 
 WhenRoutesKnown = Callable[[Callable[[], object]], None]
-DeliverOrphans = Callable[[tuple[Any, ...], FanOut], None]
+DeliverOrphans = Callable[[tuple[Message, ...], FanOut], None]
 
 
 class _Adoption:
