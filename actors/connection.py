@@ -1,6 +1,7 @@
 """The socket side of one client connection: reads and frames bytes, holds no greenlet.
 
-A read watcher on gevent's event loop calls `_on_readable` when the socket has data. One
+A read watcher on gevent's event loop queues the connection when the socket has data
+(`actors.read_order` orders the reads of sockets ready at once). One
 `recv` of up to 32 KiB may hold a few hundred small packets; the decoder frames them all and
 the owner (the client actor) gets them as ONE batch, so an actor hop costs once per read,
 not once per packet. The size weighs two costs (docs/loadtest.md, "Twelfth session"):
@@ -58,6 +59,7 @@ from typing import Any, Protocol
 import gevent
 
 from actors.rate_limited_log import RateLimitedLog
+from actors.read_order import Read, read_order
 from actors.stats import BrokerStats
 from actors.stream_layers import LayerError, StreamLayer
 from actors.transport import LayeredTransport, Transport
@@ -97,6 +99,7 @@ class Connection:
         "_owner",
         "_paused",
         "_rate_timer",
+        "_read_order",
         "_reader",
         "_sock",
         "_stats",
@@ -127,6 +130,7 @@ class Connection:
     ) -> None:
         loop = gevent.get_hub().loop
         self._loop = loop
+        self._read_order = read_order(loop)
         self._sock = sock
         self.peer = peer
         self.layers = layers  # TLS / WebSocket between the socket and the decoder; None: tcp
@@ -156,7 +160,7 @@ class Connection:
         self.transport.on_error = self._write_failed
         self.transport.on_closing = self._stop
         self._reader = self._loop.io(self._sock.fileno(), _READ)
-        self._reader.start(self._on_readable)
+        self._reader.start(self._read_order.add, self)
         self._timer = self._loop.timer(connect_timeout)
         self._timer.start(self._lost, DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time")
 
@@ -226,19 +230,46 @@ class Connection:
             self._lost(DisconnectReason.PROTOCOL_ERROR, None, str(error))
             return None
 
+    def read_queued(self) -> None:
+        """The socket became readable (`actors.read_order`): read it and hand it over."""
+        read = self.take_read()
+        if read is not None:
+            self.hand_over(read)
+
+    def take_read(self) -> Read | None:
+        """One read, decoded, not handed over yet; None if the connection ended or paused
+        its reads since it was queued, or there is nothing to hand over (a loss is
+        reported)."""
+        reader = self._reader
+        if reader is None or not reader.active:
+            return None
+        return self._take()
+
     def _on_readable(self) -> None:
+        read = self._take()
+        if read is not None:
+            self.hand_over(read)
+
+    def _take(self) -> Read | None:
         data = self._receive()
         if data is None:
-            return
-        layers = self.layers
+            return None
         try:
             packets = self.decoder.feed(data) if data else None
         except MqttError as error:
             self._lost(DisconnectReason.PROTOCOL_ERROR, error, str(error))
-            return
+            return None
+        if self._owner is None:
+            return None  # writing the layers' answer failed: that loss is reported already
+        return data, packets
+
+    def hand_over(self, read: Read) -> None:
+        """Give a read's packets to the owner, then charge its rate and check its backlog."""
         owner = self._owner
         if owner is None:
-            return  # writing the layers' answer failed: that loss is reported already
+            return  # ended since the read (another connection's read took its session)
+        data, packets = read
+        layers = self.layers
         if packets:
             size = len(data)
             self.intake.add(len(packets), size)
@@ -349,7 +380,7 @@ class Connection:
             return  # ended, not paused, or the rate limit's timer resumes it
         self._paused = False
         self._last_read = self._loop.now()  # the pause was the broker's doing, not silence
-        self._reader.start(self._on_readable)
+        self._reader.start(self._read_order.add, self)
         self._pause_if_behind()  # the other reason to pause may hold now
 
     # ----- deadlines --------------------------------------------------------------------

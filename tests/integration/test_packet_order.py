@@ -28,6 +28,7 @@ from mqtt.packets import (
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, subscribe_raw, unique
 from tests.support.raw_client import RawClient
+from tests.support.workers import connect_on_worker
 
 ROUNDS = 100
 
@@ -119,3 +120,27 @@ def test_a_qos2_publish_before_a_subscribe_in_one_read_is_not_delivered_to_it(
             delivered.append((index, seen))
     client.close()
     assert delivered == [], f"{len(delivered)} of {ROUNDS // 2} rounds: {delivered[:5]}"
+
+
+@pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
+def test_a_subscribe_read_before_another_connections_publish_is_in_force_for_it(
+    broker: BrokerProcess, workers: int, version: int
+) -> None:
+    # B writes SUBSCRIBE, A writes PUBLISH right after, both on worker 0: the worker reads
+    # B's packet first, so the route is in its table when A's message is routed (a pool's
+    # other workers see it one replication hop later, docs/pool.md "The window").
+    subscriber, _ = connect_on_worker(broker, unique("order-b"), 0, workers, version=version)
+    publisher, _ = connect_on_worker(broker, unique("order-a"), 0, workers, version=version)
+    missed = []
+    for index in range(ROUNDS):
+        topic = unique("order/across")
+        subscriber.send(Subscribe(index + 1, [Subscription(topic, 0)]))
+        publisher.send(Publish(topic, b"first"))
+        seen = _collect(subscriber, 1)  # SUBACK, perhaps the delivery
+        publisher.send(Publish(topic, b"marker"))
+        seen += _collect(subscriber, 0, b"marker")
+        if seen != [b"first", b"marker"]:
+            missed.append((index, seen))
+    subscriber.close()
+    publisher.close()
+    assert missed == [], f"{len(missed)} of {ROUNDS} rounds: {missed[:5]}"
