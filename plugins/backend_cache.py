@@ -45,7 +45,7 @@ Z = TypeVar("Z")  # what the plugin keeps for an authorisation
 _CREDENTIALS_KEY = os.urandom(32)  # per process: the digests mean nothing elsewhere
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)  # no slots: a Config may subclass several
 class CacheOptions:
     """The cache options of a backend plugin; its `Config` subclasses it."""
 

@@ -75,7 +75,7 @@ class FailurePolicy(Enum):
     IGNORE = "ignore"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)  # no slots: a Config may subclass several
 class OffloadOptions:
     """The options every plugin with a blocking backend takes; a plugin's own `Config`
     subclasses it (keyword-only, so its required fields may follow these defaults)."""
