@@ -10,7 +10,8 @@
   credentials. An enhanced authentication (MQTT 5.0
   section 4.12) may end with `data` for the client (sent as Authentication Data in CONNACK
   or in the final AUTH) and name the `username` it proved. Any result may carry
-  `user_properties` for the CONNACK of a 5.0 client (accepting or refusing).
+  `user_properties` for the CONNACK of a 5.0 client (accepting or refusing), and an
+  allowing one `expires_at`, when the connection is to be closed.
 - `AuthContinue` answers a step of an enhanced authentication that is not over: the broker
   sends AUTH with reason 0x18 (Continue authentication) and `data`, and hands `state` back
   to the plugin with the client's next AUTH.
@@ -71,6 +72,9 @@ class AuthResult:
     # (name, value) pairs a 5.0 client gets as User Properties on its CONNACK, in order,
     # when they fit in its Maximum Packet Size [MQTT-3.2.2-20]; 3.x clients get none.
     user_properties: tuple[tuple[str, str], ...] = ()
+    # Unix time at which the credentials stop being valid (a JWT's `exp`): the broker then
+    # closes the connection (5.0: DISCONNECT 0x87 Not authorized). None: they do not expire.
+    expires_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.allowed != (self.reason is None):
