@@ -64,6 +64,9 @@ _CLIENT_RATE_LIMIT = HookPoint.CLIENT_RATE_LIMIT
 class ClientActor(GeventActor):
     # Set once its session is being taken over (`_handle_arrived`); class-level: rarely set.
     _handed_over = False
+    # The timer closing it when its credentials expire (`ExpireCredentials`); class-level:
+    # most clients' credentials do not expire.
+    _expiry: gevent.Greenlet[Any, Any] | None = None
 
     def __init__(
         self, connection: Connection, context: BrokerContext, channel: Channel, endpoint: Endpoint
@@ -338,10 +341,20 @@ class ClientActor(GeventActor):
     def _set_read_timeout(self, action: actions.SetReadTimeout) -> None:
         self._connection.set_read_timeout(action.seconds)
 
+    def _expire_credentials(self, action: actions.ExpireCredentials) -> None:
+        """Close this connection when its credentials expire (5.0: DISCONNECT 0x87)."""
+        if self._expiry is not None:
+            self._expiry.kill(block=False)
+        close = CloseConnection(DisconnectReason.CREDENTIALS_EXPIRED, "at the time they gave")
+        delay = max(0.0, action.at - time.time())
+        self._expiry = gevent.spawn_later(delay, tell_if_alive, self.actor_ref, close)
+
     def _input_handled(self, action: actions.InputHandled) -> None:
         self._connection.intake.done(action.packets, action.size)
 
     def _end(self, action: actions.End) -> None:
+        if self._expiry is not None:
+            self._expiry.kill(block=False)
         refused_from = self._refused_from(action)
         if refused_from is not None:
             # A refused CONNECT: after earlier refusals from its address, its CONNACK waits.
@@ -402,6 +415,7 @@ _ACTION_HANDLERS: dict[type, Callable[[ClientActor, Any], None]] = {
     actions.Drop: ClientActor._drop,
     actions.OpenSession: ClientActor._open_session,
     actions.SetReadTimeout: ClientActor._set_read_timeout,
+    actions.ExpireCredentials: ClientActor._expire_credentials,
     actions.InputHandled: ClientActor._input_handled,
     actions.End: ClientActor._end,
 }

@@ -2,10 +2,11 @@
 
 `read_figures` copies the counters (`actors.stats.BrokerStats`), the listeners' open
 connections, the session, subscription and retained-message tables, the sessions' queues and
-in-flight windows, the store's size and commit latency, the hooks' latency and the process's
-CPU time and RSS. It runs in the event loop and never yields, so what it reads is one moment
-of the worker, and it asks no actor anything: the tables are read in place (as publishers
-read the route table), and a session's state through `session_state` below.
+in-flight windows, the store's size and commit latency, the hooks' latency, the plugins'
+backends' counters and latency (`core.backend_figures`) and the process's CPU time and RSS.
+It runs in the event loop and never yields, so what it reads is one moment of the worker,
+and it asks no actor anything: the tables are read in place (as publishers read the route
+table), and a session's state through `session_state` below.
 
 In a pool (docs/pool.md) the worker that serves `/metrics`, the API and `$SYS` gathers the
 other workers' `Figures` over the fabric (`figures_to_wire` / `figures_from_wire`: plain
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.backend_figures import all_backends
 from core.latency import LatencyHistogram
 from core.reasons import DropReason
 from core.session_state import SessionState
@@ -35,6 +37,8 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # Figures every worker holds the same of (replicated, or one store for the pool): a pool's
 # value is the largest one seen, not the sum. Every other number is added up.
 _SAME_IN_EVERY_WORKER = frozenset({"worker", "uptime", "retained", "banned", "store_bytes"})
+# Histograms by name (hook point, backend): merged per name across a pool's workers.
+_HISTOGRAMS_BY_NAME = frozenset({"hook_latency", "backend_latency"})
 
 
 @dataclass(slots=True)
@@ -75,6 +79,9 @@ class Figures:
     store_bytes: int
     store_commits: LatencyHistogram | None
     hook_latency: dict[str, LatencyHistogram] = field(default_factory=dict)
+    # per plugin backend: its counters (core.backend_figures.COUNTER_NAMES) and call latency
+    backend_counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    backend_latency: dict[str, LatencyHistogram] = field(default_factory=dict)
     cpu_seconds: float = 0.0  # in a pool: the sum over the workers, as rss_bytes
     rss_bytes: int = 0
     usage: list[WorkerUsage] = field(default_factory=list)  # per worker process
@@ -136,6 +143,8 @@ def read_figures(broker: Broker) -> Figures:
         store_bytes=_store_bytes(broker),
         store_commits=broker.store_writer.commit_latency if broker.store_writer else None,
         hook_latency=dict(context.hooks.latency),
+        backend_counters={name: b.counters() for name, b in all_backends().items()},
+        backend_latency={name: b.latency for name, b in all_backends().items()},
         cpu_seconds=usage.ru_utime + usage.ru_stime,
         rss_bytes=rss,
         usage=[
@@ -171,7 +180,7 @@ def figures_to_wire(figures: Figures) -> dict[str, Any]:
         value = getattr(figures, name)
         if isinstance(value, LatencyHistogram):
             value = _histogram_to_wire(value)
-        elif name == "hook_latency":
+        elif name in _HISTOGRAMS_BY_NAME:
             value = {point: _histogram_to_wire(h) for point, h in value.items()}
         elif name == "usage":
             value = [[u.worker, u.cpu_seconds, u.rss_bytes, u.heap_bytes] for u in value]
@@ -189,9 +198,8 @@ def figures_from_wire(wire: dict[str, Any]) -> Figures:
     }
     commits = wire["store_commits"]
     values["store_commits"] = None if commits is None else _histogram_from_wire(commits)
-    values["hook_latency"] = {
-        point: _histogram_from_wire(h) for point, h in wire["hook_latency"].items()
-    }
+    for name in _HISTOGRAMS_BY_NAME:
+        values[name] = {point: _histogram_from_wire(h) for point, h in wire[name].items()}
     values["usage"] = [WorkerUsage(*row) for row in wire["usage"]]
     return Figures(**values)
 
@@ -213,7 +221,13 @@ def pool_figures(parts: list[Figures]) -> Figures:
         elif name == "store_commits":
             histograms = [h for h in column if h is not None]
             values[name] = _merged(histograms) if histograms else None
-        elif name == "hook_latency":
+        elif name == "backend_counters":
+            backends = sorted({backend for part in column for backend in part})
+            values[name] = {
+                backend: _sum_by_key([part[backend] for part in column if backend in part])
+                for backend in backends
+            }
+        elif name in _HISTOGRAMS_BY_NAME:
             points = sorted({point for part in column for point in part})
             values[name] = {
                 point: _merged([part[point] for part in column if point in part])

@@ -116,6 +116,7 @@ class Api:
         figures = with_missing(asdict(pool_figures), missing)
         figures.pop("store_commits")
         figures.pop("hook_latency")
+        figures.pop("backend_latency")
         figures["time"] = time.time()
         figures["node"] = self._broker.config.node_name
         # Sampled (one batch in TOPIC_SAMPLE), per worker, then added up.

@@ -141,4 +141,34 @@ def metric_families(figures: Figures) -> list[Metric]:
     for point, histogram in sorted(figures.hook_latency.items()):
         _histogram(hooks, [point], histogram)
     families.append(hooks)
+    families += _backend_families(figures)
+    return families
+
+
+_BACKEND_COUNTERS = {
+    "calls": "Blocking calls a plugin made to its backend (plugins.offload).",
+    "busy": "Backend calls refused at once: max_waiting calls already waiting or running.",
+    "timeouts": "Backend calls that did not answer within the plugin's timeout.",
+    "errors": "Backend calls that failed (connection refused, bad answer, ...).",
+    "cache_hits": "Decisions a backend plugin answered from its decision cache.",
+    "cache_misses": "Decisions a backend plugin's cache did not hold (its backend was asked).",
+}
+
+
+def _backend_families(figures: Figures) -> list[Metric]:
+    """Per plugin backend (label `plugin`): its counters and the latency of its calls."""
+    families: list[Metric] = []
+    for counter, doc in _BACKEND_COUNTERS.items():
+        family = CounterMetricFamily(f"{PREFIX}_backend_{counter}", doc, labels=["plugin"])
+        for plugin, counters in sorted(figures.backend_counters.items()):
+            family.add_metric([plugin], counters.get(counter, 0))
+        families.append(family)
+    latency = HistogramMetricFamily(
+        f"{PREFIX}_backend_call_seconds",
+        "Time a plugin's backend took to answer a call (answered calls).",
+        labels=["plugin"],
+    )
+    for plugin, histogram in sorted(figures.backend_latency.items()):
+        _histogram(latency, [plugin], histogram)
+    families.append(latency)
     return families

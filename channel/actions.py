@@ -12,6 +12,8 @@ Connection actions:
 - `Drop`: a message the client sent is not routed (denied by the ACL): count, log, hook.
 - `OpenSession`: the CONNECT is accepted; open (or resume) the session for this client.
 - `SetReadTimeout`: from now on close the connection after this long without input.
+- `ExpireCredentials`: close the connection (`CREDENTIALS_EXPIRED`) at this Unix time,
+  instead of at any time set before.
 - `InputHandled`: these packets (read from `size` bytes) are handled; the bound on the
   connection's unprocessed input (`channel.intake`) has room again.
 - `End`: the connection is over: close the socket after the bytes sent so far, detach the
@@ -72,6 +74,11 @@ class OpenSession:
 @dataclass(slots=True)
 class SetReadTimeout:
     seconds: float | None  # None: no deadline (keep-alive 0) [MQTT-3.1.2-23]
+
+
+@dataclass(slots=True)
+class ExpireCredentials:
+    at: float  # Unix time (the authentication's `expires_at`)
 
 
 @dataclass(slots=True)
@@ -165,6 +172,7 @@ Action = (
     | Drop
     | OpenSession
     | SetReadTimeout
+    | ExpireCredentials
     | InputHandled
     | End
     | InboundQos2

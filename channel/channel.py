@@ -52,6 +52,7 @@ from channel.actions import (
     Action,
     Drop,
     End,
+    ExpireCredentials,
     InboundQos2,
     InputHandled,
     OpenSession,
@@ -184,6 +185,7 @@ _CLOSE_CODES: dict[DisconnectReason, int] = {
     DisconnectReason.PROTOCOL_ERROR: ReasonCode.PROTOCOL_ERROR,
     DisconnectReason.SERVER_ERROR: ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR,
     DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION,
+    DisconnectReason.CREDENTIALS_EXPIRED: ReasonCode.NOT_AUTHORIZED,
 }
 
 # The Reason String of a server close (with the close's detail, if any, after a colon).
@@ -194,6 +196,7 @@ _CLOSE_TEXTS: dict[DisconnectReason, str] = {
     DisconnectReason.PROTOCOL_ERROR: "protocol error",
     DisconnectReason.SERVER_ERROR: "server error",
     DisconnectReason.ADMINISTRATIVE_ACTION: "administrative action",
+    DisconnectReason.CREDENTIALS_EXPIRED: "credentials expired",
 }
 
 # The Reason String of a SUBACK refusal, per filter, when the channel has no more to say.
@@ -959,6 +962,7 @@ class Channel:
                 )
                 return
             self._accept(packet, connack_properties, result.user_properties)
+            self._expire_at(result)
             return
         self._accept(packet, connack_properties)
 
@@ -1072,6 +1076,13 @@ class Channel:
         if result.username is not None and self.client is not None:
             self.client = replace(self.client, username=result.username)
         self._accept(packet, connack_properties, result.user_properties)
+        self._expire_at(result)
+
+    def _expire_at(self, result: AuthResult) -> None:
+        """An accepted client whose credentials expire is closed then (or at the time a
+        re-authentication's credentials expire, which replaces it)."""
+        if result.expires_at is not None and self.phase is not Phase.CLOSED:
+            self._actions.append(ExpireCredentials(result.expires_at))
 
     def _auth_before_connack(self, packet: Packet) -> None:
         """A packet of a client whose CONNECT started an enhanced authentication."""
@@ -1128,6 +1139,7 @@ class Channel:
         elif result.allowed:
             exchange.reauthenticating, exchange.state = False, None
             self._actions.append(Send(auth_packet(SUCCESS, exchange.method, result.data)))
+            self._expire_at(result)
             logger.info("%s re-authenticated (%s)", self._name(), exchange.method)
         else:
             assert result.reason is not None

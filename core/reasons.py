@@ -22,6 +22,8 @@ class DisconnectReason(Enum):
     CONNECT_TIMEOUT = "connect_timeout"  # no CONNECT in time
     SERVER_ERROR = "server_error"  # a broker bug ended the connection (logged with a traceback)
     ADMINISTRATIVE_ACTION = "administrative_action"  # kicked by an operator (admin API, CLI)
+    # the credentials it authenticated with expired (`AuthResult.expires_at`, a JWT's exp)
+    CREDENTIALS_EXPIRED = "credentials_expired"
     STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
     # too many QoS 2 PUBLISHes waiting for PUBRELs to free room (`channel.Channel._wait`)
     QOS2_BACKLOG = "qos2_backlog"

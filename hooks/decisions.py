@@ -5,10 +5,13 @@
   (emqttd `allow | deny | ignore`, Mosquitto `MOSQ_ERR_PLUGIN_DEFER`).
 - `AuthResult` is the outcome of authentication as the broker sees it: allowed, or refused
   with an `AuthFailure` that names its MQTT 5.0 CONNACK reason code (the encoder maps it
-  to the 3.1.1 return code for older clients). An enhanced authentication (MQTT 5.0
+  to the 3.1.1 return code for older clients); SERVER_UNAVAILABLE (0x88, 3.1.1: 3) is for
+  a backend that could not answer, so a client knows to try again rather than to fix its
+  credentials. An enhanced authentication (MQTT 5.0
   section 4.12) may end with `data` for the client (sent as Authentication Data in CONNACK
   or in the final AUTH) and name the `username` it proved. Any result may carry
-  `user_properties` for the CONNACK of a 5.0 client (accepting or refusing).
+  `user_properties` for the CONNACK of a 5.0 client (accepting or refusing), and an
+  allowing one `expires_at`, when the connection is to be closed.
 - `AuthContinue` answers a step of an enhanced authentication that is not over: the broker
   sends AUTH with reason 0x18 (Continue authentication) and `data`, and hands `state` back
   to the plugin with the client's next AUTH.
@@ -41,6 +44,9 @@ class AuthFailure(Enum):
     NOT_AUTHORIZED = "not_authorized"
     # MQTT 5.0 reason code 0x8C: no plugin implements the requested Authentication Method.
     BAD_AUTHENTICATION_METHOD = "bad_authentication_method"
+    # MQTT 5.0 reason code 0x88; MQTT 3.1.1 CONNACK 0x03 "server unavailable": the service
+    # that decides (a plugin's backend) is busy, timed out or failed (`plugins.offload`).
+    SERVER_UNAVAILABLE = "server_unavailable"
 
     @property
     def connack_v5(self) -> ReasonCode:
@@ -50,6 +56,8 @@ class AuthFailure(Enum):
             return ReasonCode.BAD_USER_NAME_OR_PASSWORD
         if self is AuthFailure.BAD_AUTHENTICATION_METHOD:
             return ReasonCode.BAD_AUTHENTICATION_METHOD
+        if self is AuthFailure.SERVER_UNAVAILABLE:
+            return ReasonCode.SERVER_UNAVAILABLE
         return ReasonCode.NOT_AUTHORIZED
 
 
@@ -64,6 +72,9 @@ class AuthResult:
     # (name, value) pairs a 5.0 client gets as User Properties on its CONNACK, in order,
     # when they fit in its Maximum Packet Size [MQTT-3.2.2-20]; 3.x clients get none.
     user_properties: tuple[tuple[str, str], ...] = ()
+    # Unix time at which the credentials stop being valid (a JWT's `exp`): the broker then
+    # closes the connection (5.0: DISCONNECT 0x87 Not authorized). None: they do not expire.
+    expires_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.allowed != (self.reason is None):
@@ -96,6 +107,7 @@ AUTH_ALLOWED = AuthResult(allowed=True)
 AUTH_BAD_CREDENTIALS = AuthResult(allowed=False, reason=AuthFailure.BAD_CREDENTIALS)
 AUTH_NOT_AUTHORIZED = AuthResult(allowed=False, reason=AuthFailure.NOT_AUTHORIZED)
 AUTH_BAD_METHOD = AuthResult(allowed=False, reason=AuthFailure.BAD_AUTHENTICATION_METHOD)
+AUTH_SERVER_UNAVAILABLE = AuthResult(allowed=False, reason=AuthFailure.SERVER_UNAVAILABLE)
 
 
 @dataclass(frozen=True, slots=True)

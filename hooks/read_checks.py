@@ -9,8 +9,9 @@ Mosquitto's `MOSQ_ACL_READ`: client.authorize asked as a SUBSCRIBE of the topic 
   client.check_reads once; `forget(session)` when the session ends. A session whose client
   is not known (restored from the store, not resumed yet) is not checked: its queue is
   re-checked when its client resumes it.
-- `may_read(client, topic)` answers from a cache per (client id, user name, topic), so a
-  decision is made once per client and topic, not once per delivery.
+- `may_read(client, topic)` answers from a cache per (client id, user name, topic) (a
+  `hooks.decision_cache.DecisionCache` without expiry, the oldest answer dropped when
+  full), so a decision is made once per client and topic, not once per delivery.
 - `reset()` after plugins reload: the decisions are forgotten and client.check_reads is
   asked again for every known session.
 - `version` moves whenever which sessions are checked, or an answer, may have changed: the
@@ -23,10 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 from core.client import ClientInfo
+from hooks.decision_cache import DecisionCache
 from hooks.events import AuthorizeAction, AuthorizeRequest
 from hooks.hook_bus import HookBus
 
-DECISION_CACHE_SIZE = 65536  # (client, topic) answers kept; emptied when full
+DECISION_CACHE_SIZE = 65536  # (client, topic) answers kept; the oldest goes when full
 MAX_CACHED_TOPIC_LENGTH = 512  # longer names are decided each time (hostile names)
 
 _SUBSCRIBE = AuthorizeAction.SUBSCRIBE
@@ -36,7 +38,6 @@ class ReadChecks:
     """The per-delivery read checks of one worker's sessions, with their answers cached."""
 
     __slots__ = (
-        "_cache_size",
         "_checked",
         "_decisions",
         "_hooks",
@@ -47,10 +48,11 @@ class ReadChecks:
 
     def __init__(self, hooks: HookBus, cache_size: int = DECISION_CACHE_SIZE) -> None:
         self._hooks = hooks
-        self._cache_size = cache_size
         self._identities: dict[Any, ClientInfo] = {}  # session -> its client, when known
         self._checked: dict[Any, ClientInfo] = {}  # the sessions whose deliveries are checked
-        self._decisions: dict[tuple[str, str | None, str], bool] = {}
+        self._decisions: DecisionCache[tuple[str, str | None, str], bool] = DecisionCache(
+            max_entries=cache_size
+        )
         self.active = False
         self.version = 0
 
@@ -102,9 +104,7 @@ class ReadChecks:
             request = AuthorizeRequest(client=client, action=_SUBSCRIBE, topic=topic, qos=0)
             answer = self._hooks.authorize(request)
             if len(topic) <= MAX_CACHED_TOPIC_LENGTH:
-                if len(self._decisions) >= self._cache_size:
-                    self._decisions.clear()
-                self._decisions[key] = answer
+                self._decisions.put(key, answer)
         return answer
 
 

@@ -98,3 +98,21 @@ def test_only_the_paho_scram_adapter_imports_paho() -> None:
         if "paho" in imported_roots(path)
     }
     assert importers == {"plugins/auth_scram/paho_client.py"}
+
+
+# Plugins build on the plugin API (hooks/, plugins/base.py) and the core: of the actors they
+# use only the rate-limited log (plugins.offload logs backend failures through it), a leaf
+# that imports nothing of the broker.
+PLUGIN_ACTOR_IMPORTS = frozenset({"actors.rate_limited_log"})
+
+
+def test_plugins_import_no_actor_but_the_rate_limited_log() -> None:
+    used = {
+        name
+        for path in (ROOT / "plugins").rglob("*.py")
+        for name in imported_modules(path)
+        if name == "actors" or name.startswith("actors.")
+    }
+    assert used <= PLUGIN_ACTOR_IMPORTS
+    leaf = imported_roots(ROOT / "actors" / "rate_limited_log.py")
+    assert leaf & {"actors", "channel", "hooks", "plugins", "store"} == set()

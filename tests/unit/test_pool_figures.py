@@ -52,6 +52,11 @@ def worker_figures(worker: int, scale: int) -> Figures:
         store_bytes=4096,
         store_commits=histogram(0.001 * scale),
         hook_latency={"client.authenticate": histogram(0.0002)} if worker else {},
+        backend_counters={
+            "plugins.auth_http": {"calls": 10 * scale, "cache_hits": 90 * scale},
+            **({"plugins.auth_jwt": {"errors": 1}} if worker else {}),
+        },
+        backend_latency={"plugins.auth_http": histogram(0.02 * scale)},
         cpu_seconds=1.5 * scale,
         rss_bytes=50_000_000 * scale,
         usage=[WorkerUsage(worker, 1.5 * scale, 50_000_000 * scale, 30_000_000)],
@@ -72,6 +77,11 @@ def test_counters_and_gauges_add_up_and_replicated_figures_count_once() -> None:
     assert (pool.retained, pool.banned, pool.store_bytes, pool.uptime) == (3, 1, 4096, 11.0)
     assert pool.store_commits is not None and sum(pool.store_commits.counts) == 2
     assert sum(pool.hook_latency["client.authenticate"].counts) == 1
+    assert pool.backend_counters == {
+        "plugins.auth_http": {"calls": 30, "cache_hits": 270},
+        "plugins.auth_jwt": {"errors": 1},
+    }
+    assert sum(pool.backend_latency["plugins.auth_http"].counts) == 2
     assert pool.cpu_seconds == 4.5 and pool.rss_bytes == 150_000_000
     assert [(u.worker, u.cpu_seconds) for u in pool.usage] == [(0, 1.5), (1, 3.0)]
 
