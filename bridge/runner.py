@@ -87,19 +87,29 @@ class BridgeRunner:
         self._greenlet: gevent.Greenlet | None = None
         self._stopping = False
 
+    @property
+    def running(self) -> bool:
+        return self._greenlet is not None
+
     def start(self) -> None:
+        if self._greenlet is not None:
+            return
+        self._stopping = False
         self._report_state(self.config.name, False)
         self._greenlet = gevent.spawn(self._run)
 
     def stop(self, timeout: float = 3.0) -> None:
-        """End the bridge: DISCONNECT both connections (the local session stays, offline)."""
+        """End the bridge: DISCONNECT both connections (the local session stays, offline).
+        Waits up to `timeout` seconds for the round to end; never blocks the caller's
+        greenlet longer."""
+        greenlet, self._greenlet = self._greenlet, None
+        if greenlet is None:
+            return
         self._stopping = True
         for link in self._links:
             link.close(Disconnect())
-        if self._greenlet is not None:
-            self._greenlet.join(timeout)
-            self._greenlet.kill(block=False)
-        self._report_state(self.config.name, False)
+        greenlet.join(timeout)
+        greenlet.kill(block=False)  # its round's end said "0" if it was connected
 
     # ----- the rounds ---------------------------------------------------------------
 
@@ -229,12 +239,12 @@ class BridgeRunner:
             self.config.protocol_version,
             self.remote_client_id,
         )
-        workers: list[gevent.Greenlet[Any, None]] = [
-            gevent.spawn(self._pump, local, remote, relay, True),
-            gevent.spawn(self._pump, remote, local, relay, False),
+        workers: list[gevent.Greenlet[Any, str]] = [
+            gevent.spawn(self._until_closed, self._pump, local, remote, relay, True),
+            gevent.spawn(self._until_closed, self._pump, remote, local, relay, False),
         ]
         if self.config.keepalive:
-            workers.append(gevent.spawn(self._keepalive, remote))
+            workers.append(gevent.spawn(self._until_closed, self._keepalive, remote))
         try:
             done = gevent.wait(workers, count=1)
         finally:
@@ -243,7 +253,16 @@ class BridgeRunner:
         assert isinstance(ended, gevent.Greenlet)
         if ended.exception is not None:
             raise ended.exception
-        raise LinkClosedError("a relay ended")
+        raise LinkClosedError(ended.value)
+
+    @staticmethod
+    def _until_closed(work: Callable[..., None], *args: Any) -> str:
+        """Run `work` until its link closes; why it closed."""
+        try:
+            work(*args)
+        except LinkClosedError as error:
+            return str(error)
+        return "a relay ended"
 
     def _pump(self, source: Link, other: Link, relay: Relay, from_local: bool) -> None:
         """Read `source` and relay what it sends, until it closes (raises LinkClosedError)."""

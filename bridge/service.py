@@ -12,11 +12,13 @@ session the bridge's queue bound instead of `[limits] max_queued_messages` /
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from actors.context import BrokerContext
 from bridge.config import BridgeConfig
 from bridge.local_link import bridge_endpoint, bridge_settings, open_local
+from bridge.placement import runner_of
 from bridge.remote import client_context
 from bridge.runner import BridgeRunner
 from core.client import BRIDGE_CLIENT_PREFIX
@@ -68,6 +70,18 @@ class Bridges:
     def stop(self) -> None:
         for runner in self.runners.values():
             runner.stop()
+
+    def place(self, worker: int, workers: int, live: Collection[int]) -> None:
+        """In a pool: run here the bridges whose runner `worker` is while `live` are up
+        (`bridge.placement`), and stop those another worker runs now."""
+        for name, runner in self.runners.items():
+            owner = runner_of(name, workers, live)
+            if owner == worker and not runner.running:
+                logger.info("bridge %r: runs in this worker", name)
+                runner.start()
+            elif owner != worker and runner.running:
+                logger.info("bridge %r: worker %s runs it now; stopping it here", name, owner)
+                runner.stop()
 
     def _report_state(self, name: str, connected: bool) -> None:
         topic = STATE_TOPIC.format(name=name)

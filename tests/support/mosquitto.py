@@ -8,6 +8,7 @@ returns a `BrokerProcess`, so the test clients that take one of this broker take
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import socket
 import subprocess
@@ -29,6 +30,9 @@ def start_mosquitto(tmp_dir: Path, port: int | None = None, extra: str = "") -> 
     config.write_text(
         f"listener {port} 127.0.0.1\n"
         "allow_anonymous true\n"
+        # Mosquitto started as root drops to the user "mosquitto", which may not write the
+        # test's directory: it stays the user running the tests.
+        f"user {getpass.getuser()}\n"
         "persistence true\n"
         f"persistence_location {data}/\n"
         "log_type all\n"
