@@ -3,6 +3,7 @@ project, started by the tests (docs/bridges.md)."""
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import time
@@ -15,6 +16,7 @@ from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
+from tests.support.workers import worker_pid
 
 pytestmark = pytest.mark.skipif(
     not Path(MOSQUITTO).exists(), reason="mosquitto not installed (Debian package mosquitto)"
@@ -258,3 +260,39 @@ def test_state_topic_says_connected(tmp_path: Path) -> None:
         assert broker.stop() == 0, broker.log()
         remote.stop()
 
+
+
+def test_a_killed_workers_bridge_comes_back_on_another_with_nothing_lost(
+    tmp_path: Path, workers: int
+) -> None:
+    if workers == 1:
+        pytest.skip("a pool's worker dies")
+    remote = start_mosquitto(tmp_path)
+    config = bridge_config(remote.port, PREFIXED)
+    broker = start_broker(tmp_path, config)
+    count = 40
+    try:
+        line = wait_for_log(broker, "bridge 'm': runs in this worker", timeout=15)
+        holder = int(line.split("[worker ", 1)[1].split("]", 1)[0])
+        wait_for_log(broker, CONNECTED, timeout=15)
+        far = PahoCollector(remote, "far-keeper", clean_session=False)
+        far.subscribe("plant/up/#", 2)
+        far.close()
+        remote.stop()
+        wait_for_log(broker, "bridge 'm': connection lost", timeout=10)
+        near = PahoCollector(broker, unique("near"))
+        _stream(near, 0, count)  # acknowledged: in the bridge's session, in the store
+        near.close()
+        os.kill(worker_pid(broker, holder), signal.SIGKILL)
+        wait_for_log(broker, f"[worker {1 - holder}] bridge 'm': runs in this worker", timeout=15)
+        remote = start_mosquitto(tmp_path, remote.port)
+        far = PahoCollector(remote, "far-keeper", clean_session=False)
+        got = _numbers(drain(far, count, timeout=30))
+        assert got == {
+            "plant/up/q1": list(range(0, count, 2)),
+            "plant/up/q2": list(range(1, count, 2)),
+        }
+        far.close()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
