@@ -98,3 +98,15 @@ def test_only_the_paho_scram_adapter_imports_paho() -> None:
         if "paho" in imported_roots(path)
     }
     assert importers == {"plugins/auth_scram/paho_client.py"}
+
+
+# A bridge's pure parts (its configuration, topic lines, back-off, relay and placement) do
+# no I/O and know nothing of the actors; its sockets and its link to the broker are the
+# other modules of bridge/.
+BRIDGE_PURE = ("config", "topics", "backoff", "relay", "placement")
+
+
+@pytest.mark.parametrize("module", BRIDGE_PURE)
+def test_bridge_pure_parts_are_sans_io(module: str) -> None:
+    path = ROOT / "bridge" / f"{module}.py"
+    assert imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "ssl"}) == set()
