@@ -12,9 +12,11 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from tests.support.broker_config import wait_for_log
-from tests.support.broker_process import start_broker
+from tests.support.admin import free_port
+from tests.support.broker_config import wait_for_log, wait_for_log_lines
+from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
+from tests.support.listeners import Certificates
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
 from tests.support.workers import worker_pid
 
@@ -293,6 +295,57 @@ def test_a_killed_workers_bridge_comes_back_on_another_with_nothing_lost(
             "plant/up/q2": list(range(1, count, 2)),
         }
         far.close()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
+
+
+def _tls_mosquitto(tmp_path: Path) -> tuple[BrokerProcess, int, Certificates]:
+    """Mosquitto with a TLS listener that requires a client certificate of `Certificates`."""
+    certificates = Certificates(tmp_path)
+    tls_port = free_port()
+    remote = start_mosquitto(
+        tmp_path,
+        extra=(
+            f"listener {tls_port} 127.0.0.1\n"
+            f"cafile {certificates.ca_file}\n"
+            f"certfile {certificates.server_file}\n"
+            f"keyfile {certificates.server_file}\n"
+            "require_certificate true\n"
+        ),
+    )
+    return remote, tls_port, certificates
+
+
+def test_tls_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
+    remote, tls_port, certificates = _tls_mosquitto(tmp_path)
+    client = certificates.client_file("edge")
+    tls = f'cafile = "{certificates.ca_file}"\ncertfile = "{client}"\n'
+    broker = start_broker(tmp_path, bridge_config(tls_port, PREFIXED, tls))
+    try:
+        wait_for_log(broker, CONNECTED, timeout=15)
+        far = PahoCollector(remote, unique("far"))
+        far.subscribe("plant/up/#", 1)
+        near = PahoCollector(broker, unique("near"))
+        near.publish("site7/up/tls", b"secret", 1)
+        assert [(m.topic, m.payload) for m in drain(far, 1)] == [("plant/up/tls", b"secret")]
+        far.close()
+        near.close()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
+
+
+def test_a_certificate_the_ca_does_not_vouch_for_is_refused_and_retried(tmp_path: Path) -> None:
+    remote, tls_port, certificates = _tls_mosquitto(tmp_path)
+    other = Certificates(tmp_path, "-other")  # the bridge trusts another CA
+    client = certificates.client_file("edge")
+    tls = f'cafile = "{other.ca_file}"\ncertfile = "{client}"\n'
+    broker = start_broker(tmp_path, bridge_config(tls_port, PREFIXED, tls))
+    try:
+        lines = wait_for_log_lines(broker, "certificate was refused", 3, timeout=15)
+        assert all("next attempt in" in line and "cafile" in line for line in lines), lines
+        assert CONNECTED not in broker.log()
     finally:
         assert broker.stop() == 0, broker.log()
         remote.stop()
