@@ -215,10 +215,14 @@ def test_two_of_this_broker_mqtt5_no_local(tmp_path: Path) -> None:
     (tmp_path / "central").mkdir()
     (tmp_path / "edge").mkdir()
     central = start_broker(tmp_path / "central")
-    edge = start_broker(
-        tmp_path / "edge",
-        bridge_config(central.port, topic("both/#", "both", 2), 'protocol_version = "5.0"'),
-    )
+    try:
+        edge = start_broker(
+            tmp_path / "edge",
+            bridge_config(central.port, topic("both/#", "both", 2), 'protocol_version = "5.0"'),
+        )
+    except BaseException:
+        central.stop()
+        raise
     try:
         wait_for_log(edge, CONNECTED, timeout=15)
         far = PahoCollector(central, unique("far"), paho.MQTTv5)
