@@ -40,6 +40,7 @@ from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.stats import BrokerStats
 from actors.sys_topics import SysPublisher
+from bridge.service import Bridges, limit_queues
 from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
@@ -98,6 +99,7 @@ class Broker:
         self.retained_index: RetainedIndex[Message] | None = None  # the retainer's, read-only
         self._sys: SysPublisher | None = None
         self._http: Any = None  # admin.server.AdminServer
+        self.bridges: Bridges | None = None  # [[bridges]] (docs/bridges.md)
 
     def start(self) -> None:
         """Start everything.
@@ -113,6 +115,7 @@ class Broker:
             worker_id=self.worker_id,
         )
         self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
+        limit_queues(context, self.config.bridges)  # before any session starts
         snapshot = self._open_store()
         context.admission = self._make_admission()
         context.routes = RouteWriter(
@@ -148,6 +151,9 @@ class Broker:
             self._servers.append(self._listen(endpoint))
         self._sys = SysPublisher(self, self.config.sys.interval, self.config.sys.presence_events)
         self._sys.start()
+        if self.config.bridges:
+            self.bridges = Bridges(context, self.config.bridges)
+            self._start_bridges(self.bridges)
         if self.config.http.port:
             from admin.server import AdminServer  # noqa: PLC0415 - only with an HTTP listener
 
@@ -163,6 +169,10 @@ class Broker:
         self.ready = True
         ready = next((e for e in self.endpoints if e.config.type == "tcp"), self.endpoints[0])
         self._log_ready(ready.name.split(" ", 1)[1])
+
+    def _start_bridges(self, bridges: Bridges) -> None:
+        """Start the bridges (a pool worker starts those it owns: `PoolBroker`)."""
+        bridges.start()
 
     def _log_ready(self, address: str) -> None:
         logger.info("ready: accepting MQTT connections on %s", address)
@@ -337,6 +347,8 @@ class Broker:
             self._http.stop()
         if self._sys is not None:
             self._sys.stop()
+        if self.bridges is not None:
+            self.bridges.stop()  # their sessions stay, offline, not closed as clients' are
         for server in self._servers:
             server.close()  # stop accepting; handlers of open connections keep running
         self.context.flow.stop()

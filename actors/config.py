@@ -8,11 +8,13 @@ ignored).
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from actors.cpu_affinity import CPU_AFFINITY_CHOICES
+from bridge.config import BridgeConfig, BridgeConfigError, parse_bridges
 from router.share_strategy import STRATEGY_NAMES
 
 
@@ -224,6 +226,8 @@ class BrokerConfig:
     # [broker] cpu_affinity: "auto" pins each pool worker to a CPU of its own; "none" does
     # not (actors.cpu_affinity).
     cpu_affinity: str = "auto"
+    # [[bridges]]: topics forwarded to and from other MQTT brokers (docs/bridges.md).
+    bridges: tuple[BridgeConfig, ...] = ()
 
     @property
     def listener(self) -> ListenerConfig:
@@ -505,10 +509,8 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             continue
         if key in _SECTIONS:
             kwargs[key] = _section(key, _SECTIONS[key], value, config_dir)
-        elif key == "plugins":
-            if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
-                raise ConfigError("plugins must be an array of tables: [[plugins]] module = ...")
-            kwargs["plugins"] = tuple(value)
+        elif key in _TABLE_ARRAYS:
+            kwargs[key] = _TABLE_ARRAYS[key](value, config_dir)
         elif key in ("node_name", "log_level"):
             if not isinstance(value, str):
                 raise ConfigError(f"{key} must be a string")
@@ -517,10 +519,27 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, "
                 "overload, auth, store, http, sys, flapping, shared_subscriptions, mqtt, plugins, "
-                "node_name, log_level"
+                "bridges, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
+
+
+def _plugins(value: Any, _config_dir: Path) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError("plugins must be an array of tables: [[plugins]] module = ...")
+    return tuple(value)
+
+
+def _bridges(value: Any, config_dir: Path) -> tuple[BridgeConfig, ...]:
+    try:
+        return parse_bridges(value, config_dir)
+    except BridgeConfigError as error:
+        raise ConfigError(str(error)) from None
+
+
+# The arrays of tables besides [[listeners]]: key -> its reader.
+_TABLE_ARRAYS: dict[str, Callable[[Any, Path], Any]] = {"plugins": _plugins, "bridges": _bridges}
 
 
 def _broker_section(values: Any) -> tuple[int | None, str]:

@@ -60,6 +60,10 @@ class BrokerContext:
     # Connected clients by client id: set when the session is attached, removed at the end.
     clients: dict[str, ConnectedClient] = field(default_factory=dict)
     admission: Admission | None = None  # bans and flapping; None: every CONNECT admitted
+    # Offline queue bounds (messages, payload bytes) of particular sessions, by client id,
+    # in place of `limits.max_queued_messages` / `max_queued_bytes`: the bridges' sessions
+    # (bridge.service.limit_queues).
+    queue_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Paused reads (one line per second per reason) and lost messages (per drop reason).
     throttle_log: RateLimitedLog = field(
         default_factory=lambda: RateLimitedLog(logging.getLogger("actors.throttle"))

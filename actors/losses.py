@@ -17,7 +17,8 @@ from core.reasons import DropReason
 _EXPLAINED: dict[DropReason, tuple[int, str]] = {
     DropReason.QUEUE_FULL: (
         logging.WARNING,
-        "the session queue is full, oldest dropped (limits.max_queued_messages)",
+        "the session queue is full, oldest dropped (limits.max_queued_messages / "
+        "max_queued_bytes; a bridge's: its queue_max_messages / queue_max_bytes)",
     ),
     DropReason.SLOW_CONSUMER: (
         logging.WARNING,

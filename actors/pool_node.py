@@ -240,6 +240,9 @@ class PoolNode:
         # Set by the pool worker: re-host the persistent sessions homed here that a dead
         # worker owned (it then adopts them: `adoptions`).
         self.rehost: Callable[[int, list[str]], None] | None = None
+        # Told of each peer linked (True) or lost (False; not one that said it is leaving):
+        # the bridges' placement (actors.pool_worker).
+        self.peers_changed: Callable[[], None] | None = None
         # The listeners' counts against pool-wide max_connections (the pool worker gives it
         # the listeners once they exist).
         self.connection_counts = PoolConnectionCounts(self._loop, self.broadcast, self.send)
@@ -745,6 +748,8 @@ class PoolNode:
             if home_of(client_id, self.workers) == worker
         )
         self.fabric.send(worker, Owned(self.worker, owned))
+        if self.peers_changed is not None:
+            self.peers_changed()
 
     def leave(self) -> None:
         """This worker is shutting down: tell the others, so they take its going as normal."""
@@ -761,7 +766,8 @@ class PoolNode:
                 len(tokens),
             )
             self._release_orphan_acks(dead, tokens)
-        if worker in self._leaving:
+        left = worker in self._leaving
+        if left:
             self._leaving.discard(worker)
             logger.info("pool: worker %d stopped; dropping its routes", worker)
             self._sends.lost(worker)  # it committed everything before it left
@@ -792,6 +798,8 @@ class PoolNode:
             self.send(granted.claimant, granted)
         if self.rehost is not None:
             self.rehost(worker, [c for c in orphans if self.arbiter.owner(c) is None])
+        if self.peers_changed is not None and not left:
+            self.peers_changed()
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:

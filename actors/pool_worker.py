@@ -45,6 +45,7 @@ from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from actors.supervisor import STOP_TIMEOUT
 from admin.tables import local_rows
+from bridge.service import Bridges
 from core.move_in import insert_qos0
 from fabric.frames import StoreFailing
 from fabric.ownership import home_of
@@ -213,7 +214,20 @@ class PoolBroker(Broker):
         left = STOP_TIMEOUT - STOP_MARGIN - (time.monotonic() - stop_started)
         return max(left, STOP_MARGIN)
 
+    def _start_bridges(self, bridges: Bridges) -> None:
+        """Run the bridges this worker is the runner of, now and whenever a peer is linked
+        or lost (`bridge.placement`)."""
+        node = self.node
+
+        def place() -> None:
+            live = {self.worker_id, *(node.fabric.peers if node.fabric is not None else ())}
+            gevent.spawn(bridges.place, self.worker_id, self.workers, live)
+
+        node.peers_changed = place
+        place()
+
     def stop(self, timeout: float = 3.0) -> None:
+        self.node.peers_changed = None  # going down: no bridge is taken over here
         # Going down: no re-hosting of the sessions of workers that leave meanwhile (the
         # store closes under it); their homes restore them from the store when they start.
         self.node.rehost = None

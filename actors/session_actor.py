@@ -197,6 +197,9 @@ class SessionActor(GeventActor):
         self._load = context.flow.new_load(self.actor_ref)
         self._reads = context.dispatcher.read_checks  # who may read what is delivered here
         self._held_bytes = _payload_bytes(state)  # of the in-flight window and the queue
+        bound = context.queue_bounds.get(state.client_id) if context.queue_bounds else None
+        if bound is not None:  # a bridge's session (`_account`)
+            state.max_queued = bound[0]
         # Pool (docs/pool.md "Deliveries during a move"): moving in from another worker
         # (set before launch), or moved away and forwarding what still reaches it.
         self.move_in: MoveIn | None = None
@@ -790,9 +793,13 @@ class SessionActor(GeventActor):
             # worker is not offline: its client is attaching, as in a takeover on one worker.
             state.max_queued = 0
             return
-        limits = self._context.limits
-        state.max_queued = limits.max_queued_messages
-        max_bytes = limits.max_queued_bytes
+        bounds = self._context.queue_bounds
+        bound = bounds.get(state.client_id) if bounds else None
+        if bound is None:
+            limits = self._context.limits
+            state.max_queued, max_bytes = limits.max_queued_messages, limits.max_queued_bytes
+        else:
+            state.max_queued, max_bytes = bound
         excess = self._held_bytes - max_bytes if max_bytes else 0
         if (queue and state.max_queued and len(queue) > state.max_queued) or excess > 0:
             self._carry_out(state.shed(state.max_queued, excess, qos0=False))

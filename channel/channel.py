@@ -81,7 +81,7 @@ from channel.problems import (
     user_properties,
     with_properties,
 )
-from core.client import NO_LIMIT, ClientInfo
+from core.client import BRIDGE_CLIENT_PREFIX, NO_LIMIT, ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import NO_PACKET_IDS, Ack, with_packet_id, without_packet_id
@@ -175,6 +175,10 @@ class ChannelSettings:
     max_awaiting_rel: int = 100
     max_waiting_packets: int = 1000
     max_waiting_bytes: int = 1_048_576
+    # The in-process connection of one of the broker's own bridges (`bridge.local_link`):
+    # trusted without authentication, and the only one that may use a client id under
+    # `BRIDGE_CLIENT_PREFIX`.
+    internal: bool = False
 
 
 # The 5.0 DISCONNECT reason a server close sends a connected 5.0 client [MQTT-4.13.1-1].
@@ -220,6 +224,7 @@ class Channel:
         "_aliases",
         "_auth",
         "_awaiting",
+        "_bridge",
         "_check_acl",
         "_disconnect_properties",
         "_held",
@@ -273,6 +278,7 @@ class Channel:
         self._releases: list[int] = _IDLE
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
         self._auth: AuthExchange | None = None  # MQTT 5.0 enhanced authentication, if used
+        self._bridge = False  # a 3.x broker's bridge (the bridge bit of its CONNECT)
         # MQTT 5 only, created when first used:
         self._aliases: dict[int, str] | None = None  # the client's topic aliases
         self._inbound_qos2: set[int] | None = None  # this connection's QoS 2 ids awaiting PUBREL
@@ -792,6 +798,12 @@ class Channel:
         refused: dict[int, int] = {}
         details: dict[int, str] = {}  # why a filter was refused, beyond its reason code
         subscriptions = list(packet.subscriptions)
+        if self._bridge:
+            # What a bridge publishes is not sent back to it, and what it receives keeps its
+            # retain flag, as Mosquitto does for a client with the bridge bit (`try_private`).
+            subscriptions = [
+                replace(s, no_local=True, retain_as_published=True) for s in subscriptions
+            ]
         for index, subscription in enumerate(subscriptions):
             topic_filter = subscription.topic_filter
             refusal = _subscription_refusal(topic_filter, bool(subscription_ids), offer)
@@ -909,7 +921,7 @@ class Channel:
             client_id = f"auto-{uuid.uuid4().hex}"  # [MQTT-3.1.3-6]
             if self.version >= 5:
                 connack_properties[PropertyId.ASSIGNED_CLIENT_IDENTIFIER] = client_id
-        if self._strings_refused(packet, client_id):
+        if self._strings_refused(packet, client_id) or self._bridge_refused(packet, client_id):
             return
         username = packet.username
         if settings.identity_as_username:
@@ -947,7 +959,8 @@ class Channel:
             )
         if self.version >= 5 and self._enhanced_auth_requested(packet, connack_properties):
             return
-        if not settings.identity_as_username:
+        # The broker's own bridge (in process, `settings.internal`) has nothing to prove.
+        if not (settings.identity_as_username or settings.internal):
             # With the certificate's identity, the TLS handshake authenticated the client.
             result = hooks.authenticate(
                 AuthenticateRequest(client=client, password=packet.password)
@@ -990,6 +1003,20 @@ class Channel:
         timeout = client.keepalive * KEEPALIVE_GRACE if client.keepalive else None
         self._actions.append(SetReadTimeout(timeout))
         self._actions.append(OpenSession(client, connack_properties))
+
+    def _bridge_refused(self, packet: Connect, client_id: str) -> bool:
+        """Refuse a client id under `BRIDGE_CLIENT_PREFIX` from outside (the broker's own
+        bridges' sessions), and say so (True); note a 3.x bridge (the bridge bit of its
+        CONNECT: `_subscribe`)."""
+        if client_id.startswith(BRIDGE_CLIENT_PREFIX) and not self._settings.internal:
+            self._refuse(
+                ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                f"client id {client_id!r}: ids starting with {BRIDGE_CLIENT_PREFIX!r} belong to "
+                "the broker's own bridges (choose another client id)",
+            )
+            return True
+        self._bridge = packet.bridge
+        return False
 
     def _strings_refused(self, packet: Connect, client_id: str) -> bool:
         """Refuse a CONNECT whose client id is over `max_client_id_length`, or (unless

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NO_LIMIT = 0  # topic_alias_maximum/maximum_packet_size: the client set none (see below)
+# The client ids of the broker's own bridges' sessions ("$bridge/<name>"): no client that
+# connects from outside may use one (the channel refuses it).
+BRIDGE_CLIENT_PREFIX = "$bridge/"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,15 +28,23 @@ _WILL_QOS = 0x18
 _WILL_FLAG = 0x04
 _CLEAN_START = 0x02
 _RESERVED = 0x01
+BRIDGE_BIT = 0x80
+"""Set in a 3.x CONNECT's protocol level by a broker's bridge (Mosquitto's `try_private`)."""
+_BRIDGED_LEVELS = frozenset({BRIDGE_BIT | 3, BRIDGE_BIT | 4})
 
 
 def read_protocol(buf: bytes, pos: int, end: int) -> tuple[str, int, int]:
-    """Read the protocol name and level of CONNECT; return `(name, level, next_pos)`."""
+    """Read the protocol name and level of CONNECT; return `(name, level, next_pos)`.
+
+    The level keeps the bridge bit (`BRIDGE_BIT`), which a 3.x bridge may set (not a
+    level of the standard: Mosquitto's bridges use it to tell the broker they are one).
+    """
     name, pos = read_string(buf, pos, end)
     if name not in ("MQTT", "MQIsdp"):
         raise ProtocolError(f"CONNECT protocol name {name!r} is not MQTT [MQTT-3.1.2-1]")
     level, pos = read_byte(buf, pos, end)
-    if PROTOCOL_NAMES.get(level) != name:
+    plain = level & ~BRIDGE_BIT if level in _BRIDGED_LEVELS else level  # not 5.0's
+    if PROTOCOL_NAMES.get(plain) != name:
         raise UnsupportedProtocolVersionError(
             f"CONNECT protocol name {name!r} with level {level} is not a supported "
             "version (MQIsdp/3, MQTT/4, MQTT/5) [MQTT-3.1.2-2]",
@@ -82,7 +90,10 @@ def _read_will(flags: int, buf: bytes, pos: int, end: int, level: int) -> tuple[
 
 
 def decode_connect(buf: bytes, pos: int, end: int, name: str, level: int) -> Connect:
-    """Decode the CONNECT body after the protocol level (section 3.1.2)."""
+    """Decode the CONNECT body after the protocol level (section 3.1.2); `level` as
+    `read_protocol` returned it, with the bridge bit if it was set."""
+    bridge = bool(level & BRIDGE_BIT)
+    level &= ~BRIDGE_BIT
     flags, pos = read_byte(buf, pos, end)
     _check_flags(flags, level)
     keepalive, pos = read_u16(buf, pos, end)
@@ -112,6 +123,7 @@ def decode_connect(buf: bytes, pos: int, end: int, name: str, level: int) -> Con
         will=will,
         properties=props,
         protocol_name=name,
+        bridge=bridge,
     )
 
 

@@ -24,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 from mqtt.decode_bodies import BODY_DECODERS, decode_publish
-from mqtt.decode_connect import decode_connack, decode_connect, read_protocol
+from mqtt.decode_connect import BRIDGE_BIT, decode_connack, decode_connect, read_protocol
 from mqtt.errors import MalformedPacketError, MqttError, PacketTooLargeError, ProtocolError
 from mqtt.packets import Packet, PacketType, PubAck, PubComp, PubRec, PubRel
 from mqtt.wire import MAX_VARINT
@@ -213,7 +213,7 @@ class PacketDecoder:
                 )
             name, level, pos = read_protocol(buf, start, end)
             if self.protocol_version is None:
-                self.protocol_version = level
+                self.protocol_version = level & ~BRIDGE_BIT
             return decode_connect(buf, pos, end, name, level)
         version = self.protocol_version
         if version is None:

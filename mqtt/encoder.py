@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mqtt.decode_connect import BRIDGE_BIT as _BRIDGE_BIT
 from mqtt.packets import (
     Auth,
     ConnAck,
@@ -104,7 +105,7 @@ def _connect(packet: Connect, _version: int) -> bytes:
         payload.append(encode_binary(packet.password))
     header = (
         encode_string(packet.protocol_name)
-        + bytes((version, flags))
+        + bytes((version | (_BRIDGE_BIT if packet.bridge and version < 5 else 0), flags))
         + packet.keepalive.to_bytes(2, "big")
         + _props(packet, version)
     )

@@ -77,6 +77,10 @@ class Connect:
     will: Will | None = None
     properties: Properties = field(default_factory=dict)
     protocol_name: str = "MQTT"  # "MQIsdp" for 3.1
+    # 3.x only: the bridge bit (0x80) of the protocol level, as Mosquitto's bridges set it
+    # (`try_private`): the client is another broker, which wants its own publishes not sent
+    # back to it and the retain flag of what it receives kept.
+    bridge: bool = False
 
 
 @dataclass(slots=True)

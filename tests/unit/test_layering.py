@@ -116,3 +116,15 @@ def test_plugins_import_no_actor_but_the_rate_limited_log() -> None:
     assert used <= PLUGIN_ACTOR_IMPORTS
     leaf = imported_roots(ROOT / "actors" / "rate_limited_log.py")
     assert leaf & {"actors", "channel", "hooks", "plugins", "store"} == set()
+
+
+# A bridge's pure parts (its configuration, topic lines, back-off, relay and placement) do
+# no I/O and know nothing of the actors; its sockets and its link to the broker are the
+# other modules of bridge/.
+BRIDGE_PURE = ("config", "topics", "backoff", "relay", "placement")
+
+
+@pytest.mark.parametrize("module", BRIDGE_PURE)
+def test_bridge_pure_parts_are_sans_io(module: str) -> None:
+    path = ROOT / "bridge" / f"{module}.py"
+    assert imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "ssl"}) == set()

@@ -1,0 +1,230 @@
+"""The `[[bridges]]` tables of the configuration, checked (pure: no I/O).
+
+Each key is named after its Mosquitto `bridge` counterpart where one exists (the line-by-line
+mapping is in docs/configuration.md). `parse_bridges` raises `BridgeConfigError` naming the
+table and key; `actors.config` turns it into its `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from mqtt.topics import TopicError, validate_topic_filter
+
+DIRECTIONS = ("in", "out", "both")
+PROTOCOL_VERSIONS = {"3.1.1": 4, "5.0": 5}
+NEVER_EXPIRES = 4_294_967_295  # MQTT 5.0 Session Expiry Interval 0xFFFFFFFF
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_TLS_FILES = ("cafile", "certfile", "keyfile")
+
+
+class BridgeConfigError(ValueError):
+    """A `[[bridges]]` table is wrong; the message names the bridge and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """One `[[bridges.topics]]` table: Mosquitto's `topic pattern direction qos local-prefix
+    remote-prefix`."""
+
+    pattern: str = ""
+    direction: str = "out"
+    qos: int = 0
+    local_prefix: str = ""
+    remote_prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    """One `[[bridges]]` table (docs/bridges.md)."""
+
+    name: str = ""
+    addresses: tuple[str, ...] = ()  # "host:port", tried in turn
+    protocol_version: str = "3.1.1"  # or "5.0"
+    client_id: str = ""  # at the remote broker; "": "<node_name>.<name>"
+    username: str = ""  # at the remote broker; "": none
+    password: str = ""
+    keepalive: int = 60  # seconds
+    clean_start: bool = False  # false: the remote keeps the bridge's session
+    session_expiry: int = NEVER_EXPIRES  # 5.0: seconds the remote keeps it (clean_start false)
+    try_private: bool = True  # 3.1.1: set the bridge bit (0x80) in CONNECT's protocol level
+    tls: bool = False  # on by itself with cafile; without one the system's CAs are trusted
+    cafile: str = ""
+    certfile: str = ""  # the client certificate (PEM); keyfile if the key is apart
+    keyfile: str = ""
+    tls_insecure: bool = False  # skip the server name check (never in production)
+    reconnect_delay: float = 1.0  # seconds before the first retry round ...
+    max_reconnect_delay: float = 60.0  # ... doubling up to this
+    connect_timeout: float = 10.0  # seconds for TCP, TLS and CONNACK together
+    max_inflight: int = 20  # QoS 1/2 messages sent to the remote and not yet acknowledged
+    # The store-and-forward queue: outgoing messages waiting for the remote, past which the
+    # oldest are dropped (0: unbounded)
+    queue_max_messages: int = 100_000
+    queue_max_bytes: int = 104_857_600
+    local_username: str = ""  # the user the local ACL sees the bridge as; "": none
+    topics: tuple[TopicConfig, ...] = ()
+
+    @property
+    def version(self) -> int:
+        """The protocol level toward the remote broker (4 or 5)."""
+        return PROTOCOL_VERSIONS[self.protocol_version]
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or bool(self.cafile)
+
+
+def parse_bridges(tables: Any, config_dir: Path) -> tuple[BridgeConfig, ...]:
+    """The bridges of `[[bridges]]` (`tables` as TOML read it); file names are resolved
+    against `config_dir`. Raises BridgeConfigError."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise BridgeConfigError(
+            'bridges must be an array of tables: [[bridges]] name = "..." addresses = [...]'
+        )
+    bridges = tuple(_bridge(number, table, config_dir) for number, table in enumerate(tables, 1))
+    names = [bridge.name for bridge in bridges]
+    for name in names:
+        if names.count(name) > 1:
+            raise BridgeConfigError(f"two [[bridges]] are named {name!r}: names must differ")
+    return bridges
+
+
+def _bridge(number: int, table: dict[str, Any], config_dir: Path) -> BridgeConfig:
+    where = f"[[bridges]] #{number}"
+    name = table.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise BridgeConfigError(
+            f"{where}: name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}"
+        )
+    where = f"[[bridges]] {name!r}"
+    defaults = BridgeConfig()
+    known = {f.name for f in fields(BridgeConfig)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise BridgeConfigError(
+                f"{where}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+            )
+        if key == "topics":
+            values[key] = _topics(where, value)
+        elif key == "addresses":
+            values[key] = _addresses(where, value)
+        else:
+            values[key] = _typed(where, key, value, getattr(defaults, key))
+    for key in _TLS_FILES:
+        if values.get(key):
+            values[key] = str(config_dir / values[key])
+    bridge = BridgeConfig(**values)
+    _check(where, bridge)
+    return bridge
+
+
+def _typed(where: str, key: str, value: Any, default: Any) -> Any:
+    expected = float if isinstance(default, float) else type(default)
+    ok = isinstance(value, int | float) if expected is float else type(value) is expected
+    if not ok:
+        raise BridgeConfigError(
+            f"{where}: {key} must be {expected.__name__}, got {type(value).__name__} {value!r}"
+        )
+    return float(value) if expected is float else value
+
+
+def _addresses(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise BridgeConfigError(
+            f'{where}: addresses must be a non-empty array of "host:port" strings'
+        )
+    for address in value:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BridgeConfigError(
+                f"{where}: address {address!r} must be host:port, with a port of 1-65535"
+            )
+    return tuple(value)
+
+
+def _topics(where: str, value: Any) -> tuple[TopicConfig, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
+        raise BridgeConfigError(
+            f'{where}: needs [[bridges.topics]] tables (pattern = "...", direction = "out")'
+        )
+    topics = []
+    defaults = TopicConfig()
+    known = {f.name for f in fields(TopicConfig)}
+    for number, table in enumerate(value, 1):
+        here = f"{where} topic #{number}"
+        for key in table:
+            if key not in known:
+                raise BridgeConfigError(
+                    f"{here}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+                )
+        topic = TopicConfig(
+            **{key: _typed(here, key, v, getattr(defaults, key)) for key, v in table.items()}
+        )
+        _check_topic(here, topic)
+        topics.append(topic)
+    return tuple(topics)
+
+
+def _check_topic(where: str, topic: TopicConfig) -> None:
+    if topic.direction not in DIRECTIONS:
+        raise BridgeConfigError(
+            f"{where}: direction must be one of {', '.join(DIRECTIONS)}, got {topic.direction!r}"
+        )
+    if topic.qos not in (0, 1, 2):
+        raise BridgeConfigError(f"{where}: qos must be 0, 1 or 2, got {topic.qos}")
+    for key in ("local_prefix", "remote_prefix"):
+        prefix = getattr(topic, key)
+        if "+" in prefix or "#" in prefix:
+            raise BridgeConfigError(f"{where}: {key} {prefix!r} must not hold a wildcard")
+    if not topic.pattern and not (topic.local_prefix and topic.remote_prefix):
+        raise BridgeConfigError(
+            f"{where}: an empty pattern needs both local_prefix and remote_prefix (each then "
+            "is a whole topic, as in Mosquitto)"
+        )
+    for prefix in (topic.local_prefix, topic.remote_prefix):
+        try:
+            validate_topic_filter(prefix + topic.pattern)
+        except TopicError as error:
+            raise BridgeConfigError(
+                f"{where}: {prefix + topic.pattern!r} is not a valid topic filter: {error}"
+            ) from None
+
+
+def _check(where: str, bridge: BridgeConfig) -> None:
+    if not bridge.addresses:
+        raise BridgeConfigError(f'{where}: addresses is required (["host:port", ...])')
+    if not bridge.topics:
+        raise BridgeConfigError(f"{where}: needs at least one [[bridges.topics]] table")
+    if bridge.protocol_version not in PROTOCOL_VERSIONS:
+        raise BridgeConfigError(
+            f"{where}: protocol_version must be one of {', '.join(PROTOCOL_VERSIONS)}, got "
+            f"{bridge.protocol_version!r}"
+        )
+    if not 0 <= bridge.keepalive <= 65535:
+        raise BridgeConfigError(f"{where}: keepalive must be 0-65535 seconds")
+    if not 0 <= bridge.session_expiry <= NEVER_EXPIRES:
+        raise BridgeConfigError(f"{where}: session_expiry must be 0-{NEVER_EXPIRES} seconds")
+    if not 1 <= bridge.max_inflight <= 65535:
+        raise BridgeConfigError(f"{where}: max_inflight must be 1-65535")
+    if bridge.queue_max_messages < 0 or bridge.queue_max_bytes < 0:
+        raise BridgeConfigError(f"{where}: queue_max_messages and queue_max_bytes must be >= 0")
+    if not 0 < bridge.reconnect_delay <= bridge.max_reconnect_delay:
+        raise BridgeConfigError(
+            f"{where}: reconnect_delay must be above 0 and at most max_reconnect_delay"
+        )
+    if bridge.connect_timeout <= 0:
+        raise BridgeConfigError(f"{where}: connect_timeout must be above 0 seconds")
+    _check_credentials(where, bridge)
+
+
+def _check_credentials(where: str, bridge: BridgeConfig) -> None:
+    if (bridge.certfile or bridge.keyfile) and not bridge.uses_tls:
+        raise BridgeConfigError(f"{where}: certfile/keyfile need tls = true or a cafile")
+    if bridge.keyfile and not bridge.certfile:
+        raise BridgeConfigError(f"{where}: keyfile needs certfile")
+    if bridge.password and not bridge.username:
+        raise BridgeConfigError(f"{where}: password needs username")

@@ -1,0 +1,137 @@
+"""One MQTT client connection of a bridge over a connected gevent socket: packets in and out.
+
+`handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
+its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
+order, for the next `receive`. Writes from several greenlets never interleave mid-packet
+(one lock per link). A closed socket, a read error or bytes that break the protocol raise
+`LinkClosedError` with the reason in words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gevent
+import gevent.lock
+
+from mqtt.decoder import PacketDecoder
+from mqtt.encoder import encode
+from mqtt.errors import MqttError
+from mqtt.packets import ConnAck, Connect, Disconnect, Packet, SubAck, Subscribe
+
+READ_SIZE = 65536
+
+
+class LinkClosedError(Exception):
+    """The connection ended; the message says why."""
+
+
+class Link:
+    """A client's side of one MQTT connection; `peer` names the other end in messages."""
+
+    __slots__ = (
+        "_decoder",
+        "_pending",
+        "_sock",
+        "_write_lock",
+        "closed",
+        "last_received",
+        "last_sent",
+        "peer",
+        "version",
+    )
+
+    def __init__(self, sock: Any, version: int, peer: str, max_packet_size: int) -> None:
+        self._sock = sock  # a connected gevent socket (or gevent SSLSocket)
+        self.version = version
+        self.peer = peer
+        self._decoder = PacketDecoder(max_packet_size, protocol_version=version)
+        self._pending: list[Packet] = []
+        self._write_lock = gevent.lock.Semaphore()
+        self.closed = False
+        self.last_received = self.last_sent = time.monotonic()
+
+    def send(self, packets: Sequence[Packet]) -> None:
+        """Write `packets` in one go. Raises LinkClosedError."""
+        if not packets:
+            return
+        version = self.version
+        data = b"".join(encode(packet, version) for packet in packets)
+        with self._write_lock:
+            try:
+                self._sock.sendall(data)
+            except OSError as error:
+                raise LinkClosedError(f"write to {self.peer} failed: {error}") from None
+        self.last_sent = time.monotonic()
+
+    def receive(self) -> list[Packet]:
+        """The next packets from the peer (at least one). Raises LinkClosedError."""
+        if self._pending:
+            packets, self._pending = self._pending, []
+            return packets
+        while True:
+            try:
+                data = self._sock.recv(READ_SIZE)
+            except OSError as error:
+                raise LinkClosedError(f"read from {self.peer} failed: {error}") from None
+            if not data:
+                raise LinkClosedError(f"{self.peer} closed the connection")
+            self.last_received = time.monotonic()
+            try:
+                packets = self._decoder.feed(data)
+            except MqttError as error:
+                raise LinkClosedError(f"{self.peer} broke the protocol: {error}") from None
+            if packets:
+                return packets
+
+    def handshake(self, connect: Connect, timeout: float) -> ConnAck:
+        """Send `connect`; the CONNACK. Raises LinkClosedError (also after `timeout` seconds)."""
+        self.send([connect])
+        answer = self._await(ConnAck, timeout, "CONNACK")
+        assert isinstance(answer, ConnAck)
+        return answer
+
+    def request(self, subscribe: Subscribe, timeout: float) -> SubAck:
+        """Send `subscribe`; its SUBACK. Raises LinkClosedError (also after `timeout` seconds)."""
+        self.send([subscribe])
+        while True:
+            answer = self._await(SubAck, timeout, "SUBACK")
+            assert isinstance(answer, SubAck)
+            if answer.packet_id == subscribe.packet_id:
+                return answer
+
+    def _await(self, kind: type, timeout: float, name: str) -> Packet:
+        kept: list[Packet] = []
+        late = LinkClosedError(f"no {name} from {self.peer} in {timeout} s")
+        try:
+            with gevent.Timeout(timeout, late):
+                while True:
+                    packets = self.receive()
+                    for index, packet in enumerate(packets):
+                        if isinstance(packet, kind):
+                            kept += packets[index + 1 :]
+                            return packet
+                        if isinstance(packet, Disconnect):
+                            raise LinkClosedError(
+                                f"{self.peer} sent DISCONNECT (reason 0x{packet.reason_code:02x})"
+                            )
+                        kept.append(packet)
+        finally:
+            self._pending = kept + self._pending
+
+    def close(self, farewell: Disconnect | None = None) -> None:
+        """Close the socket, after sending `farewell` if it can be sent at once."""
+        if self.closed:
+            return
+        self.closed = True
+        if farewell is not None:
+            try:
+                with gevent.Timeout(1.0):
+                    self.send([farewell])
+            except (LinkClosedError, gevent.Timeout):
+                pass  # the socket is closed below either way
+        with contextlib.suppress(OSError):
+            self._sock.close()

@@ -1,0 +1,146 @@
+"""The packets a bridge passes between its local session and the remote broker (pure).
+
+The bridge is a client on both sides: of this broker, as the session `$bridge/<name>` (an
+MQTT 5.0 connection), and of the remote broker. It relays each QoS flow as it is, with the
+same packet id on both sides, so the two brokers' sessions do all the bookkeeping:
+
+- out: the local session's PUBLISH (packet id L) goes to the remote with id L and the
+  remote topic; the remote's PUBACK / PUBREC / PUBCOMP for L goes back to the local session
+  as its acknowledgement, and the local session's PUBREL for L goes to the remote. The local
+  session gives a message up only once the remote has taken it (PUBACK, or PUBREC for
+  QoS 2), and it stores what is in flight: after a lost connection or a restart it resends
+  the same PUBLISH (DUP, id L) or PUBREL, and a remote that kept the bridge's session takes
+  a QoS 2 resend as the same message [MQTT-4.3.3-9]: exactly once end to end.
+- in: the remote's PUBLISH (packet id R) is published locally with id R and the local
+  topic; this broker's acknowledgement of R goes back to the remote, and the remote's PUBREL
+  to this broker. The remote gives a message up only once this broker has it.
+
+The ids never collide: the local session's ids are its own outgoing ones, unique while in
+flight [MQTT-2.2.1-3], and only the relay sends PUBLISHes to the remote; the same holds for
+the remote's ids toward the bridge.
+
+A message that matches no topic line of its direction (a subscription left over from an
+older configuration) is acknowledged at once and counted in `unmapped`. A 3.1.1 remote gets
+no properties and sends none; reason codes cross only between 5.0 sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bridge.topics import TopicMap
+from mqtt.packets import Packet, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt.properties import PropertyId
+
+# Properties that belong to one connection, not to the message [MQTT-3.3.4-6] [MQTT-3.3.2-7]
+_PER_CONNECTION = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFIER)
+_SUCCESS_LIMIT = 0x80  # reason codes below are successes (section 2.4)
+
+
+@dataclass(slots=True)
+class Relayed:
+    """The packets one side's input makes: for the local session and for the remote."""
+
+    to_local: list[Packet] = field(default_factory=list)
+    to_remote: list[Packet] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RelayCounts:
+    """Messages relayed, for the operations surface."""
+
+    sent: int = 0  # PUBLISHes forwarded to the remote broker
+    received: int = 0  # PUBLISHes from the remote broker published here
+    unmapped: int = 0  # acknowledged without being forwarded: no topic line has them
+
+
+class Relay:
+    """One bridge's relay between its local session (5.0) and a remote of `remote_version`."""
+
+    __slots__ = ("_refused", "_remote_version", "_topics", "counts")
+
+    def __init__(
+        self, topics: TopicMap, remote_version: int, counts: RelayCounts | None = None
+    ) -> None:
+        self._topics = topics
+        self._remote_version = remote_version
+        # Out: QoS 2 ids the remote refused in its PUBREC (5.0, code >= 0x80): it ends that
+        # flow [MQTT-4.3.3-13], so the local session's PUBREL is answered here.
+        self._refused: set[int] = set()
+        self.counts = counts if counts is not None else RelayCounts()
+
+    def from_local(self, packets: list[Packet]) -> Relayed:
+        """What the local session sent the bridge (a read of its connection)."""
+        out = Relayed()
+        for packet in packets:
+            if type(packet) is Publish:
+                self._outgoing(packet, out)
+            elif type(packet) is PubRel and packet.packet_id in self._refused:
+                self._refused.discard(packet.packet_id)
+                out.to_local.append(PubComp(packet.packet_id))
+            elif isinstance(packet, PubAck | PubRec | PubRel | PubComp):
+                out.to_remote.append(_ack(packet, self._remote_version))
+        return out
+
+    def from_remote(self, packets: list[Packet]) -> Relayed:
+        """What the remote broker sent the bridge."""
+        out = Relayed()
+        for packet in packets:
+            if type(packet) is Publish:
+                self._incoming(packet, out)
+            elif type(packet) is PubRec and packet.reason_code >= _SUCCESS_LIMIT:
+                self._refused.add(packet.packet_id)
+                out.to_local.append(PubRec(packet.packet_id, packet.reason_code))
+            elif isinstance(packet, PubAck | PubRec | PubRel | PubComp):
+                out.to_local.append(_ack(packet, 5))
+        return out
+
+    def _outgoing(self, packet: Publish, out: Relayed) -> None:
+        topic = self._topics.to_remote(packet.topic)
+        if topic is None:
+            self.counts.unmapped += 1
+            if packet.qos == 1:
+                out.to_local.append(PubAck(packet.packet_id or 0))
+            elif packet.qos == 2:
+                out.to_local.append(PubRec(packet.packet_id or 0))
+                self._refused.add(packet.packet_id or 0)
+            return
+        self.counts.sent += 1
+        out.to_remote.append(_renamed(packet, topic, self._remote_version))
+
+    def _incoming(self, packet: Publish, out: Relayed) -> None:
+        topic = self._topics.to_local(packet.topic)
+        if topic is None:
+            self.counts.unmapped += 1
+            if packet.qos == 1:
+                out.to_remote.append(PubAck(packet.packet_id or 0))
+            elif packet.qos == 2:
+                # The remote sends PUBREL next, which this broker answers (PUBCOMP 0x92 for an
+                # id it does not know; a 3.1.1 session answers any PUBREL).
+                out.to_remote.append(PubRec(packet.packet_id or 0))
+            return
+        self.counts.received += 1
+        out.to_local.append(_renamed(packet, topic, 5))
+
+
+def _ack(packet: PubAck | PubRec | PubRel | PubComp, version: int) -> Packet:
+    """`packet` for a side of `version`: reason codes and properties only to 5.0."""
+    if version < 5 and (packet.reason_code or packet.properties):
+        return type(packet)(packet.packet_id)
+    return packet
+
+
+def _renamed(packet: Publish, topic: str, version: int) -> Publish:
+    """`packet` under `topic`, with the properties a side of `version` gets."""
+    properties = {}
+    if version >= 5 and packet.properties:
+        properties = {k: v for k, v in packet.properties.items() if k not in _PER_CONNECTION}
+    return Publish(
+        topic,
+        packet.payload,
+        packet.qos,
+        packet.retain,
+        packet.dup,
+        packet.packet_id,
+        properties,
+    )

@@ -1,0 +1,307 @@
+"""One bridge's life: connect to the remote broker, then to this broker as the session
+`$bridge/<name>`, relay until either connection ends, wait, start over (docs/bridges.md).
+
+A round: the remote connection (TCP or TLS, CONNECT, CONNACK), its SUBSCRIBE for the
+incoming lines; then the local connection (`bridge.local_link`), whose session resumes
+and sends what waited for the remote, in order, and its SUBSCRIBE for the outgoing lines
+(No Local: what the bridge publishes here is not sent back; Retain As Published: the retain
+flag crosses; Retain Handling 1: the retained messages come once, when the subscription is
+new). Then three greenlets run until one ends: each side's reader, which relays what it
+reads (`bridge.relay`) and writes the answers, and the remote's keep-alive. The local
+connection exists only while the remote one does, so while the remote is away the session
+is offline: it queues what is published for the bridge, in the store for QoS 1/2, up to
+the bridge's queue bound (`queue_max_messages` / `queue_max_bytes`, oldest dropped, counted
+and logged at most once per second as any session's).
+
+Every failed attempt is one WARNING line saying why and when the next one comes
+(`bridge.backoff`); the state is `$SYS/broker/connection/<name>/state`, retained, 1 while
+connected, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+
+from bridge.backoff import Backoff
+from bridge.config import BridgeConfig
+from bridge.link import Link, LinkClosedError
+from bridge.relay import Relay, RelayCounts
+from bridge.remote import ConnectError, open_remote
+from bridge.topics import Subscription, TopicMap
+from core.client import BRIDGE_CLIENT_PREFIX
+from mqtt.packets import Connect, Disconnect, PingReq, Subscribe
+from mqtt.packets import Subscription as SubscribeEntry
+from mqtt.properties import PropertyId
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE_GRACE = 1.5  # the remote is given up after this many keep-alive periods of silence
+SUBACK_FAILURE = 0x80
+NEVER_EXPIRES = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class BridgeStatus:
+    """What the operations surface shows of a bridge."""
+
+    name: str
+    connected: bool = False
+    address: str = ""  # where it is connected, or last tried
+    connects: int = 0  # connections made since start
+    last_error: str = ""
+
+
+class BridgeRunner:
+    """Runs one bridge in a greenlet of its own; `open_local` makes a local connection."""
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        *,
+        open_local: Callable[[], Any],
+        tls: ssl.SSLContext | None,
+        node_name: str,
+        report_state: Callable[[str, bool], None],
+        max_packet_size: int,
+        receive_maximum: int,
+    ) -> None:
+        self.config = config
+        self.client_id = BRIDGE_CLIENT_PREFIX + config.name
+        self.remote_client_id = config.client_id or f"{node_name}.{config.name}"
+        self._open_local = open_local
+        self._tls = tls
+        self._report_state = report_state
+        self._max_packet_size = max_packet_size
+        self._receive_maximum = receive_maximum
+        self._topics = TopicMap(config.topics)
+        self.status = BridgeStatus(config.name)
+        self.counts = RelayCounts()  # since start, over every connection
+        self._links: list[Link] = []
+        self._greenlet: gevent.Greenlet | None = None
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self._greenlet is not None
+
+    def start(self) -> None:
+        if self._greenlet is not None:
+            return
+        self._stopping = False
+        self._report_state(self.config.name, False)
+        self._greenlet = gevent.spawn(self._run)
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """End the bridge: DISCONNECT both connections (the local session stays, offline).
+        Waits up to `timeout` seconds for the round to end; never blocks the caller's
+        greenlet longer."""
+        greenlet, self._greenlet = self._greenlet, None
+        if greenlet is None:
+            return
+        self._stopping = True
+        for link in self._links:
+            link.close(Disconnect())
+        greenlet.join(timeout)
+        greenlet.kill(block=False)  # its round's end said "0" if it was connected
+
+    # ----- the rounds ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        config = self.config
+        backoff = Backoff(config.addresses, config.reconnect_delay, config.max_reconnect_delay)
+        while not self._stopping:
+            address = backoff.address
+            self.status.address = address
+            try:
+                remote = self._connect_remote(address)
+            except (ConnectError, LinkClosedError) as error:
+                wait = backoff.failed()
+                self._failed(f"cannot connect to {address}: {error}", wait)
+                gevent.sleep(wait)
+                continue
+            backoff.connected()
+            try:
+                self._serve(remote, address)
+            except LinkClosedError as error:
+                if not self._stopping:
+                    wait = backoff.lost()
+                    self._failed(f"connection lost: {error}", wait)
+                    gevent.sleep(wait)
+            except Exception:
+                logger.exception("bridge %r: failed (a broker bug); starting over", config.name)
+                gevent.sleep(backoff.lost())
+            finally:
+                self._end_round()
+
+    def _failed(self, why: str, wait: float) -> None:
+        self.status.last_error = why
+        logger.warning("bridge %r: %s; next attempt in %.1f s", self.config.name, why, wait)
+
+    def _connect_remote(self, address: str) -> Link:
+        config = self.config
+        sock = open_remote(address, self._tls, config.connect_timeout)
+        link = Link(sock, config.version, f"remote broker {address}", self._max_packet_size)
+        self._links.append(link)
+        properties: dict[int, Any] = {}
+        if config.version >= 5:
+            properties[PropertyId.RECEIVE_MAXIMUM] = self._receive_maximum
+            if not config.clean_start and config.session_expiry:
+                properties[PropertyId.SESSION_EXPIRY_INTERVAL] = config.session_expiry
+        connect = Connect(
+            client_id=self.remote_client_id,
+            protocol_version=config.version,
+            clean_start=config.clean_start,
+            keepalive=config.keepalive,
+            username=config.username or None,
+            password=config.password.encode() if config.password else None,
+            properties=properties,
+            bridge=config.try_private,
+        )
+        connack = link.handshake(connect, config.connect_timeout)
+        if connack.reason_code:
+            link.close()
+            raise ConnectError(
+                f"CONNACK refused the bridge with code 0x{connack.reason_code:02x}"
+                + _reason_string(connack.properties)
+                + " (check client_id, username and password)"
+            )
+        subscriptions = self._topics.remote_subscriptions()
+        if subscriptions:
+            self._subscribe(link, subscriptions, no_local=config.version >= 5)
+        return link
+
+    def _connect_local(self) -> Link:
+        link = Link(self._open_local(), 5, "this broker", self._max_packet_size)
+        self._links.append(link)
+        connect = Connect(
+            client_id=self.client_id,
+            protocol_version=5,
+            clean_start=False,
+            keepalive=0,
+            username=self.config.local_username or None,
+            properties={
+                PropertyId.SESSION_EXPIRY_INTERVAL: NEVER_EXPIRES,
+                PropertyId.RECEIVE_MAXIMUM: self.config.max_inflight,
+            },
+        )
+        connack = link.handshake(connect, self.config.connect_timeout)
+        if connack.reason_code:
+            raise LinkClosedError(
+                f"this broker refused the bridge's session {self.client_id!r} with code "
+                f"0x{connack.reason_code:02x}{_reason_string(connack.properties)}"
+            )
+        subscriptions = self._topics.local_subscriptions()
+        if subscriptions:
+            self._subscribe(link, subscriptions, no_local=True)
+        return link
+
+    def _subscribe(self, link: Link, subscriptions: list[Subscription], no_local: bool) -> None:
+        entries = [
+            SubscribeEntry(
+                s.topic_filter,
+                s.qos,
+                no_local=no_local,
+                retain_as_published=link.version >= 5,
+                retain_handling=1 if link.version >= 5 else 0,
+            )
+            for s in subscriptions
+        ]
+        suback = link.request(Subscribe(1, entries), self.config.connect_timeout)
+        for entry, code in zip(entries, suback.reason_codes, strict=False):
+            if code >= SUBACK_FAILURE:
+                logger.warning(
+                    "bridge %r: %s refused the subscription to %r (code 0x%02x): nothing on it "
+                    "crosses the bridge (check that broker's ACL for the bridge's user)",
+                    self.config.name,
+                    link.peer,
+                    entry.topic_filter,
+                    code,
+                )
+
+    def _serve(self, remote: Link, address: str) -> None:
+        local = self._connect_local()
+        relay = Relay(self._topics, self.config.version, self.counts)
+        self.status.connected = True
+        self.status.connects += 1
+        self.status.last_error = ""
+        self._report_state(self.config.name, True)
+        logger.info(
+            "bridge %r: connected to %s (MQTT %s) as %r",
+            self.config.name,
+            address,
+            self.config.protocol_version,
+            self.remote_client_id,
+        )
+        workers: list[gevent.Greenlet[Any, str]] = [
+            gevent.spawn(self._until_closed, self._pump, local, remote, relay, True),
+            gevent.spawn(self._until_closed, self._pump, remote, local, relay, False),
+        ]
+        if self.config.keepalive:
+            workers.append(gevent.spawn(self._until_closed, self._keepalive, remote))
+        try:
+            done = gevent.wait(workers, count=1)
+        finally:
+            gevent.killall(workers, block=False)
+        ended = done[0]
+        assert isinstance(ended, gevent.Greenlet)
+        if ended.exception is not None:
+            raise ended.exception
+        raise LinkClosedError(ended.value)
+
+    @staticmethod
+    def _until_closed(work: Callable[..., None], *args: Any) -> str:
+        """Run `work` until its link closes; why it closed."""
+        try:
+            work(*args)
+        except LinkClosedError as error:
+            return str(error)
+        return "a relay ended"
+
+    def _pump(self, source: Link, other: Link, relay: Relay, from_local: bool) -> None:
+        """Read `source` and relay what it sends, until it closes (raises LinkClosedError)."""
+        handle = relay.from_local if from_local else relay.from_remote
+        while True:
+            packets = source.receive()
+            for packet in packets:
+                if isinstance(packet, Disconnect):
+                    raise LinkClosedError(
+                        f"{source.peer} sent DISCONNECT (reason 0x{packet.reason_code:02x})"
+                        + _reason_string(packet.properties)
+                    )
+            relayed = handle(packets)
+            local, remote = (source, other) if from_local else (other, source)
+            remote.send(relayed.to_remote)
+            local.send(relayed.to_local)
+
+    def _keepalive(self, remote: Link) -> None:
+        interval = self.config.keepalive
+        while True:
+            gevent.sleep(interval / 2)
+            now = time.monotonic()
+            if now - remote.last_received > interval * KEEPALIVE_GRACE:
+                raise LinkClosedError(
+                    f"nothing from {remote.peer} for {interval * KEEPALIVE_GRACE:.0f} s "
+                    "(keep-alive)"
+                )
+            if now - remote.last_sent >= interval / 2:
+                remote.send([PingReq()])
+
+    def _end_round(self) -> None:
+        for link in self._links:
+            link.close()
+        self._links.clear()
+        if self.status.connected:
+            self.status.connected = False
+            self._report_state(self.config.name, False)
+
+
+def _reason_string(properties: dict[int, Any]) -> str:
+    text = properties.get(PropertyId.REASON_STRING)
+    return f" ({text})" if text else ""

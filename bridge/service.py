@@ -1,0 +1,92 @@
+"""The broker's bridges: one `BridgeRunner` per `[[bridges]]` table, started after the
+listeners and stopped before the connections are closed (so the bridges' local sessions are
+left offline, not taken for clients that went away).
+
+The state of each bridge is the retained `$SYS/broker/connection/<name>/state`, "1" while
+connected and "0" otherwise (Mosquitto's topic and values), published by the broker itself
+(not stored: it starts at 0 after a restart). `limit_queues` gives each bridge's local
+session the bridge's queue bound instead of `[limits] max_queued_messages` /
+`max_queued_bytes`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import Any
+
+from actors.context import BrokerContext
+from bridge.config import BridgeConfig
+from bridge.local_link import bridge_endpoint, bridge_settings, open_local
+from bridge.placement import runner_of
+from bridge.remote import client_context
+from bridge.runner import BridgeRunner
+from core.client import BRIDGE_CLIENT_PREFIX
+from core.message import Message
+
+logger = logging.getLogger(__name__)
+
+STATE_TOPIC = "$SYS/broker/connection/{name}/state"
+
+
+def limit_queues(context: BrokerContext, bridges: tuple[BridgeConfig, ...]) -> None:
+    """Give each bridge's session its own queue bound (before any session starts)."""
+    for bridge in bridges:
+        context.queue_bounds[BRIDGE_CLIENT_PREFIX + bridge.name] = (
+            bridge.queue_max_messages,
+            bridge.queue_max_bytes,
+        )
+
+
+class Bridges:
+    """The bridges this process runs."""
+
+    def __init__(self, context: BrokerContext, bridges: tuple[BridgeConfig, ...]) -> None:
+        """Raises TlsSetupError if a bridge's TLS files are unusable."""
+        self._context = context
+        endpoint = bridge_endpoint()
+        settings = bridge_settings(context)
+        limits = context.limits
+        self.runners: dict[str, BridgeRunner] = {}
+        for bridge in bridges:
+
+            def connect(name: str = bridge.name) -> Any:
+                return open_local(name, context, endpoint, settings)
+
+            self.runners[bridge.name] = BridgeRunner(
+                bridge,
+                open_local=connect,
+                tls=client_context(bridge),
+                node_name=context.config.node_name,
+                report_state=self._report_state,
+                max_packet_size=limits.max_packet_size,
+                receive_maximum=settings.offer.receive_maximum,
+            )
+
+    def start(self) -> None:
+        for runner in self.runners.values():
+            runner.start()
+
+    def stop(self) -> None:
+        for runner in self.runners.values():
+            runner.stop()
+
+    def place(self, worker: int, workers: int, live: Collection[int]) -> None:
+        """In a pool: run here the bridges whose runner `worker` is while `live` are up
+        (`bridge.placement`), and stop those another worker runs now."""
+        for name, runner in self.runners.items():
+            owner = runner_of(name, workers, live)
+            if owner == worker and not runner.running:
+                logger.info("bridge %r: runs in this worker", name)
+                runner.start()
+            elif owner != worker and runner.running:
+                logger.info("bridge %r: worker %s runs it now; stopping it here", name, owner)
+                runner.stop()
+
+    def _report_state(self, name: str, connected: bool) -> None:
+        topic = STATE_TOPIC.format(name=name)
+        payload = b"1" if connected else b"0"
+        self._context.dispatcher.publish_internal(
+            [Message(topic=topic, payload=payload)],
+            retained=[Message(topic=topic, payload=payload, retain=True)],
+        )

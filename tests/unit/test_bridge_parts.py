@@ -1,0 +1,192 @@
+"""The pure parts of bridges: configuration, topic mapping, back-off, relay, placement, and
+the codec's bridge bit (Mosquitto's `try_private`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.backoff import Backoff
+from bridge.config import BridgeConfigError, TopicConfig, parse_bridges
+from bridge.placement import runner_of
+from bridge.relay import Relay
+from bridge.topics import Subscription, TopicMap
+from mqtt.decoder import PacketDecoder
+from mqtt.encoder import encode
+from mqtt.errors import UnsupportedProtocolVersionError
+from mqtt.packets import Connect, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt.properties import PropertyId
+
+
+def _map(*lines: TopicConfig) -> TopicMap:
+    return TopicMap(lines)
+
+
+def test_prefixes_are_swapped_as_in_mosquitto() -> None:
+    topics = _map(
+        TopicConfig("up/#", "out", 1, "site7/", "plant/"),
+        TopicConfig("cmd/+", "in", 2, "site7/", "plant/"),
+        TopicConfig("", "out", 0, "a/b", "c/d"),
+    )
+    assert topics.local_subscriptions() == [Subscription("site7/up/#", 1), Subscription("a/b", 0)]
+    assert topics.remote_subscriptions() == [Subscription("plant/cmd/+", 2)]
+    assert topics.to_remote("site7/up/x/y") == "plant/up/x/y"
+    assert topics.to_remote("a/b") == "c/d"
+    assert topics.to_remote("site7/cmd/x") is None  # an "in" line does not send out
+    assert topics.to_remote("site7") is None  # matched by site7/up/#? no: not under the prefix
+    assert topics.to_local("plant/cmd/reboot") == "site7/cmd/reboot"
+    assert topics.to_local("plant/cmd/a/b") is None
+
+
+def test_both_direction_and_shared_filters() -> None:
+    topics = _map(TopicConfig("t/#", "both", 1), TopicConfig("t/#", "out", 2))
+    assert topics.local_subscriptions() == [Subscription("t/#", 2)]  # one, at the highest QoS
+    assert topics.remote_subscriptions() == [Subscription("t/#", 1)]
+    assert topics.to_local("t/x") == "t/x"
+
+
+levels = st.text(alphabet="abc", min_size=1, max_size=3)
+
+
+@given(st.lists(levels, min_size=1, max_size=4), levels, levels)
+def test_a_topic_crosses_and_comes_back_unchanged(path: list[str], local: str, remote: str) -> None:
+    topics = _map(TopicConfig("#", "both", 1, f"{local}/", f"{remote}/"))
+    name = f"{local}/" + "/".join(path)
+    there = topics.to_remote(name)
+    assert there == f"{remote}/" + "/".join(path)
+    assert topics.to_local(there) == name
+
+
+def test_backoff_tries_every_address_then_waits_doubling_up_to_the_cap() -> None:
+    backoff = Backoff(("a:1", "b:2"), first=1.0, cap=5.0, rng=lambda: 1.0)  # no jitter
+    waits = []
+    for _ in range(5):
+        assert backoff.address == "a:1"
+        assert backoff.failed() == 0.0
+        assert backoff.address == "b:2"
+        waits.append(backoff.failed())
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+    backoff.connected()
+    assert backoff.lost() == 1.0
+    assert backoff.address == "a:1"
+    assert backoff.failed() == 0.0  # a new schedule: the first round waits nothing within it
+
+
+def test_backoff_jitter_is_between_half_and_the_whole_wait() -> None:
+    low = Backoff(("a:1",), 4.0, 60.0, rng=lambda: 0.0)
+    assert low.failed() == 2.0
+
+
+def test_relay_passes_each_qos_flow_with_the_same_packet_ids() -> None:
+    relay = Relay(_map(TopicConfig("up/#", "out", 2, "l/", "r/")), remote_version=4)
+    out = relay.from_local(
+        [
+            Publish("l/up/a", b"x", 2, True, True, 7, {PropertyId.SUBSCRIPTION_IDENTIFIER: [1]}),
+            PubRel(7),
+        ]
+    )
+    assert out.to_remote == [Publish("r/up/a", b"x", 2, True, True, 7), PubRel(7)]
+    back = relay.from_remote([PubRec(7), PubComp(7)])
+    assert back.to_local == [PubRec(7), PubComp(7)]
+    assert relay.counts.sent == 1
+
+
+def test_relay_acknowledges_what_no_line_maps() -> None:
+    relay = Relay(_map(TopicConfig("up/#", "out", 2)), remote_version=5)
+    unmapped = [Publish("other", b"", 1, packet_id=3), Publish("x", b"", 2, packet_id=4)]
+    out = relay.from_local(unmapped)
+    assert out.to_local == [PubAck(3), PubRec(4)] and out.to_remote == []
+    assert relay.from_local([PubRel(4)]).to_local == [PubComp(4)]  # that flow ends here
+    incoming = relay.from_remote([Publish("nowhere", b"", 1, packet_id=9)])
+    assert incoming.to_remote == [PubAck(9)] and incoming.to_local == []
+    assert relay.counts.unmapped == 3
+
+
+def test_a_refused_pubrec_from_a_5_remote_ends_the_local_flow() -> None:
+    relay = Relay(_map(TopicConfig("#", "out", 2)), remote_version=5)
+    assert relay.from_remote([PubRec(5, 0x87)]).to_local == [PubRec(5, 0x87)]
+    released = relay.from_local([PubRel(5)])
+    assert released.to_local == [PubComp(5)] and released.to_remote == []
+
+
+def test_reason_codes_do_not_reach_a_3_remote() -> None:
+    relay = Relay(_map(TopicConfig("#", "in", 1)), remote_version=4)
+    assert relay.from_local([PubAck(2, 0x10)]).to_remote == [PubAck(2)]
+
+
+def test_each_bridge_has_one_runner_and_the_next_live_worker_takes_over() -> None:
+    home = runner_of("cloud", 3, {0, 1, 2})
+    assert home is not None
+    assert runner_of("cloud", 3, {0, 1, 2} - {home}) == (home + 1) % 3
+    assert runner_of("cloud", 3, {(home + 2) % 3}) == (home + 2) % 3
+    assert runner_of("cloud", 3, set()) is None
+
+
+def _bridges(text: str) -> object:
+    import tomllib  # noqa: PLC0415
+
+    return parse_bridges(tomllib.loads(text)["bridges"], Path("/etc/broker"))
+
+
+def test_configuration_reads_a_bridge_and_resolves_files() -> None:
+    (bridge,) = _bridges(  # type: ignore[misc]
+        '[[bridges]]\nname = "cloud"\naddresses = ["h:8883"]\ncafile = "ca.pem"\n'
+        '[[bridges.topics]]\npattern = "t/#"\ndirection = "both"\nqos = 1\n'
+    )
+    assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name = "a b"\naddresses = ["h:1"]', "name must be"),
+        ('name = "a"', "addresses is required"),
+        ('name = "a"\naddresses = ["h"]', "must be host:port"),
+        ('name = "a"\naddresses = ["h:1"]\nfoo = 1', "unknown key 'foo'"),
+        ('name = "a"\naddresses = ["h:1"]\nprotocol_version = "4"', "protocol_version"),
+    ],
+)
+def test_configuration_errors_name_the_key(text: str, message: str) -> None:
+    topics = '\n[[bridges.topics]]\npattern = "t"\n'
+    with pytest.raises(BridgeConfigError, match=message):
+        _bridges("[[bridges]]\n" + text + topics)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('pattern = "t"\ndirection = "up"', "direction must be"),
+        ('pattern = "t"\nqos = 3', "qos must be"),
+        ('pattern = "t"\nlocal_prefix = "a/+/"', "must not hold a wildcard"),
+        ('pattern = ""\nlocal_prefix = "a"', "empty pattern"),
+        ('pattern = "a/#/b"', "not a valid topic filter"),
+    ],
+)
+def test_topic_line_errors(line: str, message: str) -> None:
+    with pytest.raises(BridgeConfigError, match=message):
+        _bridges('[[bridges]]\nname = "a"\naddresses = ["h:1"]\n[[bridges.topics]]\n' + line)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_the_bridge_bit_round_trips_in_3x(version: int) -> None:
+    name = "MQIsdp" if version == 3 else "MQTT"
+    data = encode(Connect("b", protocol_version=version, protocol_name=name, bridge=True))
+    assert data[2 + 2 + len(name)] == 0x80 | version
+    decoder = PacketDecoder(from_client=True)
+    (connect,) = decoder.feed(data)
+    assert isinstance(connect, Connect)
+    assert (connect.bridge, connect.protocol_version, decoder.protocol_version) == (
+        True,
+        version,
+        version,
+    )
+
+
+def test_the_bridge_bit_is_not_a_5_0_level() -> None:
+    data = bytearray(encode(Connect("b", protocol_version=5)))
+    data[2 + 2 + 4] = 0x85
+    with pytest.raises(UnsupportedProtocolVersionError):
+        PacketDecoder(from_client=True).feed(bytes(data))
