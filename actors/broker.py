@@ -28,8 +28,6 @@ from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
 from actors.dispatch import Dispatcher
-from actors.endpoint import Endpoint
-from actors.listener import Listener, bind_unix
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
@@ -38,13 +36,15 @@ from actors.router_actor import RouterActor, RouteReplication, RouteWriter, add_
 from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
-from actors.stats import BrokerStats
 from actors.sys_topics import SysPublisher
 from bridge.service import Bridges, limit_queues
 from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.reasons import DisconnectReason
+from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
+from net.endpoint import Endpoint
+from net.listener import Listener, bind_unix
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
 from router.fan_out import Route

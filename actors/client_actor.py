@@ -6,7 +6,7 @@ by the server) and carries out the actions it answers with (`channel.actions`): 
 send, messages to route or report dropped, the session to open, inputs for the session
 actor, the read timeout, the input handled, the end of the connection.
 
-The socket side (`actors.connection.Connection`) calls `packets_received` and
+The socket side (`net.connection.Connection`) calls `packets_received` and
 `connection_lost` from the event loop; they only tell this actor, except that a read holding
 nothing but acknowledgements of a connected client goes straight to the session actor
 (`Channel.acks_only`), which owns the in-flight window they free.
@@ -27,9 +27,7 @@ from typing import Any
 
 import gevent
 
-from actors.connection import Connection
 from actors.context import BrokerContext, ConnectedClient
-from actors.endpoint import Endpoint
 from actors.messages import (
     ArrivedHandled,
     CloseConnection,
@@ -54,6 +52,8 @@ from core.reasons import DisconnectReason
 from hooks.hookpoints import HookPoint
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
+from net.connection import Connection
+from net.endpoint import Endpoint
 from router.fan_out import Route
 
 logger = logging.getLogger(__name__)

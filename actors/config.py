@@ -15,6 +15,7 @@ from typing import Any
 
 from actors.cpu_affinity import CPU_AFFINITY_CHOICES
 from bridge.config import BridgeConfig, BridgeConfigError, parse_bridges
+from net.listener_config import ListenerConfig
 from router.share_strategy import STRATEGY_NAMES
 
 
@@ -24,38 +25,6 @@ class ConfigError(ValueError):
 
 LISTENER_TYPES = ("tcp", "tls", "ws", "wss", "unix")
 TLS_VERSIONS = ("1.2", "1.3")  # tls_version: the oldest version a client may speak
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerConfig:
-    """One `[[listeners]]` table; which keys apply depends on `type` (`_LISTENER_KEYS`)."""
-
-    type: str = "tcp"
-    host: str = "127.0.0.1"
-    port: int = 1883  # the default depends on the type: _DEFAULT_PORTS
-    max_connections: int = 100_000
-    max_connection_rate: float = 0.0  # new connections accepted per second; 0 = unlimited
-    # tls and wss; file names are resolved against the configuration file's directory
-    certfile: str = ""
-    keyfile: str = ""  # "" when the key is in certfile
-    cafile: str = ""  # CA certificates that client certificates are verified against
-    require_certificate: bool = False
-    use_identity_as_username: bool = False
-    tls_version: str = "1.2"
-    ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "" keeps OpenSSL's default
-    # ws and wss: the URL path; unix: the socket file
-    path: str = "/mqtt"
-    allowed_origins: tuple[str, ...] = ()  # ws and wss; empty: every origin
-
-    @property
-    def is_tls(self) -> bool:
-        return self.type in ("tls", "wss")
-
-    def describe(self) -> str:
-        """ "tls 127.0.0.1:8883", "unix /run/mqtt.sock": how logs and errors name it."""
-        if self.type == "unix":
-            return f"unix {self.path}"
-        return f"{self.type} {self.host}:{self.port}"
 
 
 _NETWORK_KEYS = frozenset({"type", "host", "port", "max_connections", "max_connection_rate"})

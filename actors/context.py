@@ -16,14 +16,14 @@ from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
 from actors.overload import FlowControl
 from actors.persistence import Persistence
-from actors.rate_limited_log import RateLimitedLog
 from actors.router_actor import RouteWriter
-from actors.stats import BrokerStats
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
 from core.auth_failures import RefusalDelays
 from core.client import ClientInfo
 from core.rate_limit import RateLimits
+from core.stats import BrokerStats
+from net.rate_limited_log import RateLimitedLog
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions

@@ -55,20 +55,20 @@ from actors.losses import report_loss
 from actors.messages import Deliver, OrphansIn, StoreRetained
 from actors.overload import FlowControl
 from actors.persistence import Persistence, stored_delivery
-from actors.rate_limited_log import RateLimitedLog
 from actors.runtime import tell_if_alive
-from actors.stats import BrokerStats
 from channel.intake import Intake
 from core.flow import Gate
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
 from core.share_origin import ShareOrigin
+from core.stats import BrokerStats
 from fabric.frames import ShareMark
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from hooks.read_checks import ReadChecks
 from mqtt.encoder import encode_publish
+from net.rate_limited_log import RateLimitedLog
 from router.fan_out import FanOut, Plan, Route
 from router.readable_plans import ReadablePlans
 from router.route_table import RouteTable

@@ -1,7 +1,7 @@
 """The embedded fabric: this worker's links to the other workers of the pool, over Unix sockets.
 
 What travels is `fabric.frames` (pure); this module only moves the bytes, on gevent's loop
-like a client connection (`actors.connection`): a read watcher decodes whole reads into
+like a client connection (`net.connection`): a read watcher decodes whole reads into
 frames, and writes go through a `Transport`, which never blocks the writer. Frames sent to
 one peer within one loop turn leave in one write: a publish batch's forwards and route
 changes cost one send per peer, not one per frame.
@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import gevent
 
-from actors.transport import Transport
 from fabric.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
+from net.transport import Transport
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One consistent read of everything a worker counts, for `$SYS`, `/metrics` and the admin API.
 
-`read_figures` copies the counters (`actors.stats.BrokerStats`), the listeners' open
+`read_figures` copies the counters (`core.stats.BrokerStats`), the listeners' open
 connections, the session, subscription and retained-message tables, the sessions' queues and
 in-flight windows, the store's size and commit latency, the hooks' latency, the plugins'
 backends' counters and latency (`core.backend_figures`) and the process's CPU time and RSS.

@@ -2,7 +2,7 @@
 
 Every message the broker does not deliver is counted (`BrokerStats`) and reported to the
 `message.dropped` hook by whoever drops it; this module adds the log line, at most one per
-second per reason with counts (`actors.rate_limited_log`), naming the setting that decides.
+second per reason with counts (`net.rate_limited_log`), naming the setting that decides.
 A message with no subscriber is not a loss (nobody was owed it) and is not logged.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from actors.rate_limited_log import RateLimitedLog
 from core.reasons import DropReason
+from net.rate_limited_log import RateLimitedLog
 
 # reason -> (log level, why, in words an operator can act on)
 _EXPLAINED: dict[DropReason, tuple[int, str]] = {

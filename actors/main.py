@@ -34,7 +34,7 @@ from actors.cpu_affinity import pin_worker, usable_cpus
 from actors.idle_gc import start_idle_gc
 from actors.pool_main import run_pool
 from actors.pool_worker import PoolBroker
-from actors.tls_context import TlsSetupError
+from net.tls_context import TlsSetupError
 from plugins.base import PluginConfigError, PluginContext
 from plugins.loader import check_plugins
 from store.base import StoreError

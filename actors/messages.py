@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.transport import Transport
 from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason
 from core.session_state import Delivery, SubscriptionOptions
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
+from net.transport import Transport
 
 # ----- connection (event loop) -> client actor ---------------------------------------
 

@@ -24,8 +24,8 @@ import gevent
 from actors.config import OverloadConfig
 from actors.messages import Stalled
 from actors.runtime import tell_if_alive
-from actors.stats import BrokerStats
 from core.flow import MemoryAlarm, SessionLoad, Watermarks, memory_watermark
+from core.stats import BrokerStats
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from actors.endpoint import Endpoint
 from fabric.connection_counts import REPORT_INTERVAL, PeerCounts, urgent
 from fabric.frames import Frame, ListenerCounts
+from net.endpoint import Endpoint
 
 
 class PoolConnectionCounts:

@@ -32,12 +32,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from actors.config import BrokerConfig, ListenerConfig
-from actors.endpoint import Endpoint
-from actors.listener import bind_unix
+from actors.config import BrokerConfig
 from actors.pool_worker import STORE_SOCKET
 from actors.supervisor import Supervisor
-from actors.tls_context import TlsSetupError
+from net.endpoint import Endpoint
+from net.listener import bind_unix
+from net.listener_config import ListenerConfig
+from net.tls_context import TlsSetupError
 from store import SQLITE_FILE_NAME
 from store.sqlite_store import check_store_file
 

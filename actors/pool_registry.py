@@ -42,10 +42,10 @@ from actors.messages import ConnectRefused
 from actors.pool_node import ClaimAnswer, PoolNode
 from actors.runtime import run_soon, tell_if_alive
 from actors.session_registry import SessionRegistry
-from actors.transport import Transport
 from core.client import ClientInfo
 from fabric.frames import ClaimRefused, Granted
 from mqtt.reason_codes import ReasonCode
+from net.transport import Transport
 from store.base import StoreError
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,6 @@ import core.message
 from actors.admission import Admission
 from actors.broker import LISTEN_BACKLOG, Broker
 from actors.config import BrokerConfig
-from actors.endpoint import Endpoint
 from actors.fabric_link import Fabric
 from actors.messages import AddRoutes, Sync
 from actors.persistence import restored_state
@@ -49,6 +48,7 @@ from bridge.service import Bridges
 from core.move_in import insert_qos0
 from fabric.frames import StoreFailing
 from fabric.ownership import home_of
+from net.endpoint import Endpoint
 from router.fan_out import Route
 from router.shared import is_shared
 from store import SQLITE_FILE_NAME, ProcessStore

@@ -93,7 +93,6 @@ from actors.persistence import (
     stored_subscriptions,
 )
 from actors.runtime import GeventActor, tell_if_alive
-from actors.transport import Transport
 from channel.actions import (
     Acknowledged,
     InboundQos2,
@@ -136,6 +135,7 @@ from hooks.hookpoints import HookPoint
 from mqtt.encoder import encode, encode_ack, encode_publish
 from mqtt.packets import ConnAck, PacketType, SubAck, UnsubAck
 from mqtt.reason_codes import ReasonCode
+from net.transport import Transport
 from router.fan_out import Route
 from router.shared import inner_filter, is_shared
 from store.base import (

@@ -21,9 +21,9 @@ from actors.config import LimitsConfig
 from actors.context import BrokerContext
 from actors.messages import Attach, Terminate
 from actors.session_actor import SessionActor
-from actors.transport import Transport
 from core.client import ClientInfo
 from core.session_state import SessionState
+from net.transport import Transport
 
 logger = logging.getLogger(__name__)
 

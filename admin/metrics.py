@@ -1,7 +1,7 @@
 """`GET /metrics`: a prometheus-client collector over one `Figures` reading per second.
 
 Nothing is counted for Prometheus on the publish path: the broker's own plain counters
-(`actors.stats`) are turned into metric families when a scrape comes (a custom collector, as
+(`core.stats`) are turned into metric families when a scrape comes (a custom collector, as
 prometheus-client recommends for values another system keeps), from a reading shared by
 the scrapes of the same second (`admin.figures_cache`). In a pool the figures are
 the pool's (`actors.figures.read_pool_figures`: every worker's counters and gauges added

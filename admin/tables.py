@@ -168,7 +168,7 @@ def figures(broker: Broker, _query: dict[str, Any]) -> Rows:
 
 
 def top_topics(broker: Broker, query: dict[str, Any]) -> Rows:
-    """The most published topics (sampled, `actors.stats`), `limit` of them."""
+    """The most published topics (sampled, `core.stats`), `limit` of them."""
     limit = int(query.get("limit", "10"))
     return [
         {"topic": topic, "messages": count}

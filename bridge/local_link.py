@@ -18,10 +18,10 @@ from typing import Any
 import gevent.socket
 
 from actors.client_actor import accept_connection
-from actors.config import ListenerConfig
 from actors.context import BrokerContext
-from actors.endpoint import Endpoint
 from channel.channel import ChannelSettings
+from net.endpoint import Endpoint
+from net.listener_config import ListenerConfig
 
 
 def bridge_settings(context: BrokerContext) -> ChannelSettings:

@@ -16,8 +16,8 @@ import gevent
 import gevent.socket
 import gevent.ssl
 
-from actors.tls_context import TlsSetupError
 from bridge.config import BridgeConfig
+from net.tls_context import TlsSetupError
 
 
 class ConnectError(Exception):

@@ -1,6 +1,6 @@
 """A listener's `max_connections` across the pool, pure: the other workers' counts, summed.
 
-Each worker counts the connections open on each of its listeners (`actors.endpoint`) and
+Each worker counts the connections open on each of its listeners (`net.endpoint`) and
 tells the others in `ListenerCounts` frames; `PeerCounts` keeps the last frame of each peer
 and the sum per listener, which the worker adds to its own count when it decides whether a
 new connection is over the limit. A peer that goes down takes its connections with it, so

@@ -58,9 +58,9 @@ from typing import Any, TypeVar
 import gevent
 import gevent.threadpool
 
-from actors.rate_limited_log import RateLimitedLog
 from core.backend_figures import BackendFigures, figures_for
 from hooks.decisions import AUTH_SERVER_UNAVAILABLE, AuthResult, Decision
+from net.rate_limited_log import RateLimitedLog
 from plugins.base import PluginConfigError
 
 logger = logging.getLogger(__name__)

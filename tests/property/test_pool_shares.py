@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 
 from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
-from actors.rate_limited_log import RateLimitedLog
-from actors.stats import BrokerStats
 from core.message import Message
 from core.session_state import Delivery, SubscriptionOptions
 from core.share_origin import ShareOrigin
+from core.stats import BrokerStats
 from fabric.frames import ForwardShared, FrameDecoder, encode_frame
 from fabric.outbox import ForwardOutbox
 from hooks.hook_bus import HookBus
 from mqtt.topics import matches
+from net.rate_limited_log import RateLimitedLog
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.share_replica import RemoteShares, ShareAnnouncer

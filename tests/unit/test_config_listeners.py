@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import BrokerConfig, ConfigError, ListenerConfig, load_config
+from actors.config import BrokerConfig, ConfigError, load_config
+from net.listener_config import ListenerConfig
 
 
 def load(tmp_path: Path, text: str, **overrides: object) -> BrokerConfig:

@@ -1,4 +1,4 @@
-"""actors.connection and actors.transport in-process: the socket side reports every loss.
+"""net.connection and net.transport in-process: the socket side reports every loss.
 
 A connection on the accepted end of a loopback TCP connection, its owner a recorder.
 Whatever notices that the peer is gone (a read, or a write while reads are paused because
@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator
 import gevent
 import pytest
 
-from actors.connection import Connection
-from actors.rate_limited_log import RateLimitedLog
 from channel.intake import Intake
 from core.reasons import DisconnectReason
 from mqtt import encode
 from mqtt.errors import MqttError
 from mqtt.packets import Connect, Packet
+from net.connection import Connection
+from net.rate_limited_log import RateLimitedLog
 
 WRITE_LIMIT = 1024
 CONNECT = encode(Connect(client_id="c", protocol_version=4), 4)

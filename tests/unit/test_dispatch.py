@@ -19,16 +19,16 @@ import pytest
 from actors.dispatch import Dispatcher
 from actors.messages import Deliver, StoreRetained
 from actors.persistence import Persistence
-from actors.rate_limited_log import RateLimitedLog
-from actors.stats import BrokerStats
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery, SubscriptionOptions
+from core.stats import BrokerStats
 from hooks.decisions import DROP
 from hooks.events import MessageDropped
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
 from mqtt import PacketDecoder, Publish
+from net.rate_limited_log import RateLimitedLog
 from router.fan_out import Route
 from router.route_table import RouteTable
 from store.base import DeleteRetained, Op, PutMessage, PutRetained

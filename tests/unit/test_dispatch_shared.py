@@ -8,12 +8,12 @@ from typing import Any
 
 from actors.dispatch import Dispatcher
 from actors.persistence import Persistence
-from actors.rate_limited_log import RateLimitedLog
-from actors.stats import BrokerStats
 from core.message import Message
 from core.session_state import Delivery, SubscriptionOptions
 from core.share_origin import ShareOrigin
+from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
+from net.rate_limited_log import RateLimitedLog
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.share_strategy import SharePicker, Strategy

@@ -1,4 +1,4 @@
-"""actors.endpoint and actors.tls_context in-process: layer stacks per listener type, the
+"""net.endpoint and net.tls_context in-process: layer stacks per listener type, the
 SSLContext built from a listener's keys, and a reload that keeps the old context on error."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
-from actors.config import ListenerConfig
-from actors.endpoint import Endpoint
-from actors.stream_layers import LayerStack
-from actors.tls_context import TlsSetupError, server_context
-from actors.tls_layer import TlsLayer
-from actors.websocket_layer import WebSocketLayer
+from net.endpoint import Endpoint
+from net.listener_config import ListenerConfig
+from net.stream_layers import LayerStack
+from net.tls_context import TlsSetupError, server_context
+from net.tls_layer import TlsLayer
+from net.websocket_layer import WebSocketLayer
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_reload_uses_new_files_for_new_layers_and_keeps_old_on_error(
     endpoint = Endpoint(ListenerConfig(type="tls", certfile=str(certfile)))
     old_layer = endpoint.new_layers()
     second.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(certfile))
-    with caplog.at_level(logging.INFO, logger="actors.endpoint"):
+    with caplog.at_level(logging.INFO, logger="net.endpoint"):
         endpoint.reload()
     assert "certificates reloaded for new connections" in caplog.text
     assert isinstance(old_layer, TlsLayer)
@@ -138,7 +138,7 @@ def test_reload_uses_new_files_for_new_layers_and_keeps_old_on_error(
 
     certfile.write_text("garbage\n", encoding="utf-8")
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="actors.endpoint"):
+    with caplog.at_level(logging.INFO, logger="net.endpoint"):
         endpoint.reload()
     [record] = caplog.records
     assert record.levelno == logging.ERROR
@@ -149,6 +149,6 @@ def test_reload_uses_new_files_for_new_layers_and_keeps_old_on_error(
 
 
 def test_reload_of_a_plain_listener_does_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="actors.endpoint"):
+    with caplog.at_level(logging.DEBUG, logger="net.endpoint"):
         Endpoint(ListenerConfig(type="ws")).reload()
     assert caplog.records == []

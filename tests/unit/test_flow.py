@@ -6,7 +6,6 @@ import pytest
 
 from actors.config import OverloadConfig
 from actors.overload import FlowControl
-from actors.stats import BrokerStats
 from channel.intake import Intake
 from core.flow import (
     FlowState,
@@ -19,6 +18,7 @@ from core.flow import (
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery, SessionState
+from core.stats import BrokerStats
 
 MARKS = Watermarks(high_messages=10, low_messages=4, high_bytes=1000, low_bytes=500)
 

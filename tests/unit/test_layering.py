@@ -23,6 +23,11 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     # The plugin API (hooks/) is for plugins: the store and Spark need only the core types.
     "store": frozenset({"hooks", "actors", "plugins"}),
     "spark": frozenset({"hooks", "actors", "plugins", "gevent", "pykka"}),
+    # The socket side knows the codec, the core and the channel's intake; the actors own
+    # connections through its protocols, never the other way round.
+    "net": frozenset(
+        {"actors", "pykka", "store", "plugins", "hooks", "router", "fabric", "admin", "bridge"}
+    ),
 }
 
 
@@ -58,7 +63,10 @@ def test_pure_package_imports_no_io_or_actor_runtime(package: str) -> None:
 # The stream layers (TLS, WebSocket) and the listeners' endpoints that make them are sans-I/O:
 # the reader and the transport own the socket. They may import each other and the
 # configuration, and nothing else of actors/ (which would bring gevent in).
-SANS_IO_MODULES = ("stream_layers", "tls_layer", "websocket_layer", "tls_context", "endpoint")
+SANS_IO_MODULES = (
+    *("stream_layers", "tls_layer", "websocket_layer", "tls_context", "endpoint"),
+    "listener_config",
+)
 IO_ROOTS = frozenset({"socket", "gevent", "pykka", "asyncio", "threading", "select", "selectors"})
 
 
@@ -76,16 +84,27 @@ def imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("module", SANS_IO_MODULES)
 def test_stream_layers_are_sans_io(module: str) -> None:
-    path = ROOT / "actors" / f"{module}.py"
+    path = ROOT / "net" / f"{module}.py"
     assert imported_roots(path) & IO_ROOTS == set()
-    actors_imports = {name for name in imported_modules(path) if name.startswith("actors.")}
-    assert actors_imports <= {f"actors.{name}" for name in (*SANS_IO_MODULES, "config")}
+    net_imports = {name for name in imported_modules(path) if name.startswith("net.")}
+    assert net_imports <= {f"net.{name}" for name in SANS_IO_MODULES}
+
+
+def test_net_uses_only_the_intake_of_the_channel() -> None:
+    used = {
+        name
+        for path in (ROOT / "net").rglob("*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0] == "channel"
+    }
+    assert used <= {"channel.intake"}
 
 
 # paho-mqtt is a client library (the `dev` and `load` extras), not a broker dependency: of the
 # packages the project ships, only the paho SCRAM adapter, itself a client library, imports it.
 SHIPPED = (
-    *("mqtt", "core", "channel", "router", "hooks", "fabric", "actors", "store", "plugins"),
+    *("mqtt", "core", "channel", "net", "router", "hooks", "fabric", "actors", "store"),
+    "plugins",
     *("spark", "loadtest", "admin"),
 )
 
@@ -100,22 +119,22 @@ def test_only_the_paho_scram_adapter_imports_paho() -> None:
     assert importers == {"plugins/auth_scram/paho_client.py"}
 
 
-# Plugins build on the plugin API (hooks/, plugins/base.py) and the core: of the actors they
-# use only the rate-limited log (plugins.offload logs backend failures through it), a leaf
-# that imports nothing of the broker.
-PLUGIN_ACTOR_IMPORTS = frozenset({"actors.rate_limited_log"})
+# Plugins build on the plugin API (hooks/, plugins/base.py) and the core: of the broker's
+# runtime they use only the rate-limited log (plugins.offload logs backend failures through
+# it), a leaf of the socket side that imports nothing of the broker.
+PLUGIN_RUNTIME_IMPORTS = frozenset({"net.rate_limited_log"})
 
 
-def test_plugins_import_no_actor_but_the_rate_limited_log() -> None:
+def test_plugins_import_no_runtime_but_the_rate_limited_log() -> None:
     used = {
         name
         for path in (ROOT / "plugins").rglob("*.py")
         for name in imported_modules(path)
-        if name == "actors" or name.startswith("actors.")
+        if name.split(".")[0] in ("actors", "net", "fabric", "admin", "bridge")
     }
-    assert used <= PLUGIN_ACTOR_IMPORTS
-    leaf = imported_roots(ROOT / "actors" / "rate_limited_log.py")
-    assert leaf & {"actors", "channel", "hooks", "plugins", "store"} == set()
+    assert used <= PLUGIN_RUNTIME_IMPORTS
+    leaf = imported_roots(ROOT / "net" / "rate_limited_log.py")
+    assert leaf & {"actors", "channel", "hooks", "plugins", "store", "net"} == set()
 
 
 # A bridge's pure parts (its configuration, topic lines, back-off, relay and placement) do

@@ -9,7 +9,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from actors.listener import Listener
+from net.listener import Listener
 
 
 def test_accepted_tcp_connections_have_no_nagle_delay() -> None:

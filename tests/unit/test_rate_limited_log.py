@@ -1,4 +1,4 @@
-"""actors.rate_limited_log: the first event of a kind is logged at once, the rest as counts."""
+"""net.rate_limited_log: the first event of a kind is logged at once, the rest as counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.rate_limited_log import RateLimitedLog
+from net.rate_limited_log import RateLimitedLog
 
 
 class FakeTimers:

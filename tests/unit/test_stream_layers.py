@@ -1,4 +1,4 @@
-"""actors.stream_layers: LayerStack composition, with a tagging fake and as `wss` (TLS under
+"""net.stream_layers: LayerStack composition, with a tagging fake and as `wss` (TLS under
 WebSocket) against a client-side SSLObject carrying a wsproto client."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from wsproto.events import (
     Request,
 )
 
-from actors.stream_layers import LayerError, LayerStack
-from actors.tls_layer import TlsLayer
-from actors.websocket_layer import WebSocketLayer
+from net.stream_layers import LayerError, LayerStack
+from net.tls_layer import TlsLayer
+from net.websocket_layer import WebSocketLayer
 
 CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"
 

@@ -1,4 +1,4 @@
-"""actors.tls_layer in-process: the broker's TlsLayer against a client-side ssl.SSLObject.
+"""net.tls_layer in-process: the broker's TlsLayer against a client-side ssl.SSLObject.
 
 Certificates come from trustme (a throw-away CA); the two sides exchange bytes through memory
 buffers, exactly what the reader and the transport do with the socket.
@@ -11,8 +11,8 @@ import ssl
 import pytest
 import trustme
 
-from actors.stream_layers import LayerError
-from actors.tls_layer import TlsLayer, common_name
+from net.stream_layers import LayerError
+from net.tls_layer import TlsLayer, common_name
 
 CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"
 

@@ -1,4 +1,4 @@
-"""actors.websocket_layer in-process: the broker's WebSocketLayer against a wsproto client.
+"""net.websocket_layer in-process: the broker's WebSocketLayer against a wsproto client.
 
 Handshake answers are checked as the HTTP status the client sees; after the upgrade, MQTT bytes
 must come out of binary messages however they are split [MQTT-6.0.0-1] [MQTT-6.0.0-2].
@@ -23,8 +23,8 @@ from wsproto.events import (
     TextMessage,
 )
 
-from actors.stream_layers import LayerError
-from actors.websocket_layer import WebSocketLayer
+from net.stream_layers import LayerError
+from net.websocket_layer import WebSocketLayer
 from tests.support.ws_frames import BINARY, client_frame
 
 CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"

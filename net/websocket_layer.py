@@ -44,7 +44,7 @@ from wsproto.events import (
 from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import RemoteProtocolError
 
-from actors.stream_layers import LayerError
+from net.stream_layers import LayerError
 
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # in order of preference [MQTT-6.0.0-4]
 _HEAD_END = re.compile(b"\n\r?\n")  # where h11 ends a request head (h11._receivebuffer)

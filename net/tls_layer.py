@@ -17,7 +17,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from actors.stream_layers import LayerError
+from net.stream_layers import LayerError
 
 READ_SIZE = 65536  # plaintext bytes per SSLObject.read call
 

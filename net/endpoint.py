@@ -1,6 +1,6 @@
 """What one configured listener gives each of its connections: stream layers, limits, identity.
 
-An `Endpoint` is the sans-I/O half of a listener (the socket half is `actors.listener`): it
+An `Endpoint` is the sans-I/O half of a listener (the socket half is `net.listener`): it
 makes a fresh layer stack per connection (None for tcp and unix: plain bytes, no cost), counts
 its open connections against its own `max_connections` (in a pool with the other workers'
 last reported counts, `elsewhere`: `actors.pool_connection_counts`), and says whether the client
@@ -16,11 +16,11 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from actors.config import ListenerConfig
-from actors.stream_layers import LayerStack, StreamLayer
-from actors.tls_context import TlsSetupError, server_context
-from actors.tls_layer import TlsLayer
-from actors.websocket_layer import WebSocketLayer
+from net.listener_config import ListenerConfig
+from net.stream_layers import LayerStack, StreamLayer
+from net.tls_context import TlsSetupError, server_context
+from net.tls_layer import TlsLayer
+from net.websocket_layer import WebSocketLayer
 
 logger = logging.getLogger(__name__)
 

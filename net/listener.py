@@ -10,7 +10,7 @@ accepts the waiting connection, closes it (the client sees the connection closed
 CONNACK), and opens the spare again. It keeps watching the listening socket, so the first
 connection after descriptors are freed is accepted as usual, and the connected clients are
 served meanwhile. Refusals are logged at most once a second with counts
-(`actors.rate_limited_log`), naming the limit and what to change.
+(`net.rate_limited_log`), naming the limit and what to change.
 
 Other `accept` failures print no traceback either: failures of one connection (ECONNABORTED,
 and the network errors accept(2) says to retry like EAGAIN) are logged at DEBUG and accepting
@@ -29,7 +29,7 @@ connections, each worker's bucket fills at its 1/`workers` part of the rate (and
 
 Every configured listener is one `Listener` (tcp, tls, ws, wss on an address; unix on a
 socket file made by `bind_unix`, removed again on close); what differs between them is in
-the handler's `actors.endpoint.Endpoint`. An accepted connection is handed to the handler as a
+the handler's `net.endpoint.Endpoint`. An accepted connection is handed to the handler as a
 plain stdlib socket, in the accepting callback itself (`do_handle`): no greenlet is spawned per
 connection, and the handler, not the server, closes the socket.
 """
@@ -49,8 +49,8 @@ from typing import Any
 from gevent import socket
 from gevent.server import StreamServer
 
-from actors.rate_limited_log import RateLimitedLog
 from core.rate_limit import TokenBucket
+from net.rate_limited_log import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from actors.stream_layers import StreamLayer
+from net.stream_layers import StreamLayer
 
 logger = logging.getLogger(__name__)
 

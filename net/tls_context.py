@@ -15,7 +15,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from actors.config import ListenerConfig
+from net.listener_config import ListenerConfig
 
 VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 

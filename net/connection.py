@@ -1,7 +1,7 @@
 """The socket side of one client connection: reads and frames bytes, holds no greenlet.
 
 A read watcher on gevent's event loop queues the connection when the socket has data
-(`actors.read_order` orders the reads of sockets ready at once). One
+(`net.read_order` orders the reads of sockets ready at once). One
 `recv` of up to 32 KiB may hold a few hundred small packets; the decoder frames them all and
 the owner (the client actor) gets them as ONE batch, so an actor hop costs once per read,
 not once per packet. The size weighs two costs (docs/loadtest.md, "Twelfth session"):
@@ -40,7 +40,7 @@ read the client's buckets are charged with its PUBLISH packets and bytes; a clie
 not read from until the debt is repaid (a timer), never disconnected for its rate.
 
 On a tls, ws or wss listener every read first goes through the connection's stream layers
-(`actors.stream_layers`, made by the listener's `Endpoint`): what they answer (handshake
+(`net.stream_layers`, made by the listener's `Endpoint`): what they answer (handshake
 records, a WebSocket pong) is written at once, what they refuse (`LayerError`: a failed TLS
 handshake, an HTTP 404) gets its reply written and the connection closed as a protocol
 error, and a peer's TLS close_notify or WebSocket close ends the connection like a socket
@@ -58,18 +58,18 @@ from typing import Any, Protocol
 
 import gevent
 
-from actors.rate_limited_log import RateLimitedLog
-from actors.read_order import Read, read_order
-from actors.stats import BrokerStats
-from actors.stream_layers import LayerError, StreamLayer
-from actors.transport import LayeredTransport, Transport
 from channel.intake import Intake
 from core.flow import FlowState
 from core.rate_limit import RateLimiter
 from core.reasons import DisconnectReason
+from core.stats import BrokerStats
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
 from mqtt.packets import Packet, Publish
+from net.rate_limited_log import RateLimitedLog
+from net.read_order import Read, read_order
+from net.stream_layers import LayerError, StreamLayer
+from net.transport import LayeredTransport, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class Connection:
             return None
 
     def read_queued(self) -> None:
-        """The socket became readable (`actors.read_order`): read it and hand it over."""
+        """The socket became readable (`net.read_order`): read it and hand it over."""
         read = self.take_read()
         if read is not None:
             self.hand_over(read)
