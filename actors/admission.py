@@ -13,7 +13,7 @@ once at start, and a JSON file keeps them readable and editable by an operator. 
 `[store] kind = "none"` bans live in memory only.
 
 In a pool every worker holds every ban: a change made here is told to `replica`
-(`actors.pool_ops.PoolOps`), which broadcasts it, and a change a peer made arrives with
+(`pool.ops.PoolOps`), which broadcasts it, and a change a peer made arrives with
 `replicate=False`. Only worker 0 is given the file's path, so the workers never overwrite
 each other's bans.
 """
@@ -96,7 +96,7 @@ class Admission:
 
     def client_id_refusal(self, client_id: str, now: float) -> str | None:
         """Why a ban of `client_id` itself refuses it at `now`, or None (a pool's home
-        worker answers a claim with it, actors.pool_node)."""
+        worker answers a claim with it, pool.node)."""
         ban = self.table.get(BanKind.CLIENT_ID, client_id) if self.table else None
         if ban is None or ban.expired(now):
             return None

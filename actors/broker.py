@@ -3,7 +3,8 @@
 Start: the listeners' TLS contexts (a bad certificate stops the broker before anything else
 starts) -> hook bus and plugins -> store (restoring retained messages and persistent
 sessions) -> router -> retainer -> session registry -> listeners, one per `[[listeners]]`
-table -> `$SYS` publisher -> admin HTTP listener (`admin.server`; `[http] port = 0`: none).
+table -> `$SYS` publisher -> admin HTTP listener (`admin`, given by `actors.main`;
+`[http] port = 0`: none).
 Nothing is accepted before the restore is complete; `ready` is True from then until stop.
 Reload (SIGHUP): plugins re-read their files, sessions are re-authorised, and tls/wss
 listeners rebuild their TLS contexts for new connections.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +58,7 @@ from store.base import DeleteSession, Snapshot, Store
 from store.writer import StoreWriter
 
 if TYPE_CHECKING:
-    from actors.pool_ops import PoolOps
+    from actors.view import BrokerView, OtherWorkers, Surface
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +84,10 @@ class Broker:
             stats=BrokerStats(),
             persistence=Persistence(None),
         )
-        # A pool worker (actors.pool_worker) replicates the routes to the other workers,
+        # A pool worker (pool.worker) replicates the routes to the other workers,
         # and gathers their tables and figures for the operations surface.
         self.route_replica: RouteReplication | None = None
-        self.ops: PoolOps | None = None
+        self.ops: OtherWorkers | None = None
         self.context.flow = FlowControl(config.overload, self.context.stats, config.workers or 1)
         self.context.auth_failures = AuthFailureDelays(
             config.overload.auth_failure_delay, config.overload.max_auth_failure_delay
@@ -98,7 +100,10 @@ class Broker:
         self.store_writer: StoreWriter | None = None
         self.retained_index: RetainedIndex[Message] | None = None  # the retainer's, read-only
         self._sys: SysPublisher | None = None
-        self._http: Any = None  # admin.server.AdminServer
+        # The admin HTTP server (`admin.server.AdminServer`), given by the composition root
+        # (actors.main) and made over this broker's view once it is ready.
+        self.admin: Callable[[BrokerView], Surface] | None = None
+        self._http: Surface | None = None
         self.bridges: Bridges | None = None  # [[bridges]] (docs/bridges.md)
 
     def start(self) -> None:
@@ -154,10 +159,8 @@ class Broker:
         if self.config.bridges:
             self.bridges = Bridges(context, self.config.bridges)
             self._start_bridges(self.bridges)
-        if self.config.http.port:
-            from admin.server import AdminServer  # noqa: PLC0415 - only with an HTTP listener
-
-            self._http = AdminServer(self)
+        if self.config.http.port and self.admin is not None:
+            self._http = self.admin(self)
             try:
                 self._http.start(self._http_listener())
             except OSError as error:

@@ -185,7 +185,7 @@ class ClientActor(GeventActor):
 
     def _close_refused(self, address: str) -> None:
         """Close a refused CONNECT's connection once its CONNACK waited the delay of the
-        address's refusals (counted pool-wide in a pool: actors.pool_auth_failures)."""
+        address's refusals (counted pool-wide in a pool: pool.auth_failures)."""
         last_words, self._out = b"".join(self._out), []
         self._context.stats.bytes_sent += len(last_words)
         close_after = self._connection.close_after(last_words)

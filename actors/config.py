@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from actors.cpu_affinity import CPU_AFFINITY_CHOICES
 from bridge.config import BridgeConfig, BridgeConfigError, parse_bridges
 from net.listener_config import ListenerConfig
 from router.share_strategy import STRATEGY_NAMES
@@ -49,6 +48,9 @@ _LISTENER_KEYS = {
 }
 _DEFAULT_PORTS = {"tcp": 1883, "tls": 8883, "ws": 8083, "wss": 8084}
 _FILE_KEYS = ("certfile", "keyfile", "cafile")
+
+
+CPU_AFFINITY_CHOICES = ("auto", "none")  # [broker] cpu_affinity: pool.cpu_affinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,7 @@ class HttpConfig:
     port: int = 18083  # 0: no HTTP listener
     certfile: str = ""  # PEM chain; set: HTTPS
     keyfile: str = ""  # "" when the key is in certfile
-    api_keys: tuple[str, ...] = ()  # "sha256:<hex>" of each key (python -m actors.ctl hash-key)
+    api_keys: tuple[str, ...] = ()  # "sha256:<hex>" of each key (python -m admin.ctl hash-key)
     api_key_file: str = ""  # one "sha256:<hex>" a line
     password_file: str = ""  # Basic auth against a mosquitto_passwd file
     metrics_auth: bool = False  # /metrics needs credentials too
@@ -193,7 +195,7 @@ class BrokerConfig:
     # [broker] workers: processes in the pool; None: "auto" (the CPU cores), the default.
     workers: int | None = None
     # [broker] cpu_affinity: "auto" pins each pool worker to a CPU of its own; "none" does
-    # not (actors.cpu_affinity).
+    # not (pool.cpu_affinity).
     cpu_affinity: str = "auto"
     # [[bridges]]: topics forwarded to and from other MQTT brokers (docs/bridges.md).
     bridges: tuple[BridgeConfig, ...] = ()

@@ -61,9 +61,8 @@ from core.flow import Gate
 from core.message import Message
 from core.reasons import DropReason
 from core.session_state import Delivery
-from core.share_origin import ShareOrigin
+from core.share_origin import ShareMark, ShareOrigin
 from core.stats import BrokerStats
-from fabric.frames import ShareMark
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from hooks.read_checks import ReadChecks
@@ -92,7 +91,7 @@ class Plans(Protocol):
 
 
 class RemoteForwarder(Protocol):
-    """The pool's side of a publish (actors.pool_node): collects, then sends, per worker."""
+    """The pool's side of a publish (pool.node): collects, then sends, per worker."""
 
     worker: int  # this worker's id
     shares: RemoteShares  # the other workers' members of each share group
@@ -362,7 +361,7 @@ class Dispatcher:
 
     def deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
         """Pool: messages another worker kept for the persistent sessions of a dead worker
-        (`fabric.orphans`), to the sessions this worker adopted from it (`plans` holds
+        (`pool.orphans`), to the sessions this worker adopted from it (`plans` holds
         their routes only): stored, then told to each session as `OrphansIn`."""
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []

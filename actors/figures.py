@@ -29,7 +29,7 @@ from core.reasons import DropReason
 from core.session_state import SessionState
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def session_state(session: Any) -> SessionState | None:
     return None if actor is None else actor.state
 
 
-def read_figures(broker: Broker) -> Figures:
+def read_figures(broker: BrokerView) -> Figures:
     context = broker.context
     stats = context.stats
     sessions = list(context.registry.sessions.values()) if context.registry else []
@@ -155,7 +155,7 @@ def read_figures(broker: Broker) -> Figures:
     )
 
 
-def read_pool_figures(broker: Broker) -> tuple[Figures, list[int]]:
+def read_pool_figures(broker: BrokerView) -> tuple[Figures, list[int]]:
     """The figures of the whole pool (`read_figures` with one worker), and the workers left
     out because they did not answer in time. Blocks the calling greenlet while it gathers."""
     own = read_figures(broker)
@@ -272,7 +272,7 @@ def _histogram_from_wire(wire: dict[str, Any]) -> LatencyHistogram:
     return histogram
 
 
-def _store_bytes(broker: Broker) -> int:
+def _store_bytes(broker: BrokerView) -> int:
     """The size of the store's files (0 without a store on disk)."""
     if broker.store_writer is None:
         return 0

@@ -5,10 +5,10 @@ Usage: python -m actors.main [--config PATH] [--host HOST] [--port PORT] [--log-
                             [--http-port PORT] [--sys-interval SECONDS]
 
 `--workers` (or `[broker] workers`) above 1 runs a process pool: this process becomes its
-supervisor (actors.pool_main) and starts the workers, which run this module again with
+supervisor (pool.main) and starts the workers, which run this module again with
 `--worker-id` (docs/pool.md). The default, "auto", is one worker per CPU core this process
 may use (one process, with no supervisor, on a single core), each worker pinned to its core
-(`[broker] cpu_affinity`, actors.cpu_affinity); 1 is one process.
+(`[broker] cpu_affinity`, pool.cpu_affinity); 1 is one process.
 
 Defaults: 127.0.0.1:1883 (loopback only, like Mosquitto 2). `--port 0` picks a free port;
 the "ready" log line names the address actually bound. More listeners (tls, ws, wss, unix)
@@ -23,6 +23,7 @@ import logging
 import resource
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import gevent
@@ -30,13 +31,15 @@ import gevent.event
 
 from actors.broker import Broker, ListenError
 from actors.config import BrokerConfig, ConfigError, load_config
-from actors.cpu_affinity import pin_worker, usable_cpus
 from actors.idle_gc import start_idle_gc
-from actors.pool_main import run_pool
-from actors.pool_worker import PoolBroker
+from admin.server import AdminServer
+from admin.tables import local_rows
 from net.tls_context import TlsSetupError
 from plugins.base import PluginConfigError, PluginContext
 from plugins.loader import check_plugins
+from pool.cpu_affinity import pin_worker, usable_cpus
+from pool.main import run_pool
+from pool.worker import PoolBroker
 from store.base import StoreError
 
 logger = logging.getLogger("actors.main")
@@ -71,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sys-interval", type=float, help="seconds between $SYS updates (default 10; 0: none)"
     )
-    # Given by the pool's supervisor to its workers (actors.pool_main), not by people.
+    # Given by the pool's supervisor to its workers (pool.main), not by people.
     parser.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pool-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--listen-fds", default="", help=argparse.SUPPRESS)
@@ -131,7 +134,7 @@ def _without_workers(argv: list[str]) -> list[str]:
 
 
 def _supervise(config: BrokerConfig, workers: int, argv: list[str]) -> int:
-    """Run the pool's supervisor (actors.pool_main); the exit status. A plugin's
+    """Run the pool's supervisor (pool.main); the exit status. A plugin's
     configuration error stops it before anything starts, as it stops one process."""
     plugin_context = PluginContext(
         config_dir=config.config_dir, node_name=config.node_name, worker_id=0
@@ -216,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             ready_fd=args.ready_fd,
             http_fd=args.http_fd,
         )
+        broker.node.ops.answer = partial(local_rows, broker)  # the other workers' questions
+    broker.admin = AdminServer
     status = _start(broker)
     if status:
         return status

@@ -125,7 +125,7 @@ class Terminate:
 
 
 class MoveOut(Protocol):
-    """Pool: the previous owner's side of a session's move (actors.session_moves); the
+    """Pool: the previous owner's side of a session's move (pool.session_moves); the
     session calls it, on the loop, to forward what still reaches it to the new owner."""
 
     def begin(
@@ -171,7 +171,7 @@ class MovedIn:
 @dataclass(slots=True)
 class OrphansIn:
     """Pool: to a session adopted from a dead worker: deliveries of messages another
-    worker kept for it while nobody hosted it (`fabric.orphans`), in order."""
+    worker kept for it while nobody hosted it (`pool.orphans`), in order."""
 
     deliveries: list[Delivery]
 

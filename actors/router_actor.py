@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 class RouteReplication(Protocol):
-    """What the router tells the pool (actors.pool_node.PoolNode)."""
+    """What the router tells the pool (pool.node.PoolNode)."""
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
         """A client's route to `topic_filter` is new / gone (a `$share/...` filter: a member

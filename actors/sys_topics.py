@@ -30,7 +30,7 @@ from hooks.events import ClientConnected, ClientDisconnected
 from hooks.hookpoints import HookPoint
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def sys_values(
 class SysPublisher:
     """Publishes the `$SYS` tree every `interval` seconds and, if asked, presence events."""
 
-    def __init__(self, broker: Broker, interval: float, presence_events: bool) -> None:
+    def __init__(self, broker: BrokerView, interval: float, presence_events: bool) -> None:
         self._broker = broker
         self._interval = interval
         self._loads = LoadAverages()

@@ -8,7 +8,7 @@ event loop between two yields, like any actor) and change things only by telling
 
 In a pool (docs/pool.md) the clients, sessions, subscriptions, routes, figures, kicks and
 reloads are pool-wide: `admin.tables` builds each worker's rows, this worker gathers the
-others' over the fabric (`actors.pool_ops`) and merges them before paging; an answer that
+others' over the fabric (`pool.ops`) and merges them before paging; an answer that
 leaves a silent worker out says so in `missing_workers`. Bans are replicated by the
 admission table itself; retained messages are in every worker's replica.
 """
@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from actors.pool_ops import GATHER_TIMEOUT
 from admin.figures_cache import FiguresCache
 from admin.routing import ApiError, Request, Response, Router
 from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
 from core.message import Message
 from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
+from pool.ops import GATHER_TIMEOUT
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
@@ -96,7 +96,7 @@ def payload_fields(payload: bytes) -> dict[str, Any]:
 
 
 class Api:
-    def __init__(self, broker: Broker, figures: FiguresCache) -> None:
+    def __init__(self, broker: BrokerView, figures: FiguresCache) -> None:
         self._broker = broker
         self._context = broker.context
         self._figures = figures
@@ -350,7 +350,7 @@ class Api:
         return None
 
 
-def add_api_routes(router: Router, broker: Broker, figures: FiguresCache) -> None:
+def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) -> None:
     api = Api(broker, figures)
     routes = [
         ("GET", "/api/v1/stats", api.stats),

@@ -5,7 +5,7 @@ A request is accepted with `Authorization: Bearer <key>` (or `X-API-Key: <key>`)
 whose hash is configured, or `Authorization: Basic` with a user and password from
 `[http] password_file`, or with any user name and an API key as the password (so that a
 browser's login prompt works with keys too). The keys are random strings made by
-`python -m actors.ctl new-key`: high in entropy, so one SHA-256 is enough to keep the
+`python -m admin.ctl new-key`: high in entropy, so one SHA-256 is enough to keep the
 configuration from holding them in clear. Password-file checks are PBKDF2, slow on purpose;
 a successful check is remembered (by a SHA-256 of user and password) until the file is
 reloaded, so a dashboard polling every second does not pay it each time.
@@ -63,7 +63,7 @@ class Authenticator:
         if not self._key_hashes and not self._users:
             logger.warning(
                 "admin HTTP: no [http] api_keys, api_key_file or password_file: every API "
-                "request is refused (make a key with `python -m actors.ctl new-key`)"
+                "request is refused (make a key with `python -m admin.ctl new-key`)"
             )
 
     @staticmethod
@@ -73,7 +73,7 @@ class Authenticator:
         if not entry.startswith(KEY_PREFIX) or len(digest) != 64:
             raise AuthSetupError(
                 f"{where}: {entry[:12]!r}... is not 'sha256:<64 hex digits>' (make one with "
-                "`python -m actors.ctl hash-key KEY`)"
+                "`python -m admin.ctl hash-key KEY`)"
             )
         return entry.lower()
 

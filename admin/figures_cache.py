@@ -18,7 +18,7 @@ from gevent.event import AsyncResult
 from actors.figures import Figures, read_pool_figures
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 MAX_AGE = 1.0  # seconds a reading is served for
 
@@ -26,7 +26,7 @@ Reading = tuple[Figures, list[int]]  # the figures, and the workers left out of 
 
 
 class FiguresCache:
-    def __init__(self, broker: Broker, max_age: float = MAX_AGE) -> None:
+    def __init__(self, broker: BrokerView, max_age: float = MAX_AGE) -> None:
         self._broker = broker
         self._max_age = max_age
         self._reading: Reading | None = None

@@ -8,7 +8,7 @@ else (`application/json`, DELETE, a custom header) needs a CORS preflight, which
 listener never grants. So a state-changing request (POST, PUT, PATCH, DELETE) must say
 `Content-Type: application/json`, and it must come from the listener's own origin: a
 browser says where a request comes from with `Origin` and `Sec-Fetch-Site`, and a request
-with neither is not from a browser's page (curl, scripts, `actors.ctl`).
+with neither is not from a browser's page (curl, scripts, `admin.ctl`).
 """
 
 from __future__ import annotations

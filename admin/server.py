@@ -37,7 +37,7 @@ from admin.request_guard import STATE_CHANGING, cross_site_reason, json_body_rea
 from admin.routing import STATUS_TEXT, ApiError, Request, Response, Router
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ REALM = 'Basic realm="actor-mqtt-broker", charset="UTF-8"'
 
 
 class AdminServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerView) -> None:
         self._broker = broker
         self._config = broker.config.http
         self._auth = Authenticator(self._config)

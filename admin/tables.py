@@ -4,7 +4,7 @@
 clients, its sessions, its subscriptions and routes (filtered by `args`, the request's
 query), one client's detail, a kick, its figures, a reload. The worker that serves the API
 runs it for itself; in a pool every other worker runs it for an `OpsRequest`
-(`actors.pool_ops`), so the rows are built where the tables are and only they travel.
+(`pool.ops`), so the rows are built where the tables are and only they travel.
 
 A paged table's part (`clients`, `sessions`, `subscriptions`) is counted: its first row is
 `{"count": n}`, the number of rows that match, and the rows follow, the first `upto` of
@@ -27,7 +27,7 @@ from core.reasons import DisconnectReason
 from mqtt.topics import matches
 
 if TYPE_CHECKING:
-    from actors.broker import Broker
+    from actors.view import BrokerView
 
 Rows = list[dict[str, Any]]
 T = TypeVar("T")
@@ -65,7 +65,7 @@ def client_view(entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
     return view
 
 
-def clients(broker: Broker, query: dict[str, Any]) -> Rows:
+def clients(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """Connected clients matching the filters: `clientid` (contains), `username`,
     `listener`, `proto_ver` (counted: see the module docstring)."""
     search = str(query.get("clientid", "")).lower()
@@ -81,13 +81,13 @@ def clients(broker: Broker, query: dict[str, Any]) -> Rows:
     return counted(entries, query, client_view)
 
 
-def client(broker: Broker, query: dict[str, Any]) -> Rows:
+def client(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """The connected client `clientid`, with its subscriptions (none: not here)."""
     entry = broker.context.clients.get(query.get("clientid", ""))
     return [] if entry is None else [client_view(entry, detail=True)]
 
 
-def kick(broker: Broker, query: dict[str, Any]) -> Rows:
+def kick(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """Close the client's connection (DISCONNECT 0x98 to a 5.0 client; its will fires):
     one row if it was connected here, none if not."""
     entry = broker.context.clients.get(query.get("clientid", ""))
@@ -100,13 +100,13 @@ def kick(broker: Broker, query: dict[str, Any]) -> Rows:
     return [{"clientid": entry.client.client_id}]
 
 
-def _sessions(broker: Broker) -> dict[str, Any]:
+def _sessions(broker: BrokerView) -> dict[str, Any]:
     """The worker's sessions by client id (none while it starts, before its registry)."""
     registry = broker.context.registry
     return {} if registry is None else registry.sessions
 
 
-def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
+def sessions(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """Sessions, offline ones too: `clientid` (contains), `connected` ("true"/"false")
     (counted)."""
     context = broker.context
@@ -134,7 +134,7 @@ def sessions(broker: Broker, query: dict[str, Any]) -> Rows:
     return counted(rows, query, _as_it_is)
 
 
-def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
+def subscriptions(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """Subscriptions: `clientid` (exact), `topic` (a topic name: the filters matching it)
     (counted)."""
     client_filter = query.get("clientid")
@@ -153,7 +153,7 @@ def subscriptions(broker: Broker, query: dict[str, Any]) -> Rows:
     return counted(rows, query, _as_it_is)
 
 
-def routes(broker: Broker, _query: dict[str, Any]) -> Rows:
+def routes(broker: BrokerView, _query: dict[str, Any]) -> Rows:
     """Topic filters and how many of this worker's sessions subscribe to each."""
     counts: dict[str, int] = {}
     for session in _sessions(broker).values():
@@ -163,11 +163,11 @@ def routes(broker: Broker, _query: dict[str, Any]) -> Rows:
     return [{"topic": t, "subscribers": n} for t, n in sorted(counts.items())]
 
 
-def figures(broker: Broker, _query: dict[str, Any]) -> Rows:
+def figures(broker: BrokerView, _query: dict[str, Any]) -> Rows:
     return [figures_to_wire(read_figures(broker))]
 
 
-def top_topics(broker: Broker, query: dict[str, Any]) -> Rows:
+def top_topics(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """The most published topics (sampled, `core.stats`), `limit` of them."""
     limit = int(query.get("limit", "10"))
     return [
@@ -176,19 +176,19 @@ def top_topics(broker: Broker, query: dict[str, Any]) -> Rows:
     ]
 
 
-def reload(broker: Broker, _query: dict[str, Any]) -> Rows:
+def reload(broker: BrokerView, _query: dict[str, Any]) -> Rows:
     """SIGHUP's reload, on this worker (blocks the calling greenlet until it is done)."""
     broker.reload()
     return []
 
 
-def synced(_broker: Broker, _query: dict[str, Any]) -> Rows:
+def synced(_broker: BrokerView, _query: dict[str, Any]) -> Rows:
     """Nothing: the answer itself tells the asker that this worker applied every frame it
     sent before (links are FIFO), such as a ban."""
     return []
 
 
-OPS: dict[str, Callable[[Broker, dict[str, Any]], Rows]] = {
+OPS: dict[str, Callable[[BrokerView, dict[str, Any]], Rows]] = {
     "clients": clients,
     "client": client,
     "kick": kick,
@@ -202,7 +202,7 @@ OPS: dict[str, Callable[[Broker, dict[str, Any]], Rows]] = {
 }
 
 
-def local_rows(broker: Broker, op: str, query: dict[str, Any]) -> Rows:
+def local_rows(broker: BrokerView, op: str, query: dict[str, Any]) -> Rows:
     """This worker's rows for `op` (ValueError: no such operation)."""
     table = OPS.get(op)
     if table is None:

@@ -20,7 +20,7 @@ DEFAULT_MAX_ADDRESSES = 100_000
 
 class RefusalDelays(Protocol):
     """What a connection asks: `AuthFailureDelays` in one process, a pool worker's
-    `actors.pool_auth_failures.PoolAuthFailures` (counting at the address's home)."""
+    `pool.auth_failures.PoolAuthFailures` (counting at the address's home)."""
 
     def refused(self, address: str, now: float, answer: Callable[[float], object]) -> None: ...
 
@@ -42,7 +42,7 @@ class AuthFailureDelays:
 
     def refused(self, address: str, now: float, answer: Callable[[float], object]) -> None:
         """`failed`, answered by calling `answer` with the delay (a pool's counting answers
-        later: `actors.pool_auth_failures`)."""
+        later: `pool.auth_failures`)."""
         answer(self.failed(address, now))
 
     def count(self, address: str, now: float) -> int:

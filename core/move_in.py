@@ -62,7 +62,7 @@ class MoveIn:
 
     def orphaned(self, deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
         """Deliveries of messages another worker kept for the session while its worker was
-        dead (`fabric.orphans`), as (new, duplicates): a message the session has by its
+        dead (`pool.orphans`), as (new, duplicates): a message the session has by its
         id (the dead worker stored it, or another worker kept it too) is a duplicate."""
         fresh: list[Delivery] = []
         duplicates: list[Delivery] = []

@@ -18,3 +18,12 @@ class ShareOrigin(NamedTuple):
     # Client ids of the members that gave it back; in a pool also the stand-in id of a
     # worker that had no member left to take it (`router.share_replica.stand_in`).
     tried: frozenset[str] = frozenset()
+
+
+class ShareMark(NamedTuple):
+    """What the receiver of a `ForwardShared` does with one of its messages: fan it out to
+    its ordinary subscribers (`ordinary`), and give it to one local member of each group of
+    `shares`, avoiding the members in each one's `tried` (docs/pool.md)."""
+
+    ordinary: bool
+    shares: tuple[ShareOrigin, ...]

@@ -3,7 +3,7 @@
 An `Endpoint` is the sans-I/O half of a listener (the socket half is `net.listener`): it
 makes a fresh layer stack per connection (None for tcp and unix: plain bytes, no cost), counts
 its open connections against its own `max_connections` (in a pool with the other workers'
-last reported counts, `elsewhere`: `actors.pool_connection_counts`), and says whether the client
+last reported counts, `elsewhere`: `pool.listener_counts`), and says whether the client
 certificate's CN replaces the CONNECT's user name. A tls or wss endpoint holds its
 `ssl.SSLContext`; `reload` (SIGHUP) builds a new one from the files for new connections and
 keeps the old one if the new files are unusable (mosquitto#2038: a certificate renewal must

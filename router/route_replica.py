@@ -18,10 +18,18 @@ table (docs/pool.md): the other workers need to know that worker 2 has subscribe
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
-from fabric.frames import RoutesChanged, RoutesSnapshot
 from mqtt.topics import TopicError
 from router.route_table import RouteTable
+
+
+class FilterChanges(NamedTuple):
+    """Filters that appeared and went, as one worker announces them (the pool carries them
+    in its `RoutesChanged` frame)."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +63,7 @@ class RouteAnnouncer:
             return
         self._counts[topic_filter] = count - 1
 
-    def changes(self) -> RoutesChanged | None:
+    def changes(self) -> FilterChanges | None:
         """What to tell the other workers now (None: nothing changed)."""
         if not self._dirty:
             return None
@@ -64,13 +72,13 @@ class RouteAnnouncer:
         self._dirty.clear()
         self._announced.update(added)
         self._announced.difference_update(removed)
-        return RoutesChanged(added, removed) if added or removed else None
+        return FilterChanges(added, removed) if added or removed else None
 
-    def snapshot(self) -> RoutesSnapshot:
+    def snapshot(self) -> tuple[str, ...]:
         """Everything, for a worker whose link just came up; pending changes are included."""
         self._dirty.clear()
         self._announced = set(self._counts)
-        return RoutesSnapshot(tuple(self._counts))
+        return tuple(self._counts)
 
 
 class RemoteRoutes:
@@ -89,7 +97,7 @@ class RemoteRoutes:
         """Grows on every change: a cached match is stale once this moved."""
         return self._table.version
 
-    def changed(self, worker: int, frame: RoutesChanged) -> None:
+    def changed(self, worker: int, frame: FilterChanges) -> None:
         """`worker` announced filters and withdrew others."""
         filters = self._by_worker.setdefault(worker, set())
         for topic_filter in frame.removed:
@@ -98,11 +106,11 @@ class RemoteRoutes:
         for topic_filter in frame.added:
             self._add(worker, filters, topic_filter)
 
-    def replace(self, worker: int, frame: RoutesSnapshot) -> None:
+    def replace(self, worker: int, announced: tuple[str, ...]) -> None:
         """`worker`'s whole set of filters: what it announced before is forgotten."""
         self.drop_worker(worker)
         filters = self._by_worker.setdefault(worker, set())
-        for topic_filter in frame.filters:
+        for topic_filter in announced:
             self._add(worker, filters, topic_filter)
 
     def filters_of(self, worker: int) -> frozenset[str]:

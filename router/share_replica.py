@@ -27,11 +27,19 @@ the level of workers: the others need to know that worker 2 has 3 members of
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
-from fabric.frames import SharesChanged, SharesSnapshot
 from mqtt.topics import TopicError
 from router.route_table import RouteTable
 from router.shared import ShareGroup, ShareMember, parse_shared
+
+
+class GroupCounts(NamedTuple):
+    """How many members one worker has in each share group (`$share/group/filter`), as it
+    announces them (the pool carries them in its `SharesChanged` / `SharesSnapshot` frames)."""
+
+    filters: tuple[str, ...]
+    counts: tuple[int, ...]
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +81,7 @@ class ShareAnnouncer:
         self._counts[shared_filter] = count - 1
         self._dirty.add(shared_filter)
 
-    def changes(self) -> SharesChanged | None:
+    def changes(self) -> GroupCounts | None:
         """The counts to tell the other workers now (None: nothing changed)."""
         changed = [
             (shared_filter, self._counts.get(shared_filter, 0))
@@ -88,13 +96,13 @@ class ShareAnnouncer:
                 self._announced[shared_filter] = count
             else:
                 del self._announced[shared_filter]
-        return SharesChanged(tuple(f for f, _ in changed), tuple(c for _, c in changed))
+        return GroupCounts(tuple(f for f, _ in changed), tuple(c for _, c in changed))
 
-    def snapshot(self) -> SharesSnapshot:
+    def snapshot(self) -> GroupCounts:
         """Every count, for a worker whose link just came up; pending changes are included."""
         self._dirty.clear()
         self._announced = dict(self._counts)
-        return SharesSnapshot(tuple(self._counts), tuple(self._counts.values()))
+        return GroupCounts(tuple(self._counts), tuple(self._counts.values()))
 
 
 class RemoteShares:
@@ -116,7 +124,7 @@ class RemoteShares:
     def version(self) -> int:
         return self._table.version
 
-    def changed(self, worker: int, frame: SharesChanged | SharesSnapshot) -> None:
+    def changed(self, worker: int, frame: GroupCounts) -> None:
         """`worker` now has `count` members of each group of `frame` (0: none)."""
         groups = self._by_worker.setdefault(worker, {})
         for shared_filter, count in zip(frame.filters, frame.counts, strict=True):
@@ -130,7 +138,7 @@ class RemoteShares:
             elif groups.pop(shared_filter, None) is not None:
                 self._table.remove(topic_filter, (group, worker))
 
-    def replace(self, worker: int, frame: SharesSnapshot) -> None:
+    def replace(self, worker: int, frame: GroupCounts) -> None:
         """`worker`'s whole set of groups: what it announced before is forgotten."""
         self.drop_worker(worker)
         self.changed(worker, frame)

@@ -13,10 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fabric.ownership import home_of
 from mqtt.packets import ConnAck, Disconnect, Will
 from mqtt.reason_codes import ReasonCode
 from plugins.auth_file import hash_password
+from pool.ownership import home_of
 from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
 from tests.support.broker_config import running_broker, wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess

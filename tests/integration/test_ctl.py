@@ -1,4 +1,4 @@
-"""`python -m actors.ctl` against a live broker: tables, --json, and its exit codes."""
+"""`python -m admin.ctl` against a live broker: tables, --json, and its exit codes."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def admin(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Ad
 def ctl(admin: Admin, *args: str, key: str = API_KEY) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": key}
     return subprocess.run(
-        [sys.executable, "-m", "actors.ctl", *args],
+        [sys.executable, "-m", "admin.ctl", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -120,7 +120,7 @@ def test_exit_codes_for_refusal_and_no_broker(admin: Admin) -> None:
     assert "401" in refused.stderr
     env = {**os.environ, "ACTOR_MQTT_URL": f"http://127.0.0.1:{free_port()}"}
     unreachable = subprocess.run(
-        [sys.executable, "-m", "actors.ctl", "status"],
+        [sys.executable, "-m", "admin.ctl", "status"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -134,7 +134,7 @@ def test_exit_codes_for_refusal_and_no_broker(admin: Admin) -> None:
 
 def test_hash_key_matches_what_the_broker_accepts(admin: Admin) -> None:
     made = subprocess.run(
-        [sys.executable, "-m", "actors.ctl", "new-key"],
+        [sys.executable, "-m", "admin.ctl", "new-key"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -144,7 +144,7 @@ def test_hash_key_matches_what_the_broker_accepts(admin: Admin) -> None:
     key_line, hash_line = made.stdout.splitlines()
     key = key_line.split()[1]
     hashed = subprocess.run(
-        [sys.executable, "-m", "actors.ctl", "hash-key", key],
+        [sys.executable, "-m", "admin.ctl", "hash-key", key],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.cpu_affinity import usable_cpus
 from mqtt.packets import Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, Will
+from pool.cpu_affinity import usable_cpus
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import (

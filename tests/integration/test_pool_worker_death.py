@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric.ownership import home_of
 from mqtt.packets import PubAck, PubComp, Publish, PubRec, PubRel
+from pool.ownership import home_of
 from tests.integration.test_pool import (
     UNBOUNDED_QUEUE,
     _gaps,

@@ -1,4 +1,4 @@
-"""The fabric's frame codec (fabric/frames.py) under hypothesis.
+"""The fabric's frame codec (pool/frames.py) under hypothesis.
 
 - decode(encode(frames)) == frames, for every frame kind, whatever the messages carry (MQTT 5
   properties with binary values, empty and large payloads);
@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from core.message import Message, stored_message
 from core.session_state import Delivery
 from core.share_origin import ShareOrigin
-from fabric.frames import (
+from mqtt.encoder import encode_publish
+from mqtt.packets import PacketType
+from pool.frames import (
     FLOW_REASONS,
     Adopted,
     AuthFailed,
@@ -67,8 +69,6 @@ from fabric.frames import (
     StoreFailing,
     encode_frame,
 )
-from mqtt.encoder import encode_publish
-from mqtt.packets import PacketType
 from tests.property.test_codec_properties import properties, texts, topic_filters, topic_names
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -312,7 +312,7 @@ def test_a_control_frame_with_a_field_missing_breaks_the_link() -> None:
 
 # A `Retained` frame (kind 5) carries nothing but the message part, so its bytes are written
 # here by hand: two 4-byte counts, the string table, one record per message
-# (`fabric.frames._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three sizes),
+# (`pool.frames._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three sizes),
 # then the payloads.
 _RECORD = struct.Struct("<BdQIIIIII")
 

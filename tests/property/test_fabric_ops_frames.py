@@ -1,4 +1,4 @@
-"""The operations surface's fabric frames (kinds 60-79 of fabric/frames.py) under hypothesis:
+"""The operations surface's fabric frames (kinds 60-79 of pool/frames.py) under hypothesis:
 decode(encode(frame)) == frame for any JSON rows, and a field of another type is refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.frames import (
+from pool.frames import (
     BanLifted,
     BanSet,
     BansSnapshot,

@@ -1,4 +1,4 @@
-"""The client-id arbiter (fabric/ownership.py): examples, then a storm under hypothesis.
+"""The client-id arbiter (pool/ownership.py): examples, then a storm under hypothesis.
 
 The storm model: workers claim ids in any order, each granted claimant settles (or its
 connection fails and it releases) in any order, workers die; whatever happens:
@@ -14,8 +14,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.frames import Granted
-from fabric.ownership import ClientIdArbiter, home_of
+from pool.frames import Granted
+from pool.ownership import ClientIdArbiter, home_of
 
 
 def test_the_first_claim_is_granted_with_no_previous_owner() -> None:

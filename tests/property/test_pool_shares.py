@@ -1,6 +1,6 @@
 """Share groups across the workers of a pool, in-process under hypothesis: the real
 dispatchers, share tables, announcers, replicas (router/share_replica.py) and outbox
-(fabric/outbox.py) of several workers, joined by the real frame codec instead of sockets.
+(pool/outbox.py) of several workers, joined by the real frame codec instead of sockets.
 
 - over random memberships across workers and publishes from any worker, every share group
   matching a message gets it exactly once, at one of its members;
@@ -25,14 +25,14 @@ from core.message import Message
 from core.session_state import Delivery, SubscriptionOptions
 from core.share_origin import ShareOrigin
 from core.stats import BrokerStats
-from fabric.frames import ForwardShared, FrameDecoder, encode_frame
-from fabric.outbox import ForwardOutbox
 from hooks.hook_bus import HookBus
 from mqtt.topics import matches
 from net.rate_limited_log import RateLimitedLog
+from pool.frames import ForwardShared, FrameDecoder, SharesChanged, encode_frame
+from pool.outbox import ForwardOutbox
 from router.fan_out import Route
 from router.route_table import RouteTable
-from router.share_replica import RemoteShares, ShareAnnouncer
+from router.share_replica import GroupCounts, RemoteShares, ShareAnnouncer
 from router.share_strategy import SharePicker, Strategy
 from router.shared import SharedSubscriptions
 from tests.unit.test_dispatch import Recorder
@@ -108,12 +108,14 @@ class Pool:
 
     def announce(self, worker: int) -> None:
         """What a flush and its RoutesSync round (before the SUBACK) do."""
-        frame = self.workers[worker].announcer.changes()
-        if frame is not None:
-            (received,) = FrameDecoder().feed(encode_frame(frame))
+        counts = self.workers[worker].announcer.changes()
+        if counts is not None:
+            sent = SharesChanged(counts.filters, counts.counts)
+            (received,) = FrameDecoder().feed(encode_frame(sent))
+            assert isinstance(received, SharesChanged)
             for other in self.workers:
                 if other.worker != worker:
-                    other.shares.changed(worker, received)  # type: ignore[arg-type]
+                    other.shares.changed(worker, GroupCounts(received.filters, received.counts))
 
     def publish(self, worker: int, topic: str, publisher: str = "p") -> dict[str, list[Delivery]]:
         """Publish from `worker`; what each session got from it."""

@@ -14,9 +14,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.frames import RoutesChanged, RoutesSnapshot
 from mqtt.topics import matches
-from router.route_replica import RemoteRoutes, RouteAnnouncer
+from router.route_replica import FilterChanges, RemoteRoutes, RouteAnnouncer
 
 FILTERS = ["a/b", "a/+", "a/#", "#", "+/b", "c", "$SYS/x", "$SYS/#"]
 TOPICS = ["a/b", "a/c", "c", "x/b", "$SYS/x", "a"]
@@ -92,16 +91,16 @@ def test_a_burst_that_adds_and_removes_a_filter_announces_nothing() -> None:
 def test_only_the_first_and_last_subscriber_of_a_filter_are_announced() -> None:
     announcer = RouteAnnouncer()
     announcer.subscribed("a/+")
-    assert announcer.changes() == RoutesChanged(("a/+",), ())
+    assert announcer.changes() == FilterChanges(("a/+",), ())
     announcer.subscribed("a/+")
     announcer.unsubscribed("a/+")
     assert announcer.changes() is None
     announcer.unsubscribed("a/+")
-    assert announcer.changes() == RoutesChanged((), ("a/+",))
+    assert announcer.changes() == FilterChanges((), ("a/+",))
 
 
 def test_an_invalid_filter_from_a_peer_is_logged_and_skipped(caplog) -> None:  # type: ignore[no-untyped-def]
     replica = RemoteRoutes()
-    replica.replace(1, RoutesSnapshot(("a/#/b", "a/b")))
+    replica.replace(1, ("a/#/b", "a/b"))
     assert replica.workers_for("a/b") == {1}
     assert "announced the invalid filter 'a/#/b'" in caplog.text

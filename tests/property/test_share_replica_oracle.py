@@ -14,9 +14,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.frames import SharesChanged, SharesSnapshot
 from mqtt.topics import matches
-from router.share_replica import RemoteShares, ShareAnnouncer, stand_in
+from router.share_replica import GroupCounts, RemoteShares, ShareAnnouncer, stand_in
 from router.shared import ShareGroup, ShareMember
 
 SHARED = ["$share/a/x/+", "$share/b/x/+", "$share/a/#", "$share/a/y"]
@@ -85,18 +84,18 @@ def test_the_replica_holds_what_the_workers_announced(script: list[tuple[str, in
 def test_a_join_and_a_leave_within_a_burst_announce_nothing() -> None:
     announcer = ShareAnnouncer()
     announcer.joined("$share/g/t")
-    assert announcer.changes() == SharesChanged(("$share/g/t",), (1,))
+    assert announcer.changes() == GroupCounts(("$share/g/t",), (1,))
     announcer.joined("$share/g/t")
     announcer.left("$share/g/t")
     assert announcer.changes() is None
     announcer.left("$share/g/t")
-    assert announcer.changes() == SharesChanged(("$share/g/t",), (0,))
+    assert announcer.changes() == GroupCounts(("$share/g/t",), (0,))
 
 
 def test_local_members_sit_at_their_workers_place_among_the_stand_ins() -> None:
     replica = RemoteShares()
-    replica.changed(0, SharesChanged(("$share/g/t",), (1,)))
-    replica.changed(2, SharesChanged(("$share/g/t",), (2,)))
+    replica.changed(0, GroupCounts(("$share/g/t",), (1,)))
+    replica.changed(2, GroupCounts(("$share/g/t",), (2,)))
     mine = ShareGroup("g", "t", (ShareMember("m", route="route", worker=1),))
     (group,) = replica.pool_groups("t", (mine,), 1)
     assert [(m.client_id, m.worker) for m in group.members] == [
@@ -112,6 +111,6 @@ def test_local_members_sit_at_their_workers_place_among_the_stand_ins() -> None:
 
 def test_an_invalid_shared_filter_from_a_peer_is_logged_and_skipped(caplog) -> None:  # type: ignore[no-untyped-def]
     replica = RemoteShares()
-    replica.replace(1, SharesSnapshot(("$share/g", "$share/g/t"), (1, 1)))
+    replica.replace(1, GroupCounts(("$share/g", "$share/g/t"), (1, 1)))
     assert [g.topic_filter for g in replica.pool_groups("t", (), 0)] == ["t"]
     assert "announced the invalid shared subscription '$share/g'" in caplog.text

@@ -1,4 +1,4 @@
-"""fabric.connection_counts: the other workers' listener counts, summed; when a change is
+"""pool.connection_counts: the other workers' listener counts, summed; when a change is
 urgent."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fabric.connection_counts import PeerCounts, urgent
+from pool.connection_counts import PeerCounts, urgent
 
 
 def test_the_sum_per_listener_is_over_the_last_report_of_each_worker() -> None:

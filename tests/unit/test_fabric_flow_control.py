@@ -1,4 +1,4 @@
-"""Flow control across workers, in-process (fabric/flow_control.py, docs/overload.md): the
+"""Flow control across workers, in-process (pool/flow_control.py, docs/overload.md): the
 publishing worker's ids and holds, and the receiving worker's gates, wired through the real
 frame codec as two workers' links would carry them."""
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from channel.intake import Intake
 from core.flow import FlowState, SessionLoad, Watermarks
-from fabric.flow_control import Publishers, RemoteGates
-from fabric.frames import FlowHold, FlowRelease, Frame, FrameDecoder, encode_frame
+from pool.flow_control import Publishers, RemoteGates
+from pool.frames import FlowHold, FlowRelease, Frame, FrameDecoder, encode_frame
 
 FLOW, BLOCKED = FlowState.FLOW, FlowState.BLOCKED
 

@@ -1,4 +1,4 @@
-"""The embedded fabric (actors/fabric_link.py): real Unix sockets between Fabric objects.
+"""The embedded fabric (pool/link.py): real Unix sockets between Fabric objects.
 
 Several workers' fabrics run in this one process on the same gevent hub, each with its own
 socket in a temporary run directory, as the pool's workers do in their own processes.
@@ -14,9 +14,9 @@ import gevent
 import gevent.socket
 import pytest
 
-from actors.fabric_link import Fabric, socket_path
 from core.message import stored_message
-from fabric.frames import Claim, Forward, Frame, RoutesChanged
+from pool.frames import Claim, Forward, Frame, RoutesChanged
+from pool.link import Fabric, socket_path
 
 
 class Recorder:

@@ -1,11 +1,11 @@
-"""The outbox of a publish batch (fabric/outbox.py): one frame per worker, a message once."""
+"""The outbox of a publish batch (pool/outbox.py): one frame per worker, a message once."""
 
 from __future__ import annotations
 
 from core.message import Message
-from core.share_origin import ShareOrigin
-from fabric.frames import Forward, ForwardShared, ShareMark
-from fabric.outbox import ForwardOutbox
+from core.share_origin import ShareMark, ShareOrigin
+from pool.frames import Forward, ForwardShared
+from pool.outbox import ForwardOutbox
 
 
 def message(topic: str) -> Message:

@@ -1,10 +1,10 @@
-"""`fabric.orphans`: what a publisher's worker keeps for a dead worker's persistent sessions,
+"""`pool.orphans`: what a publisher's worker keeps for a dead worker's persistent sessions,
 and when the acknowledgements that wait on them go (docs/pool.md "A worker dies")."""
 
 from __future__ import annotations
 
 from core.message import Message
-from fabric.orphans import DurableSends, OrphanedMessages
+from pool.orphans import DurableSends, OrphanedMessages
 
 
 def _message(topic: str, number: int) -> Message:

@@ -1,4 +1,4 @@
-"""Flapping detection across a pool in-process (actors/pool_admission.py): each client id's
+"""Flapping detection across a pool in-process (pool/admission.py): each client id's
 CONNECTs are counted at its home worker, so a client sees what one process shows it.
 
 The workers' `PoolAdmission`s are joined by a loopback that carries every frame through the
@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import actors.admission
-import actors.pool_admission
+import pool.admission
 from actors.admission import Admission
 from actors.config import FlappingConfig
-from actors.pool_admission import PoolAdmission
 from core.bans import Ban, BanKind
-from fabric.frames import Connecting, Frame, FrameDecoder, encode_frame
-from fabric.ownership import home_of
+from pool.admission import PoolAdmission
+from pool.frames import Connecting, Frame, FrameDecoder, encode_frame
+from pool.ownership import home_of
 from tests.unit.test_ops_units import client
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -44,7 +44,7 @@ def clocked(clock: Clock) -> Iterator[None]:
     """The admissions read `clock` for the time."""
     with (
         mock.patch.object(actors.admission, "time", clock),
-        mock.patch.object(actors.pool_admission, "time", clock),
+        mock.patch.object(pool.admission, "time", clock),
     ):
         yield
 

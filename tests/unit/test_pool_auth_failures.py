@@ -1,4 +1,4 @@
-"""Refused-CONNECT delays across a pool in-process (actors/pool_auth_failures.py): each
+"""Refused-CONNECT delays across a pool in-process (pool/auth_failures.py): each
 address's refusals are counted at its home worker, so a client sees the delays one process
 gives it, wherever the kernel put its connections.
 
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.pool_auth_failures import ANSWER_TIMEOUT, PoolAuthFailures
 from core.auth_failures import AuthFailureDelays
-from fabric.frames import (
+from pool.auth_failures import ANSWER_TIMEOUT, PoolAuthFailures
+from pool.frames import (
     AuthFailed,
     AuthFailing,
     AuthFailures,
@@ -27,7 +27,7 @@ from fabric.frames import (
     FrameDecoder,
     encode_frame,
 )
-from fabric.ownership import home_of
+from pool.ownership import home_of
 
 SETTINGS = settings(max_examples=150, deadline=None)
 ADDRESSES = ("10.0.0.1", "10.0.0.2", "192.168.1.7", "127.0.0.1")
@@ -152,7 +152,7 @@ def test_an_unlinked_home_leaves_the_counting_here_and_is_logged_once(
     address = "10.0.0.1"
     home = home_of(address, 2)
     pool.linked.discard(home)
-    with caplog.at_level(logging.WARNING, "actors.pool_auth_failures"):
+    with caplog.at_level(logging.WARNING, "pool.auth_failures"):
         answers = [pool.refused(1 - home, address)[0] for _ in range(3)]
     assert answers == [0.0, 0.1, 0.2]
     assert len(caplog.records) == 1 and f"worker {home} is not linked" in caplog.text

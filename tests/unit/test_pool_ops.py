@@ -1,4 +1,4 @@
-"""The pool's operations surface in-process (actors/pool_ops.py): two workers' `PoolOps`
+"""The pool's operations surface in-process (pool/ops.py): two workers' `PoolOps`
 joined by a loopback link that carries every frame through the real codec, on one gevent hub.
 
 Gathering the other worker's rows, leaving out a worker that is silent, unlinked or goes
@@ -17,9 +17,9 @@ import pytest
 
 from actors.admission import Admission
 from actors.config import FlappingConfig
-from actors.pool_ops import PoolOps
 from core.bans import Ban, BanKind
-from fabric.frames import Frame, FrameDecoder, encode_frame
+from pool.frames import Frame, FrameDecoder, encode_frame
+from pool.ops import PoolOps
 from tests.unit.test_ops_units import client
 
 

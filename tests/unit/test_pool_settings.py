@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError, load_config
-from actors.cpu_affinity import worker_cpu
 from actors.persistence import Persistence
+from pool.cpu_affinity import worker_cpu
 
 
 def test_workers_default_to_auto_one_per_cpu_core(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The per-client-id state of sessions moving between pool workers (actors/session_moves.py),
+"""The per-client-id state of sessions moving between pool workers (pool/session_moves.py),
 in-process: frames out are recorded, sessions are recorders of what they are told, and a
 `RoutesSync` round is answered when the test says so.
 """
@@ -12,12 +12,11 @@ import gevent
 import pykka
 import pytest
 
-import actors.session_moves
+import pool.session_moves
 from actors.messages import EndForwarding, ForwardingEnded, MovedIn, MoveSettled
-from actors.session_moves import SessionMoves
 from core.message import Message
 from core.session_state import Delivery
-from fabric.frames import (
+from pool.frames import (
     Frame,
     HandOver,
     MovedDeliveries,
@@ -25,6 +24,7 @@ from fabric.frames import (
     MoveRoutesKnown,
     MovingOut,
 )
+from pool.session_moves import SessionMoves
 
 
 class Session:
@@ -134,8 +134,8 @@ def test_a_session_that_stopped_ends_its_forwarding_at_once() -> None:
 def test_moves_that_do_not_end_in_time_end_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(actors.session_moves, "MOVE_TIMEOUT", 0.01)
-    monkeypatch.setattr(actors.session_moves, "ARRIVAL_TIMEOUT", 0.02)
+    monkeypatch.setattr(pool.session_moves, "MOVE_TIMEOUT", 0.01)
+    monkeypatch.setattr(pool.session_moves, "ARRIVAL_TIMEOUT", 0.02)
     worker, leaving, arriving = Worker(), Session(), Session()
     worker.moves.move_out("out", 1, leaving).begin(None, False, [], [])
     worker.moves.moving_in(1, MovingOut("in", None, 0, (), ()))

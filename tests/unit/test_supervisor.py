@@ -1,4 +1,4 @@
-"""The pool's supervisor (actors/supervisor.py) with real processes and real signals.
+"""The pool's supervisor (pool/supervisor.py) with real processes and real signals.
 
 The workers here are a small script, not brokers: the supervisor knows nothing of MQTT.
 Each worker writes `<id>.<pid>.started`, appends to `<id>.<pid>.events` the signals it
@@ -45,7 +45,7 @@ WORKER = textwrap.dedent(
 DRIVER = textwrap.dedent(
     """
     import logging, sys
-    from actors.supervisor import Supervisor
+    from pool.supervisor import Supervisor
     logging.basicConfig(level=logging.INFO)
     worker, out, ignore_term, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     command = lambda i: [sys.executable, worker, str(i), out, ignore_term]
@@ -204,7 +204,7 @@ COMPANION = textwrap.dedent(
 COMPANION_DRIVER = textwrap.dedent(
     """
     import logging, os, subprocess, sys
-    from actors.supervisor import Supervisor
+    from pool.supervisor import Supervisor
     logging.basicConfig(level=logging.INFO)
     worker, companion, out, mode, ignore_term = sys.argv[1:6]
 

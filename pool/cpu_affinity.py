@@ -20,7 +20,6 @@ import os
 
 logger = logging.getLogger(__name__)
 
-CPU_AFFINITY_CHOICES = ("auto", "none")
 
 
 def usable_cpus() -> list[int]:

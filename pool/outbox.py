@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from core.message import Message
-from core.share_origin import ShareOrigin
-from fabric.frames import Forward, ForwardShared, ShareMark
+from core.share_origin import ShareMark, ShareOrigin
+from pool.frames import Forward, ForwardShared
 
 
 class ForwardOutbox:
@@ -52,7 +52,7 @@ class ForwardOutbox:
 
     def frames(self, publisher: int = 0) -> list[tuple[int, Forward | ForwardShared]]:
         """(worker, frame) for every worker with messages, naming the sender's `publisher`
-        (0: none, see `fabric.flow_control`); the outbox is empty after."""
+        (0: none, see `pool.flow_control`); the outbox is empty after."""
         frames: list[tuple[int, Forward | ForwardShared]] = []
         for worker, messages in self._messages.items():
             marks = self._marks.get(worker)

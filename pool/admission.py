@@ -3,7 +3,7 @@
 In one process `Admission.check` counts every CONNECT of a client id. In a pool the kernel
 spreads one client id's connections over the workers, so each worker would see only its
 share of them. Here a client id's CONNECTs are all counted by its home worker
-(`fabric.ownership.home_of`), the one whose arbiter already decides who owns the id:
+(`pool.ownership.home_of`), the one whose arbiter already decides who owns the id:
 
 - a CONNECT homed on this worker is counted here, at once, as in one process;
 - one homed elsewhere is told to the home in a `Connecting` frame (only with `[flapping]
@@ -11,7 +11,7 @@ share of them. Here a client id's CONNECTs are all counted by its home worker
   ban is replicated to every worker as any ban). The CONNECT that reached the count is
   refused all the same: its claim follows `Connecting` on the same link, and the home
   answers a claim for a banned id with `ClaimRefused`, which the claimant turns into
-  CONNACK 0x8A (actors.pool_registry). If the home is not linked, the CONNECT is counted
+  CONNACK 0x8A (pool.registry). If the home is not linked, the CONNECT is counted
   here.
 
 The bans in force are checked here, as in one process (every worker holds every ban).
@@ -26,8 +26,8 @@ from pathlib import Path
 from actors.admission import Admission
 from actors.config import FlappingConfig
 from core.client import ClientInfo
-from fabric.frames import Connecting, Frame
-from fabric.ownership import home_of
+from pool.frames import Connecting, Frame
+from pool.ownership import home_of
 
 
 class PoolAdmission(Admission):

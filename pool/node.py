@@ -18,14 +18,14 @@ state as this worker sees it:
   subscribers and members only, a `Retained` goes into this worker's replica of the
   retained index.
 - client ids: this worker runs the `ClientIdArbiter` of the ids homed here. `claim` and
-  `hand_over` are the two waits of a CONNECT (actors.pool_registry): the home's grant (a
+  `hand_over` are the two waits of a CONNECT (pool.registry): the home's grant (a
   callback, so a CONNECT waiting for it holds no greenlet), then the previous owner's
   `HandedOver`. A peer that goes down fails the waits on it, so a
   CONNECT never hangs on a dead worker. Flapping detection counts the CONNECTs of the ids
-  homed here (`Connecting`, actors.pool_admission), and a claim for a banned id is
+  homed here (`Connecting`, pool.admission), and a claim for a banned id is
   answered `ClaimRefused`.
 - refused CONNECTs: the addresses homed here are counted here (`auth_failures`,
-  actors.pool_auth_failures), the others at their homes.
+  pool.auth_failures), the others at their homes.
 - store faults: this worker's store writer's failing / recovering is broadcast
   (`StoreFailing`), and the filters of its persistent sessions' subscriptions are
   replicated like routes (`DurableRoutes`, the `durable` replica), so a publisher's worker
@@ -33,15 +33,15 @@ state as this worker sees it:
   any worker (docs/overload.md); the same replica names the workers whose commits a QoS
   1/2 batch's acknowledgement waits for.
 - connections: each listener's open connections here are reported to the others
-  (`ListenerCounts`, `connection_counts`: actors.pool_connection_counts), so a listener's
+  (`ListenerCounts`, `connection_counts`: pool.listener_counts), so a listener's
   `max_connections` holds pool-wide.
-- operations: `ops` (`actors.pool_ops.PoolOps`) gathers the other workers' parts of the
+- operations: `ops` (`pool.ops.PoolOps`) gathers the other workers' parts of the
   admin API's tables and figures, and replicates bans.
 - hosting: when a peer dies, this worker re-hosts the persistent sessions homed here that
   the dead worker owned (loaded from the store), so they keep queueing while offline.
 - moves: a session handed over to another worker forwards what still reaches it there,
   and one arriving here holds its direct deliveries until that forwarding ends
-  (`SessionMoves`, actors.session_moves).
+  (`SessionMoves`, pool.session_moves).
 
 Everything runs on this worker's gevent loop; frames to this worker itself (a client id
 homed here) are handled in a later loop callback, like a peer's, except the client-id
@@ -60,20 +60,15 @@ from typing import Any
 import gevent
 import gevent.event
 
-from actors.fabric_link import Fabric
 from actors.messages import HandOff, StoreRetained
-from actors.pool_auth_failures import PoolAuthFailures
-from actors.pool_connection_counts import PoolConnectionCounts
-from actors.pool_ops import PoolOps
 from actors.runtime import tell_if_alive
-from actors.session_adoptions import SessionAdoptions
-from actors.session_moves import SessionMoves
 from core.auth_failures import AuthFailureDelays
 from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
-from fabric.flow_control import Publishers, RemoteGates
-from fabric.frames import (
+from pool.auth_failures import PoolAuthFailures
+from pool.flow_control import Publishers, RemoteGates
+from pool.frames import (
     Adopted,
     AuthFailed,
     AuthFailing,
@@ -118,12 +113,17 @@ from fabric.frames import (
     SharesSnapshot,
     StoreFailing,
 )
-from fabric.orphans import DurableSends, OrphanedMessages
-from fabric.outbox import ForwardOutbox
-from fabric.ownership import ClientIdArbiter, home_of
+from pool.link import Fabric
+from pool.listener_counts import PoolConnectionCounts
+from pool.ops import PoolOps
+from pool.orphans import DurableSends, OrphanedMessages
+from pool.outbox import ForwardOutbox
+from pool.ownership import ClientIdArbiter, home_of
+from pool.session_adoptions import SessionAdoptions
+from pool.session_moves import SessionMoves
 from router.fan_out import FanOut
-from router.route_replica import RemoteRoutes, RouteAnnouncer
-from router.share_replica import RemoteShares, ShareAnnouncer
+from router.route_replica import FilterChanges, RemoteRoutes, RouteAnnouncer
+from router.share_replica import GroupCounts, RemoteShares, ShareAnnouncer
 from router.shared import is_shared
 
 logger = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ class PoolNode:
         self._loop = gevent.get_hub().loop
         self._routes_flush_due = False
         self._outbox = ForwardOutbox()
-        # Flow control across workers (fabric.flow_control): this worker's publishers that
+        # Flow control across workers (pool.flow_control): this worker's publishers that
         # others hold, and the others' publishers as the sessions here hold them.
         self.publishers = Publishers()
         self.remote_gates = RemoteGates(self.send)
@@ -241,7 +241,7 @@ class PoolNode:
         # worker owned (it then adopts them: `adoptions`).
         self.rehost: Callable[[int, list[str]], None] | None = None
         # Told of each peer linked (True) or lost (False; not one that said it is leaving):
-        # the bridges' placement (actors.pool_worker).
+        # the bridges' placement (pool.worker).
         self.peers_changed: Callable[[], None] | None = None
         # The listeners' counts against pool-wide max_connections (the pool worker gives it
         # the listeners once they exist).
@@ -318,9 +318,9 @@ class PoolNode:
         if durable is not None:
             fabric.broadcast(DurableRoutes(durable.added, durable.removed))
         if change is not None:
-            fabric.broadcast(change)
+            fabric.broadcast(RoutesChanged(change.added, change.removed))
         if shares is not None:
-            fabric.broadcast(shares)
+            fabric.broadcast(SharesChanged(shares.filters, shares.counts))
         if self._waiting_for_sync:
             self._sync_token += 1
             waiting, self._waiting_for_sync = self._waiting_for_sync, []
@@ -694,7 +694,7 @@ class PoolNode:
 
     def _on_connecting(self, frame: Connecting) -> None:
         """A CONNECT of an id homed here reached admission on another worker: flapping
-        detection counts it here (actors.pool_admission)."""
+        detection counts it here (pool.admission)."""
         admission = self._context.admission
         if admission is not None:
             admission.count(frame.client_id, time.time())
@@ -731,9 +731,10 @@ class PoolNode:
         assert self.fabric is not None
         logger.info("pool: worker %d is linked (epoch %d)", worker, epoch)
         self._flush_routes()  # changes the others have not heard yet go out first
-        self.fabric.send(worker, self.announcer.snapshot())
-        self.fabric.send(worker, self.share_announcer.snapshot())
-        self.fabric.send(worker, DurableSnapshot(self.durable_announcer.snapshot().filters))
+        self.fabric.send(worker, RoutesSnapshot(self.announcer.snapshot()))
+        shares = self.share_announcer.snapshot()
+        self.fabric.send(worker, SharesSnapshot(shares.filters, shares.counts))
+        self.fabric.send(worker, DurableSnapshot(self.durable_announcer.snapshot()))
         if self._context.persistence.failing_here:
             self.fabric.send(worker, StoreFailing(1))
         for client_id in [c for c in self._claims if home_of(c, self.workers) == worker]:
@@ -891,17 +892,17 @@ class PoolNode:
 
     def _on_routes(self, worker: int, frame: _RouteFrame) -> None:
         if isinstance(frame, RoutesChanged):
-            self.remote.changed(worker, frame)
+            self.remote.changed(worker, FilterChanges(frame.added, frame.removed))
         elif isinstance(frame, RoutesSnapshot):
-            self.remote.replace(worker, frame)
+            self.remote.replace(worker, frame.filters)
         elif isinstance(frame, SharesChanged):
-            self.shares.changed(worker, frame)
+            self.shares.changed(worker, GroupCounts(frame.filters, frame.counts))
         elif isinstance(frame, SharesSnapshot):
-            self.shares.replace(worker, frame)
+            self.shares.replace(worker, GroupCounts(frame.filters, frame.counts))
         elif isinstance(frame, DurableRoutes):
-            self.durable.changed(worker, RoutesChanged(frame.added, frame.removed))
+            self.durable.changed(worker, FilterChanges(frame.added, frame.removed))
         elif isinstance(frame, DurableSnapshot):
-            self.durable.replace(worker, RoutesSnapshot(frame.filters))
+            self.durable.replace(worker, frame.filters)
         elif isinstance(frame, RoutesSync):
             self.send(worker, RoutesSynced(frame.token))
         else:

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from core.flow import FlowState, Gate
-from fabric.frames import FlowHold, FlowRelease, Frame
+from pool.frames import FlowHold, FlowRelease, Frame
 
 
 class Publishers:

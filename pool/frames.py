@@ -29,13 +29,13 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from core.message import Message, stored_message
 from core.session_state import Delivery
-from core.share_origin import ShareOrigin
+from core.share_origin import ShareMark, ShareOrigin
 from mqtt.errors import MqttError
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
@@ -93,15 +93,6 @@ class Forward:
 
     messages: tuple[Message, ...]
     publisher: int = 0
-
-
-class ShareMark(NamedTuple):
-    """What the receiver of a `ForwardShared` does with one of its messages: fan it out to
-    its ordinary subscribers (`ordinary`), and give it to one local member of each group of
-    `shares`, avoiding the members in each one's `tried` (docs/pool.md)."""
-
-    ordinary: bool
-    shares: tuple[ShareOrigin, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +175,7 @@ class ClaimRefused:
 @dataclass(frozen=True, slots=True)
 class Connecting:
     """To the client id's home: a CONNECT of `client_id` reached admission on the sender;
-    the home's flapping detection counts it (`actors.pool_admission`)."""
+    the home's flapping detection counts it (`pool.admission`)."""
 
     client_id: str
 
@@ -412,7 +403,7 @@ class Orphans:
 
 @dataclass(frozen=True, slots=True)
 class AuthFailed:
-    """To the home of `address` (`fabric.ownership.home_of` of the IP address): a CONNECT
+    """To the home of `address` (`pool.ownership.home_of` of the IP address): a CONNECT
     from it was refused on the sender; answer `AuthFailures(token, count)`."""
 
     token: int
@@ -455,7 +446,7 @@ class StoreFailing:
 @dataclass(frozen=True, slots=True)
 class ListenerCounts:
     """The sender's open connections on each listener, in configuration order: sent when
-    they change (coalesced, `fabric.connection_counts`) and to a worker whose link comes up.
+    they change (coalesced, `pool.connection_counts`) and to a worker whose link comes up.
     A worker refuses a connection when its own and the others' last counts reach the
     listener's `max_connections`."""
 

@@ -1,4 +1,4 @@
-"""`python -m actors.ctl` (`actor-mqtt-broker-ctl`): the admin API from a shell.
+"""`python -m admin.ctl` (`actor-mqtt-broker-ctl`): the admin API from a shell.
 
 Like `mosquitto_ctrl` and `emqx ctl`: every command is one or two requests to a running
 broker's admin HTTP listener (`[http]`, docs/operations.md). Tables for people; `--json`

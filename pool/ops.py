@@ -26,7 +26,7 @@ import gevent.event
 
 from actors.admission import Admission
 from core.bans import Ban, BanError, BanKind, ban_from_dict
-from fabric.frames import BanLifted, BanSet, BansSnapshot, Frame, OpsReply, OpsRequest
+from pool.frames import BanLifted, BanSet, BansSnapshot, Frame, OpsReply, OpsRequest
 
 logger = logging.getLogger(__name__)
 

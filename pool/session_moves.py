@@ -32,7 +32,7 @@ import gevent
 from actors.messages import EndForwarding, ForwardingEnded, MovedIn, MoveSettled
 from actors.runtime import tell_if_alive
 from core.session_state import Delivery
-from fabric.frames import (
+from pool.frames import (
     Frame,
     HandOver,
     MovedDeliveries,

@@ -6,7 +6,7 @@ but before the session is opened the id is claimed from its home worker (docs/po
 1. `claim`: the home's arbiter grants one claim per id at a time and names the previous
    owner. Connections with one id on this worker take their turns (one claim each, in
    order), so a reconnect storm ends with exactly one session per id. A home that finds
-   the id banned refuses the claim instead (`ClaimRefused`, actors.pool_admission), and
+   the id banned refuses the claim instead (`ClaimRefused`, pool.admission), and
    the CONNECT is refused with CONNACK 0x8A (3.1.1: 0x05), its session never opened.
 2. If the previous owner is another worker, it is asked to hand the session over: it closes
    its connection (a takeover, the will as usual [MQTT-3.1.4-2]), commits the session's
@@ -39,13 +39,13 @@ from typing import Any
 
 from actors.context import BrokerContext
 from actors.messages import ConnectRefused
-from actors.pool_node import ClaimAnswer, PoolNode
 from actors.runtime import run_soon, tell_if_alive
 from actors.session_registry import SessionRegistry
 from core.client import ClientInfo
-from fabric.frames import ClaimRefused, Granted
 from mqtt.reason_codes import ReasonCode
 from net.transport import Transport
+from pool.frames import ClaimRefused, Granted
+from pool.node import ClaimAnswer, PoolNode
 from store.base import StoreError
 
 logger = logging.getLogger(__name__)

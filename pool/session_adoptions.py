@@ -3,13 +3,13 @@ given it what it kept for them (docs/pool.md "A worker dies").
 
 When a worker dies, its persistent sessions are hosted again: each home re-hosts the ones
 homed at it, the restarted worker restores its own, and a CONNECT that was waiting for the
-dead worker to hand its session over loads it from the store (`actors.pool_worker`,
-`actors.pool_registry`); each of these is a round of adoption. Each such
+dead worker to hand its session over loads it from the store (`pool.worker`,
+`pool.registry`); each of these is a round of adoption. Each such
 session starts as a session moving in (`core.move_in.MoveIn`): it delivers what the store
 had, holds what reaches it directly, and waits. Once the adopted sessions' routes are known
 everywhere, this worker says `Adopted(dead, round)`; every worker answers `Orphans` with the
 QoS 1/2 messages it acknowledged for the dead worker's sessions and could not tell were
-stored (`fabric.orphans`), and this worker's dispatcher gives them to the adopted sessions
+stored (`pool.orphans`), and this worker's dispatcher gives them to the adopted sessions
 whose subscriptions match (stored first, then told as `OrphansIn`, duplicates dropped by
 message id). When every worker has answered (or gone down), the sessions deliver what they
 held, less duplicates (`ForwardingEnded`), and one routes round later stop checking for
@@ -28,7 +28,7 @@ from actors.messages import ForwardingEnded, MoveSettled
 from actors.runtime import tell_if_alive
 from core.message import Message
 from core.session_state import SubscriptionOptions
-from fabric.frames import HandOver, Orphans
+from pool.frames import HandOver, Orphans
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
 from router.shared import is_shared

@@ -2,7 +2,7 @@
 
 It binds every configured listener once (and the admin HTTP listener, which worker 0
 serves), then runs the pool's one store process (unless `[store] kind = "none"`) and N
-workers (`python -m actors.main ... --worker-id I`) under `actors.supervisor.Supervisor`,
+workers (`python -m actors.main ... --worker-id I`) under `pool.supervisor.Supervisor`,
 which starts the store process first, restarts the store process and the workers when they
 die, forwards SIGHUP and SIGTERM, and makes the workers end with it. Each TCP-family
 listener (tcp, tls, ws, wss) is bound once per worker with SO_REUSEPORT, so the kernel
@@ -33,12 +33,12 @@ import threading
 from pathlib import Path
 
 from actors.config import BrokerConfig
-from actors.pool_worker import STORE_SOCKET
-from actors.supervisor import Supervisor
 from net.endpoint import Endpoint
 from net.listener import bind_unix
 from net.listener_config import ListenerConfig
 from net.tls_context import TlsSetupError
+from pool.supervisor import Supervisor
+from pool.worker import STORE_SOCKET
 from store import SQLITE_FILE_NAME
 from store.sqlite_store import check_store_file
 
@@ -117,7 +117,7 @@ def run_pool(config: BrokerConfig, workers: int, argv: list[str]) -> int:
 
 class StoreProcess:
     """The pool's store process (`python -m store.store_process --listen`), started and
-    restarted by the supervisor (an `actors.supervisor.Companion`). Every one listens on
+    restarted by the supervisor (an `pool.supervisor.Companion`). Every one listens on
     RUN_DIR/store.sock, where the workers connect (again, after a restart), and ends once
     the pipe whose read end it inherits has closed (`end`) and its workers are gone."""
 

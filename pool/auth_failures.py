@@ -3,7 +3,7 @@
 In one process `core.auth_failures.AuthFailureDelays` counts every refused CONNECT of an
 address (docs/overload.md). In a pool the kernel spreads one address's connections over the
 workers, so each worker would see only its share of the refusals. Here each address has a
-home worker, `fabric.ownership.home_of(address)` (a stable hash of the IP address over the
+home worker, `pool.ownership.home_of(address)` (a stable hash of the IP address over the
 workers, as a client id's home), and the home counts:
 
 - a refusal on the home itself is counted there, at once, as in one process;
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from core.auth_failures import AuthFailureDelays
-from fabric.frames import AuthFailed, AuthFailing, AuthFailures, AuthSucceeded, Frame
-from fabric.ownership import home_of
+from pool.frames import AuthFailed, AuthFailing, AuthFailures, AuthSucceeded, Frame
+from pool.ownership import home_of
 
 logger = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ It is the single-process `Broker` with the pool's parts put in (docs/pool.md):
   owns, and announces their routes;
 - the dispatcher forwards to the other workers through the `PoolNode`, the router reports
   route changes to it, and the `PoolRegistry` claims every client id from its home;
-- refused CONNECTs are counted at their address's home worker (`actors.pool_auth_failures`),
+- refused CONNECTs are counted at their address's home worker (`pool.auth_failures`),
   so their delays grow pool-wide;
 - worker 0 serves the admin HTTP API on the socket the supervisor bound (`--http-fd`) and
   keeps `bans.json`; every worker answers its part of the API's tables and figures and
-  holds every ban (`actors.pool_ops`);
+  holds every ban (`pool.ops`);
 - once ready it writes its id to the supervisor's ready pipe.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +33,20 @@ import core.message
 from actors.admission import Admission
 from actors.broker import LISTEN_BACKLOG, Broker
 from actors.config import BrokerConfig
-from actors.fabric_link import Fabric
 from actors.messages import AddRoutes, Sync
 from actors.persistence import restored_state
-from actors.pool_admission import PoolAdmission
-from actors.pool_node import PoolNode
-from actors.pool_registry import PoolRegistry
 from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
-from actors.supervisor import STOP_TIMEOUT
-from admin.tables import local_rows
 from bridge.service import Bridges
 from core.move_in import insert_qos0
-from fabric.frames import StoreFailing
-from fabric.ownership import home_of
 from net.endpoint import Endpoint
+from pool.admission import PoolAdmission
+from pool.frames import StoreFailing
+from pool.link import Fabric
+from pool.node import PoolNode
+from pool.ownership import home_of
+from pool.registry import PoolRegistry
+from pool.supervisor import STOP_TIMEOUT
 from router.fan_out import Route
 from router.shared import is_shared
 from store import SQLITE_FILE_NAME, ProcessStore
@@ -84,7 +82,6 @@ class PoolBroker(Broker):
         self.node = PoolNode(worker_id, workers, self.context)
         self.route_replica = self.node
         self.ops = self.node.ops
-        self.ops.answer = partial(local_rows, self)
         self.context.auth_failures = self.node.auth_failures
         self._store: ProcessStore | None = None
 
@@ -243,7 +240,7 @@ class PoolBroker(Broker):
         waiting at most `wait` seconds for a store process that is away (StoreError past
         that). If it is moving in from another worker, that worker then hears that its
         routes are known here (and ends its forwarding). `adoption`: the round in which it
-        is adopted from a dead worker (`actors.session_adoptions`)."""
+        is adopted from a dead worker (`pool.session_adoptions`)."""
         try:
             return self._load_and_start(client_id, wait, adoption)
         finally:

@@ -1,6 +1,6 @@
 """The embedded fabric: this worker's links to the other workers of the pool, over Unix sockets.
 
-What travels is `fabric.frames` (pure); this module only moves the bytes, on gevent's loop
+What travels is `pool.frames` (pure); this module only moves the bytes, on gevent's loop
 like a client connection (`net.connection`): a read watcher decodes whole reads into
 frames, and writes go through a `Transport`, which never blocks the writer. Frames sent to
 one peer within one loop turn leave in one write: a publish batch's forwards and route
@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import gevent
 
-from fabric.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
 from net.transport import Transport
+from pool.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """A pool worker's side of pool-wide `max_connections`: report this worker's counts, take in
-the others' (`fabric.connection_counts` holds the rules, docs/pool.md).
+the others' (`pool.connection_counts` holds the rules, docs/pool.md).
 
 Each listener's `Endpoint` calls `changed` when a connection opens or closes here. A change
 goes to the other workers in a `ListenerCounts` frame at the end of the loop turn while the
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fabric.connection_counts import REPORT_INTERVAL, PeerCounts, urgent
-from fabric.frames import Frame, ListenerCounts
 from net.endpoint import Endpoint
+from pool.connection_counts import REPORT_INTERVAL, PeerCounts, urgent
+from pool.frames import Frame, ListenerCounts
 
 
 class PoolConnectionCounts:
