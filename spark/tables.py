@@ -149,13 +149,6 @@ class Table:
     def columns(self) -> tuple[tuple[str, str], ...]:
         return self.keys + self.values + self.partitions
 
-    def partition_struct(self) -> Column:
-        """The partition values of a row (keys present) as one struct, e.g. to collect them."""
-        from pyspark.sql import functions as F  # noqa: N812, PLC0415
-
-        values = self.partition_values()
-        return F.struct(*[values[name].alias(name) for name in self.partition_names])
-
     def ddl(self) -> str:
         """The schema as Spark DDL, partition columns last (as every reader shows them)."""
         return ", ".join(f"`{name}` {kind}" for name, kind in self.columns)
