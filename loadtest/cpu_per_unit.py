@@ -57,7 +57,7 @@ TITLES = {
     "fanout": ("fan-out 1→100", "delivery"),
     "storm": ("connection storm", "connection"),
 }
-PORT = 19860
+PORT = 19880
 BROKER_COMMAND = (
     "env PYTHONPATH={root} {python} -m actors.main --host 127.0.0.1 --port {port}"
     " --log-level warning --workers {workers} --data-dir {workdir}/data --http-port 0"
