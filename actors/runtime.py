@@ -65,7 +65,7 @@ def run_soon(function: Any) -> None:
     pool greenlet is switched to directly, as gevent's own watchers switch to the greenlet
     that waits on them: the callback resumes when `function` finishes or blocks. Deferring it
     to the loop's callback phase instead cost a loop turn per hop (16 us of a 1 -> 1
-    message's ~130 us in the broker, measured at 1,000 msg/s; docs/loadtest.md).
+    message's ~130 us in the broker, measured at 1,000 msg/s).
 
     Called from a greenlet, the loop's callback picks the pool greenlet when it runs, not
     now: the jobs queued in one loop turn (hundreds in a connect storm) then run one after

@@ -77,8 +77,8 @@ class AdminServer:
         address = (config.host, config.port) if listener is None else listener
         # SERVER_NAME given, so pywsgi does not look the host up with socket.getfqdn: gevent
         # resolves through its thread pool, and the idle thread it leaves behind cost MQTT
-        # connection storms a tenth of their rate (docs/loadtest.md, "Quiet-moment garbage
-        # collection and one thread").
+        # connection storms a tenth of their rate (docs/loadtest.md, "Where the cost of a
+        # connection goes").
         environ = {"SERVER_NAME": config.host}
         # Connections open at once (one greenlet each; `admin.http_handler`): more wait in
         # the accept backlog, so a flood of HTTP clients cannot fill the event loop the MQTT

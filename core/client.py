@@ -8,7 +8,6 @@ the limits the client set on what the broker sends it. The channel decides them
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,5 +40,3 @@ class ClientInfo:
         """Whether the session outlives the connection."""
         return self.session_expiry > 0
 
-
-FOREVER = math.inf

@@ -4,7 +4,7 @@ A read watcher on gevent's event loop queues the connection when the socket has 
 (`net.read_order` orders the reads of sockets ready at once). One
 `recv` of up to 32 KiB may hold a few hundred small packets; the decoder frames them all and
 the owner (the client actor) gets them as ONE batch, so an actor hop costs once per read,
-not once per packet. The size weighs two costs (docs/loadtest.md, "Twelfth session"):
+not once per packet. The size weighs two costs:
 - a batch's deliveries reach every subscriber only when the whole batch is handled, so a
   batch that holds most of what a fast publisher has in flight leaves the broker (and, in
   a pool, the other worker) waiting for its next burst: 64 KiB was slower than 16;

@@ -134,10 +134,6 @@ class Supervisor:
         status = self._stop_all()
         return self._failed_with if self._failed_with is not None else status
 
-    def pids(self) -> list[int | None]:
-        """The workers' process ids (None while one is down)."""
-        return [w.process.pid if w.process is not None else None for w in self._workers]
-
     @property
     def companion_process(self) -> subprocess.Popen[bytes] | None:
         """The companion's latest process (None if there is none or it is down)."""

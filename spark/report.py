@@ -18,12 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
+
 from spark import tables
 from spark.session import DEFAULT_SPARK_LOG_LEVEL, build_session, parse_conf
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from pyspark.sql import DataFrame, SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -75,11 +77,10 @@ def _table(spark: SparkSession, output_dir: str, table: tables.Table) -> DataFra
 
 def ingest_totals(spark: SparkSession, output_dir: str) -> tuple[int, int, int]:
     """(lines read, corrupt lines skipped, late events dropped) over every batch so far."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     row = (
         _table(spark, output_dir, tables.BATCHES)
-        .agg(F.sum("input_lines"), F.sum("corrupt_lines"), F.sum("late_rows"))
+        .agg(sf.sum("input_lines"), sf.sum("corrupt_lines"), sf.sum("late_rows"))
         .first()
     )
     if row is None or row[0] is None:
@@ -89,12 +90,11 @@ def ingest_totals(spark: SparkSession, output_dir: str) -> tuple[int, int, int]:
 
 def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
     """The report text: top `limit` rows of each table, newest windows first."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    window_text = F.date_format("window_start", "yyyy-MM-dd HH:mm:ss")  # session zone: UTC
+    window_text = sf.date_format("window_start", "yyyy-MM-dd HH:mm:ss")  # session zone: UTC
     topics = (
         _table(spark, output_dir, tables.TOPIC_TRAFFIC)
-        .orderBy(F.col("window_start").desc(), F.col("published").desc(), F.col("topic"))
+        .orderBy(sf.col("window_start").desc(), sf.col("published").desc(), sf.col("topic"))
         .withColumn("window_start", window_text)
         .select(*TOPIC_COLUMNS)
         .limit(limit)
@@ -102,8 +102,8 @@ def build_report(spark: SparkSession, output_dir: str, limit: int) -> str:
     )
     clients = (
         _table(spark, output_dir, tables.CLIENT_SESSIONS)
-        .withColumn("_traffic", F.col("messages_in") + F.col("messages_out"))
-        .orderBy(F.col("window_start").desc(), F.col("_traffic").desc(), F.col("client_id"))
+        .withColumn("_traffic", sf.col("messages_in") + sf.col("messages_out"))
+        .orderBy(sf.col("window_start").desc(), sf.col("_traffic").desc(), sf.col("client_id"))
         .withColumn("window_start", window_text)
         .select(*CLIENT_COLUMNS)
         .limit(limit)
@@ -135,27 +135,26 @@ class ChartData:
 
 def chart_data(spark: SparkSession, output_dir: str, limit: int) -> ChartData:
     """Traffic per window, and the `limit` busiest topics and clients (messages in and out)."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     traffic = _table(spark, output_dir, tables.TOPIC_TRAFFIC)
     windows = (
         traffic.groupBy("window_start")
-        .agg(F.sum("published").alias("published"), F.sum("delivered").alias("delivered"))
+        .agg(sf.sum("published").alias("published"), sf.sum("delivered").alias("delivered"))
         .orderBy("window_start")
         .collect()
     )
     topics = (
         traffic.groupBy("topic")
-        .agg(F.sum("published").alias("published"), F.sum("delivered").alias("delivered"))
-        .orderBy((F.col("published") + F.col("delivered")).desc(), "topic")
+        .agg(sf.sum("published").alias("published"), sf.sum("delivered").alias("delivered"))
+        .orderBy((sf.col("published") + sf.col("delivered")).desc(), "topic")
         .limit(limit)
         .collect()
     )
     clients = (
         _table(spark, output_dir, tables.CLIENT_SESSIONS)
         .groupBy("client_id")
-        .agg(F.sum("messages_in").alias("messages_in"), F.sum("messages_out").alias("out"))
-        .orderBy((F.col("messages_in") + F.col("out")).desc(), "client_id")
+        .agg(sf.sum("messages_in").alias("messages_in"), sf.sum("messages_out").alias("out"))
+        .orderBy((sf.col("messages_in") + sf.col("out")).desc(), "client_id")
         .limit(limit)
         .collect()
     )

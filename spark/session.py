@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +96,6 @@ def build_session(
 
     `log_level` applies to Spark (log4j) and py4j; `conf` wins over every default set here.
     """
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is the optional [spark] extra
 
     logging.getLogger("py4j").setLevel(log_level.upper())
     builder = SparkSession.builder.appName(app_name)

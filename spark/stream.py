@@ -36,16 +36,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+from pyspark import InheritableThread, StorageLevel
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as sf
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from core.reasons import DisconnectReason
 from spark import tables
 from spark.event_schema import CORRUPT_RECORD_COLUMN, EVENT_FIELDS, spark_schema
 from spark.session import DEFAULT_SPARK_LOG_LEVEL, build_session, parse_conf
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Row, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 logger = logging.getLogger(__name__)
 
@@ -162,25 +163,26 @@ def parse_events(parsed: DataFrame, options: StreamOptions, watermark: int | Non
     The window is computed from `ts` directly (Spark's `window()` filters out null times, and
     with them the corrupt lines this must count).
     """
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     window_micros = _micros(parse_duration(options.window))
-    micros = F.unix_micros("ts")
-    start_micros = micros - F.pmod(micros, F.lit(window_micros))
+    micros = sf.unix_micros("ts")
+    start_micros = micros - sf.pmod(micros, sf.lit(window_micros))
     valid = (
-        F.col(CORRUPT_RECORD_COLUMN).isNull() & F.col("ts").isNotNull() & F.col("event").isNotNull()
+        sf.col(CORRUPT_RECORD_COLUMN).isNull()
+        & sf.col("ts").isNotNull()
+        & sf.col("event").isNotNull()
     )
-    status = F.when(~valid, CORRUPT)
+    status = sf.when(~valid, CORRUPT)
     if watermark is not None:
-        status = status.when(start_micros + window_micros <= F.lit(watermark), LATE)
-    kind = F.lit(0)
+        status = status.when(start_micros + window_micros <= sf.lit(watermark), LATE)
+    kind = sf.lit(0)
     for name, code in EVENT_CODES.items():
-        kind = F.when(F.col("event") == F.lit(name), code).otherwise(kind)
+        kind = sf.when(sf.col("event") == sf.lit(name), code).otherwise(kind)
     return parsed.select(
         kind.cast("tinyint").alias("kind"),
         *USED_FIELDS,
         *TYPE_CHECKED_FIELDS,
-        F.timestamp_micros(start_micros).alias("window_start"),
+        sf.timestamp_micros(start_micros).alias("window_start"),
         status.otherwise(ON_TIME).cast("tinyint").alias("status"),
     )
 
@@ -190,40 +192,34 @@ def _micros(duration: timedelta) -> int:
 
 
 def _is_event(name: str) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.col("kind") == F.lit(EVENT_CODES[name])
+    return sf.col("kind") == sf.lit(EVENT_CODES[name])
 
 
 def _count_where(condition: Column) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.count(F.when(condition, 1))
+    return sf.count(sf.when(condition, 1))
 
 
 def _topic_rows() -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     messages = _is_event("message.publish") | _is_event("message.delivered")
-    return F.col("topic").isNotNull() & messages
+    return sf.col("topic").isNotNull() & messages
 
 
 def _client_rows() -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.col("client_id").isNotNull()
+    return sf.col("client_id").isNotNull()
 
 
 def _with_window_end(aggregated: DataFrame, window: timedelta) -> DataFrame:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    end = F.timestamp_micros(F.unix_micros("window_start") + F.lit(_micros(window)))
+    end = sf.timestamp_micros(sf.unix_micros("window_start") + sf.lit(_micros(window)))
     return aggregated.withColumn("window_end", end)
 
 
 def topic_traffic(events: DataFrame, window: timedelta) -> DataFrame:
     """A batch's totals per (window, topic) of publish and delivery events (on-time rows)."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     published = _is_event("message.publish")
     aggregated = (
@@ -232,17 +228,18 @@ def topic_traffic(events: DataFrame, window: timedelta) -> DataFrame:
         .agg(
             _count_where(published).alias("published"),
             _count_where(_is_event("message.delivered")).alias("delivered"),
-            F.sum(F.when(published, F.col("payload_bytes")).otherwise(0)).alias("bytes"),
-            F.array_sort(F.collect_set(F.when(published, F.col("publisher")))).alias("publishers"),
+            sf.sum(sf.when(published, sf.col("payload_bytes")).otherwise(0)).alias("bytes"),
+            sf.array_sort(sf.collect_set(sf.when(published, sf.col("publisher")))).alias(
+                "publishers"
+            ),
         )
-        .withColumn("distinct_publishers", F.size("publishers"))
+        .withColumn("distinct_publishers", sf.size("publishers"))
     )
     return _with_window_end(aggregated, window)
 
 
 def client_sessions(events: DataFrame, window: timedelta) -> DataFrame:
     """A batch's totals per (window, client) of any event of the client (on-time rows)."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     disconnected = _is_event("client.disconnected")
     reasons = [reason.value for reason in DisconnectReason]
@@ -253,7 +250,7 @@ def client_sessions(events: DataFrame, window: timedelta) -> DataFrame:
             _count_where(_is_event("client.connected")).alias("connects"),
             _count_where(disconnected).alias("disconnects"),
             *[
-                _count_where(disconnected & (F.col("reason") == reason)).alias(f"_r_{reason}")
+                _count_where(disconnected & (sf.col("reason") == reason)).alias(f"_r_{reason}")
                 for reason in reasons
             ],
             _count_where(_is_event("message.publish")).alias("messages_in"),
@@ -261,10 +258,10 @@ def client_sessions(events: DataFrame, window: timedelta) -> DataFrame:
         )
     )
     # map_filter is interpreted, once per row: only the few rows with a disconnect need it
-    by_reason = F.when(F.col("disconnects") == 0, F.create_map().cast("map<string, bigint>"))
+    by_reason = sf.when(sf.col("disconnects") == 0, sf.create_map().cast("map<string, bigint>"))
     by_reason = by_reason.otherwise(
-        F.map_filter(
-            F.create_map(*[part for r in reasons for part in (F.lit(r), F.col(f"_r_{r}"))]),
+        sf.map_filter(
+            sf.create_map(*[part for r in reasons for part in (sf.lit(r), sf.col(f"_r_{r}"))]),
             lambda _reason, count: count > 0,
         )
     )
@@ -298,8 +295,6 @@ class BatchWriter:
             return self._stats.pop(batch_id, None)
 
     def __call__(self, parsed: DataFrame, batch_id: int) -> None:
-        from pyspark import StorageLevel  # noqa: PLC0415
-        from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
         spark = parsed.sparkSession  # the query's own clone of the session: settings stay here
         for key, value in _BATCH_SETTINGS.items():
@@ -318,7 +313,7 @@ class BatchWriter:
             if totals["max_ts"] is not None:
                 self._max_event_time = max(self._max_event_time or 0, totals["max_ts"])
             stats = BatchStats(totals["lines"], totals["corrupt"], totals["late"], watermark)
-            on_time = events.filter(F.col("status") == ON_TIME)
+            on_time = events.filter(sf.col("status") == ON_TIME)
             work = [
                 (table, derive(on_time, self._window), _window_partitions(totals, table))
                 for table, _, derive in _OUTPUTS
@@ -341,7 +336,6 @@ class BatchWriter:
         self, spark: SparkSession, batch_id: int, processed_at: int, stats: BatchStats
     ) -> DataFrame:
         """The batch's row of the `batches` table (times given in epoch microseconds)."""
-        from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
         row = (
             batch_id,
@@ -354,12 +348,12 @@ class BatchWriter:
         )
         columns = [name for name, _ in tables.BATCHES.keys + tables.BATCHES.values]
         kinds = dict(tables.BATCHES.columns)
-        values = [F.lit(value).cast("bigint") for value in row]
+        values = [sf.lit(value).cast("bigint") for value in row]
         # from a one-row range, not createDataFrame: a DataFrame of Python rows is read through
         # a Python worker process, which this job otherwise never needs
         return spark.range(1).select(
             *[
-                (F.timestamp_micros(value) if kinds[name] == "TIMESTAMP" else value).alias(name)
+                (sf.timestamp_micros(value) if kinds[name] == "TIMESTAMP" else value).alias(name)
                 for name, value in zip(columns, values, strict=True)
             ]
         )
@@ -378,21 +372,20 @@ def _count(events: DataFrame) -> Row:
 
     Only plain aggregates: this runs over every row of the batch, as it builds the cache.
     """
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    on_time = F.col("status") == ON_TIME
-    window_micros = F.unix_micros("window_start")
+    on_time = sf.col("status") == ON_TIME
+    window_micros = sf.unix_micros("window_start")
     totals = events.agg(
-        F.count(F.lit(1)).alias("lines"),
-        _count_where(F.col("status") == CORRUPT).alias("corrupt"),
-        _count_where(F.col("status") == LATE).alias("late"),
-        F.max(F.when(F.col("status") != CORRUPT, F.unix_micros("ts"))).alias("max_ts"),
+        sf.count(sf.lit(1)).alias("lines"),
+        _count_where(sf.col("status") == CORRUPT).alias("corrupt"),
+        _count_where(sf.col("status") == LATE).alias("late"),
+        sf.max(sf.when(sf.col("status") != CORRUPT, sf.unix_micros("ts"))).alias("max_ts"),
         *[
             column
             for table, rows, _ in _OUTPUTS
             for column in (
-                F.min(F.when(on_time & rows(), window_micros)).alias(f"{table.name}_first"),
-                F.max(F.when(on_time & rows(), window_micros)).alias(f"{table.name}_last"),
+                sf.min(sf.when(on_time & rows(), window_micros)).alias(f"{table.name}_first"),
+                sf.max(sf.when(on_time & rows(), window_micros)).alias(f"{table.name}_last"),
             )
         ],
     ).first()
@@ -435,7 +428,6 @@ def _in_parallel(tasks: Sequence[Callable[[], object]]) -> None:
 
     A merge is mostly driver-side planning and small jobs: run side by side they overlap.
     """
-    from pyspark import InheritableThread  # noqa: PLC0415
 
     failures: list[Exception] = []
 
@@ -459,13 +451,12 @@ def _in_parallel(tasks: Sequence[Callable[[], object]]) -> None:
 
 def _max_event_time_before(spark: SparkSession, output_dir: str, batch_id: int) -> int | None:
     """The greatest event time (µs) of the batches before `batch_id` (from `batches`)."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     batches = tables.read(spark, output_dir, tables.BATCHES)
     if batches is None:
         return None
-    before = batches.filter(F.col("batch_id") < batch_id)
-    row = before.agg(F.max(F.unix_micros("max_event_time"))).first()
+    before = batches.filter(sf.col("batch_id") < batch_id)
+    row = before.agg(sf.max(sf.unix_micros("max_event_time"))).first()
     return None if row is None else row[0]
 
 
@@ -486,8 +477,7 @@ class ProgressLog:
         self.summary = RunSummary()
 
     def listener(self) -> Any:
-        """This object as a pyspark StreamingQueryListener (a subclass made on first use)."""
-        from pyspark.sql.streaming import StreamingQueryListener  # noqa: PLC0415
+        """This object as a pyspark StreamingQueryListener."""
 
         log = self
 

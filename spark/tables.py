@@ -41,10 +41,10 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as sf
 
 logger = logging.getLogger(__name__)
 
@@ -56,37 +56,32 @@ MergeRule = Callable[[str], "Column"]
 
 
 def _sum(name: str) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.sum(name)
+    return sf.sum(name)
 
 
 def _publisher_set() -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.array_distinct(F.flatten(F.collect_list("publishers")))
+    return sf.array_distinct(sf.flatten(sf.collect_list("publishers")))
 
 
 def _sorted_publishers(_name: str) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.array_sort(_publisher_set())
+    return sf.array_sort(_publisher_set())
 
 
 def _publisher_count(_name: str) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
-    return F.size(_publisher_set())
+    return sf.size(_publisher_set())
 
 
 def _sum_maps(name: str) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     def add(_key: Column, a: Column, b: Column) -> Column:
-        return F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))
+        return sf.coalesce(a, sf.lit(0)) + sf.coalesce(b, sf.lit(0))
 
-    empty = F.create_map().cast("MAP<STRING, BIGINT>")
-    return F.aggregate(F.collect_list(name), empty, lambda acc, m: F.map_zip_with(acc, m, add))
+    empty = sf.create_map().cast("MAP<STRING, BIGINT>")
+    return sf.aggregate(sf.collect_list(name), empty, lambda acc, m: sf.map_zip_with(acc, m, add))
 
 
 MICROS_PER_HOUR: Final = 3_600_000_000
@@ -95,15 +90,14 @@ MICROS_PER_HOUR: Final = 3_600_000_000
 def _utc_date_and_hour(column: str) -> dict[str, Column]:
     """UTC date and hour of a timestamp column, by integer arithmetic: cheap on every row, and
     the same partitions whatever the session's time zone."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     def floor_div(value: Column, divisor: int) -> Column:  # exact: the remainder goes first
-        return ((value - F.pmod(value, F.lit(divisor))) / F.lit(divisor)).cast("long")
+        return ((value - sf.pmod(value, sf.lit(divisor))) / sf.lit(divisor)).cast("long")
 
-    hours = floor_div(F.unix_micros(column), MICROS_PER_HOUR)
+    hours = floor_div(sf.unix_micros(column), MICROS_PER_HOUR)
     return {
-        "date": F.date_from_unix_date(floor_div(hours, 24).cast("int")),
-        "hour": F.pmod(hours, F.lit(24)).cast("int"),
+        "date": sf.date_from_unix_date(floor_div(hours, 24).cast("int")),
+        "hour": sf.pmod(hours, sf.lit(24)).cast("int"),
     }
 
 
@@ -148,13 +142,6 @@ class Table:
     @property
     def columns(self) -> tuple[tuple[str, str], ...]:
         return self.keys + self.values + self.partitions
-
-    def partition_struct(self) -> Column:
-        """The partition values of a row (keys present) as one struct, e.g. to collect them."""
-        from pyspark.sql import functions as F  # noqa: N812, PLC0415
-
-        values = self.partition_values()
-        return F.struct(*[values[name].alias(name) for name in self.partition_names])
 
     def ddl(self) -> str:
         """The schema as Spark DDL, partition columns last (as every reader shows them)."""
@@ -344,11 +331,10 @@ def _merged(
     table's rules: one shuffle, and the aggregation keeps the partition clustering. A table
     without rules (`batches`, a few small rows a day) just adds the new rows, in one task.
     """
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     partition_values = table.partition_values()
     new = increments.select(
-        *[F.col(name).cast(kind).alias(name) for name, kind in table.keys + table.values],
+        *[sf.col(name).cast(kind).alias(name) for name, kind in table.keys + table.values],
         *[partition_values[name].cast(kind).alias(name) for name, kind in table.partitions],
     )
     target = table_path(output_dir, table)

@@ -53,7 +53,8 @@ def connected_ids(admin: Admin) -> set[str]:
 
 def test_the_http_listener_leaves_the_mqtt_process_one_thread(admin: Admin, workers: int) -> None:
     """pywsgi looked the host name up through gevent's thread pool, whose idle thread then
-    cost MQTT connection storms about a tenth of their rate (docs/loadtest.md)."""
+    cost MQTT connection storms about a tenth of their rate (docs/loadtest.md, "Where the cost
+    of a connection goes")."""
     assert admin.get("/api/v1/health", key=None) == {"status": "ok"}
     pid = admin.broker.process.pid if workers == 1 else worker_pid(admin.broker, 0)
     assert len(list(Path(f"/proc/{pid}/task").iterdir())) == 1

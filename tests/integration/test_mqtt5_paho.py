@@ -1,4 +1,4 @@
-"""MQTT 5.0 with paho-mqtt (`protocol=MQTTv5`): what a real client library sees (issue 15).
+"""MQTT 5.0 with paho-mqtt (`protocol=MQTTv5`): what a real client library sees.
 
 Property forwarding and 3.x/5.0 interoperation on one topic, Subscription Identifiers,
 the subscription options (No Local, Retain As Published, Retain Handling), CONNACK's

@@ -1,4 +1,4 @@
-"""MQTT 5.0 semantics over real sockets, with raw packets (issue 15): the session's lifetime,
+"""MQTT 5.0 semantics over real sockets, with raw packets: the session's lifetime,
 both sides' limits, reason codes, message expiry, topic aliases, the will delay.
 
 Each test names the rule it checks; the in-process tables are in tests/unit/test_channel.py,

@@ -1,4 +1,4 @@
-"""Durable state (issue 5): retained messages and persistent sessions survive a restart,
+"""Durable state: retained messages and persistent sessions survive a restart,
 graceful or SIGKILL, and what was acknowledged to a publisher is never lost."""
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ def test_killed_worker_is_restarted_and_its_sessions_deliver_their_queue(
 def test_a_burst_of_connections_is_spread_over_both_workers(pool: BrokerProcess) -> None:
     """Each worker accepts on its own SO_REUSEPORT socket, so the kernel hashes connections
     over the workers; with one shared socket a burst all went to the worker that woke first
-    (docs/loadtest.md). All 16 on one worker by chance: 2 in 65,536."""
+    (docs/pool.md, "Accepting connections"). All 16 on one worker by chance: 2 in 65,536."""
     ids = [unique("burst") for _ in range(16)]
     clients = [RawClient(pool.host, pool.port) for _ in ids]
     for client, client_id in zip(clients, ids, strict=True):

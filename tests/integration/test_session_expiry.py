@@ -1,4 +1,4 @@
-"""Persistent sessions expire `limits.session_expiry` after their client left (issue 5)."""
+"""Persistent sessions expire `limits.session_expiry` after their client left."""
 
 from __future__ import annotations
 
