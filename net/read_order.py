@@ -66,10 +66,11 @@ class ReadOrder:
             connection.hand_over(read)
 
 
+_ROUTE_CHANGES = frozenset({Subscribe, Unsubscribe})
+
+
 def _changes_routes(packets: list[Packet] | None) -> bool:
-    return packets is not None and any(
-        type(packet) is Subscribe or type(packet) is Unsubscribe for packet in packets
-    )
+    return packets is not None and not _ROUTE_CHANGES.isdisjoint(map(type, packets))
 
 
 _ORDERS: dict[Any, ReadOrder] = {}  # by loop: one per thread's hub, which lives as long
