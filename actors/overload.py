@@ -68,7 +68,7 @@ class FlowControl:
         watermark = memory_watermark(config.memory_high_watermark, total_memory())
         self.alarm = MemoryAlarm(watermark // workers)
         self._stats = stats
-        self._checker: gevent.Greenlet | None = None
+        self._checker: gevent.Greenlet[..., Any] | None = None
 
     # ----- sessions ---------------------------------------------------------------------
 

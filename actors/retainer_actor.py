@@ -15,13 +15,13 @@ from typing import Any
 
 from actors.messages import DeliverRetained, SendRetained, StoreRetained
 from actors.runtime import GeventActor, tell_if_alive
-from core.message import is_expired
+from core.message import Message, is_expired
 from core.session_state import Delivery
 from router.retained_index import RetainedIndex
 
 
 class RetainerActor(GeventActor):
-    def __init__(self, index: RetainedIndex | None = None) -> None:
+    def __init__(self, index: RetainedIndex[Message] | None = None) -> None:
         super().__init__()
         self.index = index if index is not None else RetainedIndex()
 

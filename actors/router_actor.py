@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from actors.messages import AddRoutes, AwaitRoutes, RemoveRoutes, RoutesChanged, Sync
 from actors.runtime import GeventActor, tell_if_alive
+from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions, is_shared
 
@@ -57,7 +58,7 @@ class RouteReplication(Protocol):
 
 
 def add_route(
-    table: RouteTable,
+    table: RouteTable[str, Route],
     shares: SharedSubscriptions,
     topic_filter: str,
     client_id: str,
@@ -83,7 +84,7 @@ class RouteWriter:
 
     def __init__(
         self,
-        table: RouteTable,
+        table: RouteTable[str, Route],
         shares: SharedSubscriptions,
         replica: RouteReplication | None = None,
         worker: int = 0,

@@ -188,11 +188,11 @@ class SessionActor(GeventActor):
         # The stored form of the subscriptions, rebuilt only after SUBSCRIBE/UNSUBSCRIBE.
         self._stored_subscriptions: dict[str, StoredSubscription] | None = None
         self._persistence = context.persistence
-        self._expiry_timer: gevent.Greenlet | None = None
+        self._expiry_timer: gevent.Greenlet[..., Any] | None = None
         self._drops: list[Dropped] | None = None  # of the actions being carried out
         self._outbound: Outbound | None = None  # the attached 5.0 connection's PUBLISH writer
         self._will: Message | None = None  # a delayed will waiting for its time
-        self._will_timer: gevent.Greenlet | None = None
+        self._will_timer: gevent.Greenlet[..., Any] | None = None
         self._flow = context.flow
         self._load = context.flow.new_load(self.actor_ref)
         self._reads = context.dispatcher.read_checks  # who may read what is delivered here

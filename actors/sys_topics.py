@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import orjson
@@ -115,7 +115,7 @@ class SysPublisher:
         self._interval = interval
         self._loads = LoadAverages()
         self._version = broker_version()
-        self._greenlet: gevent.Greenlet | None = None
+        self._greenlet: gevent.Greenlet[..., Any] | None = None
         self._node = broker.config.node_name
         if presence_events:
             hooks = broker.context.hooks

@@ -31,7 +31,7 @@ class FiguresCache:
         self._max_age = max_age
         self._reading: Reading | None = None
         self._read_at = 0.0
-        self._pending: AsyncResult | None = None
+        self._pending: AsyncResult[Reading] | None = None
 
     def read(self) -> Reading:
         """The latest reading if younger than `max_age`, else a new one (shared with the
@@ -39,7 +39,7 @@ class FiguresCache:
         if self._reading is not None and time.monotonic() - self._read_at < self._max_age:
             return self._reading
         if self._pending is not None:
-            shared: Reading | None = self._pending.get()
+            shared = self._pending.get()
             assert shared is not None  # set, or raised
             return shared
         pending = self._pending = AsyncResult()

@@ -84,7 +84,7 @@ class BridgeRunner:
         self.status = BridgeStatus(config.name)
         self.counts = RelayCounts()  # since start, over every connection
         self._links: list[Link] = []
-        self._greenlet: gevent.Greenlet | None = None
+        self._greenlet: gevent.Greenlet[..., Any] | None = None
         self._stopping = False
 
     @property

@@ -116,7 +116,7 @@ def time_bound(harness: ModuleType, args: argparse.Namespace) -> float:
     """Upper bound of the whole run from the harness's own per-run bounds."""
     timeouts = harness.scenarios(args.duration)
     per_rep = sum(timeouts[name][1] + PER_RUN_OVERHEAD_S + args.duration for name in args.scenarios)
-    return 2 * args.reps * per_rep
+    return float(2 * args.reps * per_rep)
 
 
 def git_revision() -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import gevent
 import gevent.event
@@ -121,7 +121,7 @@ class MqttClient:
         self.on_message = on_message
         self.on_connection_lost = on_connection_lost
         self._sock: gevent.socket.socket | None = None
-        self._reader: gevent.Greenlet | None = None
+        self._reader: gevent.Greenlet[..., Any] | None = None
         self._decoder = PacketDecoder(protocol_version=protocol_version)
         self._send_lock = gevent.lock.Semaphore()
         self._waiters: dict[tuple[int, int], gevent.event.AsyncResult[Packet]] = {}

@@ -72,7 +72,8 @@ def payload_sent_ns(payload: bytes) -> int | None:
     """The send time written by `timestamped_payload`, or None for a foreign payload."""
     if len(payload) < PAYLOAD_HEADER_SIZE or payload[:2] != PAYLOAD_MAGIC:
         return None
-    return _HEADER.unpack_from(payload)[1]
+    sequence: int = _HEADER.unpack_from(payload)[1]
+    return sequence
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,7 @@ class Plugin:
         self._records = _RecordBuilder(context.node_name, context.worker_id, self._config.payload)
         self._queue: deque[tuple[str, Any, float]] = deque()
         self._wakeup = gevent.event.Event()
-        self._writer: gevent.Greenlet | None = None
+        self._writer: gevent.Greenlet[..., Any] | None = None
         self._stopping = gevent.event.Event()  # set by close(): ends a retry pause early
         self._closing = False
         self._recovered = False

@@ -233,7 +233,7 @@ class PoolNode:
         # it stops waiting); looked at every CLAIM_SWEEP seconds while there are any.
         self._claims: dict[str, tuple[Callable[[ClaimAnswer], object], float]] = {}
         self._claim_sweep: Any = None
-        self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult] = {}
+        self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult[object]] = {}
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
         self._early_claims: list[Claim] | None = []  # held until `open_for_claims`
@@ -638,7 +638,7 @@ class PoolNode:
         `previous` is down (it died, or went down while this waited): the session it hosted
         is then adopted from it where it is loaded (docs/pool.md "A worker dies")."""
         key = (client_id, previous)
-        result: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        result: gevent.event.AsyncResult[object] = gevent.event.AsyncResult()
         self._hand_overs[key] = result
         try:
             if not self.send(previous, HandOver(client_id, self.worker, int(discard))):

@@ -65,7 +65,7 @@ class _Adoption:
         self.waiting: set[int] = set()  # workers whose `Orphans` has not come yet
         self.kept = 0  # messages the others kept, as given to the sessions
         self.announced = False
-        self.timer: gevent.Greenlet | None = None
+        self.timer: gevent.Greenlet[..., Any] | None = None
 
 
 class SessionAdoptions:

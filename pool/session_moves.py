@@ -62,7 +62,7 @@ class _Outgoing:
         self.session = session
         self.forwarded = 0
         self.ending = False
-        self.timer: gevent.Greenlet | None = None
+        self.timer: gevent.Greenlet[..., Any] | None = None
 
     def begin(
         self, username: str | None, user_known: bool, qos0: list[Delivery], after: list[int]
@@ -125,7 +125,7 @@ class _Incoming:
         self.session: Any = None
         self.routes_known = False
         self.deferred: list[HandOver] = []  # hand-overs of the id asked meanwhile
-        self.timer: gevent.Greenlet | None = None
+        self.timer: gevent.Greenlet[..., Any] | None = None
 
 
 class SessionMoves:

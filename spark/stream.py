@@ -41,7 +41,8 @@ from typing import Any, Final
 from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as sf
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
 
 from core.reasons import DisconnectReason
 from spark import tables

@@ -86,7 +86,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 def check_schema(connection: sqlite3.Connection, path: Path, known_version: int) -> int:
     """Read (only) the file's header and return its schema version, or raise StoreError."""
     try:
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        version: int = connection.execute("PRAGMA user_version").fetchone()[0]
         application_id = connection.execute("PRAGMA application_id").fetchone()[0]
         tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     except sqlite3.OperationalError as error:

@@ -73,7 +73,7 @@ class ProcessStore:
         self._connect_to = connect
         # The writer's greenlet applies batches; in a pool, session loads come from others.
         self._one_request = gevent.lock.Semaphore()
-        self._process: gevent.subprocess.Popen | None = None
+        self._process: gevent.subprocess.Popen[bytes] | None = None
         self._socket: gevent.socket.socket | None = None
         self._closed = False
         self._lost_at: float | None = None  # when the store process was lost, until it is back
