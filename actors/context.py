@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from actors.admission import Admission
 from actors.config import BrokerConfig, LimitsConfig
 from actors.dispatch import Dispatcher
+from actors.messages import Attach, ClientMessage, RetainerMessage, RouterMessage
 from actors.overload import FlowControl
 from actors.persistence import Persistence
+from actors.refs import AskRef, NotStarted, Ref
 from actors.router_actor import RouteWriter
 from channel.channel import ChannelSettings
 from channel.negotiation import Offer
@@ -23,7 +25,9 @@ from core.auth_failures import RefusalDelays
 from core.client import ClientInfo
 from core.rate_limit import RateLimits
 from core.stats import BrokerStats
+from hooks.hook_bus import HookBus
 from net.rate_limited_log import RateLimitedLog
+from net.transport import Transport
 from router.fan_out import Route
 from router.route_table import RouteTable
 from router.shared import SharedSubscriptions
@@ -34,29 +38,73 @@ class ConnectedClient:
     """One connected client as the admin API lists it (`BrokerContext.clients`)."""
 
     client: ClientInfo
-    client_ref: Any  # ActorRef[ClientActor]: CloseConnection kicks it
+    client_ref: Ref[ClientMessage]  # CloseConnection kicks it
     session: Any  # ActorRef[SessionActor]
     listener: str  # the endpoint's name, "tcp 127.0.0.1:1883"
     connected_at: float  # seconds since the epoch
 
 
+class Sessions(Protocol):
+    """The worker's sessions by client id: `actors.session_registry.SessionRegistry`, or a
+    pool worker's `pool.registry.PoolRegistry`, which claims each id pool-wide first."""
+
+    sessions: dict[str, Any]  # client id -> its session actor's reference
+
+    def open(
+        self,
+        client: ClientInfo,
+        client_ref: Ref[ClientMessage],
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None: ...
+
+    def attach(self, attach: Attach) -> None: ...
+
+    def ended(self, client_id: str, session: Any) -> None: ...
+
+
+class NoSessionsYet:
+    """The `Sessions` of a worker whose registry is not made yet (a pool's peer may say
+    hello first): it holds none, and nothing may open one."""
+
+    __slots__ = ("sessions",)
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, Any] = {}
+
+    def open(
+        self,
+        client: ClientInfo,
+        client_ref: Ref[ClientMessage],
+        transport: Transport,
+        connack_properties: dict[int, Any],
+    ) -> None:
+        raise RuntimeError(f"no session registry yet: cannot open {client.client_id!r}")
+
+    def attach(self, attach: Attach) -> None:
+        raise RuntimeError(f"no session registry yet: cannot attach {attach.client.client_id!r}")
+
+    def ended(self, client_id: str, session: Any) -> None:
+        pass  # there was none to end
+
+
 @dataclass(slots=True)
 class BrokerContext:
     config: BrokerConfig
-    hooks: Any  # hooks.hook_bus.HookBus
+    hooks: HookBus
     route_table: RouteTable[str, Route]
     stats: BrokerStats
     persistence: Persistence
     # The share groups of `$share/...` subscriptions, beside the route table (same writer).
     shared_subscriptions: SharedSubscriptions = field(default_factory=SharedSubscriptions)
-    router: Any = None  # ActorRef[RouterActor]
+    router: AskRef[RouterMessage] = field(default_factory=lambda: NotStarted("the router"))
     routes: RouteWriter = field(init=False)  # the one way to change routes; set by Broker.start
-    retainer: Any = None  # ActorRef[RetainerActor]
-    registry: Any = None  # actors.session_registry.SessionRegistry
+    retainer: Ref[RetainerMessage] = field(default_factory=lambda: NotStarted("the retainer"))
+    registry: Sessions = field(default_factory=NoSessionsYet)  # Broker.start sets it
     dispatcher: Dispatcher = field(init=False)  # set by Broker.start, before any client
     flow: FlowControl = field(init=False)  # set by Broker.__init__
     auth_failures: RefusalDelays = field(init=False)  # set by Broker.__init__
-    live_clients: set[Any] = field(default_factory=set)  # ActorRefs of connected ClientActors
+    live_clients: set[Ref[ClientMessage]] = field(default_factory=set)  # connected clients
     # Connected clients by client id: set when the session is attached, removed at the end.
     clients: dict[str, ConnectedClient] = field(default_factory=dict)
     admission: Admission | None = None  # bans and flapping; None: every CONNECT admitted

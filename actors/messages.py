@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actors.refs import Ref
 from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason
@@ -95,7 +96,7 @@ class HandleArrived:
 @dataclass(slots=True)
 class Attach:
     client: ClientInfo
-    client_ref: Any
+    client_ref: Ref[ClientMessage]
     transport: Transport
     session_present: bool
     connack_properties: dict[int, Any] = field(default_factory=dict)
@@ -103,7 +104,7 @@ class Attach:
 
 @dataclass(slots=True)
 class Detach:
-    client_ref: Any
+    client_ref: Ref[ClientMessage]
     reason: DisconnectReason
     session_expiry: float | None = None  # a 5.0 DISCONNECT changed the session's expiry
     will: Message | None = None  # published after `will_delay` s unless the session resumes
@@ -114,7 +115,7 @@ class Detach:
 class ArrivedHandled:
     """The answer to `HandleArrived`: what the connection held has been handled."""
 
-    client_ref: Any
+    client_ref: Ref[ClientMessage]
 
 
 @dataclass(slots=True)
@@ -278,3 +279,17 @@ class StoreRetained:
 class SendRetained:
     session: Any
     subscriptions: list[tuple[str, SubscriptionOptions]]
+
+
+# What each actor handles: the `M` of its `actors.refs.Ref[M]`.
+ClientMessage = (
+    PacketsReceived
+    | SessionAttached
+    | PeerIdentified
+    | ConnectionLost
+    | CloseConnection
+    | ConnectRefused
+    | HandleArrived
+)
+RouterMessage = Sync | AwaitRoutes | AddRoutes | RemoveRoutes
+RetainerMessage = StoreRetained | SendRetained

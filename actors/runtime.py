@@ -31,7 +31,7 @@ import logging
 import sys
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 import gevent.event
@@ -39,6 +39,10 @@ import greenlet
 import pykka
 from pykka._envelope import Envelope
 from pykka._types import OptExcInfo
+
+from actors.refs import Ref
+
+M = TypeVar("M")  # the message a `tell_if_alive` carries
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +340,7 @@ class GeventActor(pykka.Actor):
             self._handle_failure(*sys.exc_info())
 
 
-def tell_if_alive(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
+def tell_if_alive(ref: Ref[M] | None, message: M) -> bool:
     """Tell `message` to `ref` unless it has stopped; returns whether it was delivered.
 
     Actors that outlive each other (a session and a client it no longer serves) use this

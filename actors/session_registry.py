@@ -19,7 +19,8 @@ from typing import Any
 
 from actors.config import LimitsConfig
 from actors.context import BrokerContext
-from actors.messages import Attach, Terminate
+from actors.messages import Attach, ClientMessage, Terminate
+from actors.refs import Ref
 from actors.session_actor import SessionActor
 from core.client import ClientInfo
 from core.session_state import SessionState
@@ -36,7 +37,7 @@ class SessionRegistry:
     def open(
         self,
         client: ClientInfo,
-        client_ref: Any,
+        client_ref: Ref[ClientMessage],
         transport: Transport,
         connack_properties: dict[int, Any],
     ) -> None:

@@ -714,7 +714,7 @@ class PoolNode:
         if self.moves.defer_hand_over(frame) or self.adoptions.defer_hand_over(frame):
             return
         registry = self._context.registry
-        session = registry.sessions.get(frame.client_id) if registry is not None else None
+        session = registry.sessions.get(frame.client_id)
 
         def answer() -> None:
             self.send(frame.claimant, HandedOver(frame.client_id))
@@ -745,7 +745,7 @@ class PoolNode:
         registry = self._context.registry
         owned = tuple(
             client_id
-            for client_id in (registry.sessions if registry is not None else ())
+            for client_id in registry.sessions
             if home_of(client_id, self.workers) == worker
         )
         self.fabric.send(worker, Owned(self.worker, owned))

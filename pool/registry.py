@@ -38,7 +38,8 @@ from functools import partial
 from typing import Any
 
 from actors.context import BrokerContext
-from actors.messages import ConnectRefused
+from actors.messages import ClientMessage, ConnectRefused
+from actors.refs import Ref
 from actors.runtime import run_soon, tell_if_alive
 from actors.session_registry import SessionRegistry
 from core.client import ClientInfo
@@ -74,7 +75,7 @@ class PoolRegistry(SessionRegistry):
     def open(
         self,
         client: ClientInfo,
-        client_ref: Any,
+        client_ref: Ref[ClientMessage],
         transport: Transport,
         connack_properties: dict[int, Any],
     ) -> None:
