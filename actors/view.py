@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
+from bridge.service import Bridges
 from core.message import Message
 from net.endpoint import Endpoint
 from plugins.loader import LoadedPlugin
@@ -53,6 +54,9 @@ class BrokerView(Protocol):
 
     @property
     def retained_index(self) -> RetainedIndex[Message] | None: ...
+
+    @property
+    def bridges(self) -> Bridges | None: ...
 
     def reload(self) -> None: ...
 

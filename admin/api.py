@@ -195,6 +195,25 @@ class Api:
         parts, missing = self._gather("routes", {})
         return with_missing(paged(request, merge_route_counts(parts)), missing)
 
+    # ----- bridges -------------------------------------------------------------------------
+
+    def bridge_rows(self) -> tuple[Rows, list[int]]:
+        """Every configured bridge, from the worker that runs it (one that none runs now,
+        its worker down or not placed yet, is listed as not connected, `worker` null)."""
+        parts, missing = self._gather("bridges", {})
+        rows = {row["name"]: row for part in parts for row in part}
+        for bridge in self._broker.config.bridges:
+            rows.setdefault(
+                bridge.name,
+                {"name": bridge.name, "worker": None, "connected": False, "address": ""},
+            )
+        return [rows[name] for name in sorted(rows)], missing
+
+    def bridges(self, request: Request) -> Any:
+        """The bridges to other brokers (docs/bridges.md)."""
+        rows, missing = self.bridge_rows()
+        return with_missing({"data": rows}, missing)
+
     # ----- retained messages --------------------------------------------------------------
 
     def _retained_view(self, message: Message) -> dict[str, Any]:
@@ -350,7 +369,8 @@ class Api:
         return None
 
 
-def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) -> None:
+def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) -> Api:
+    """Route `/api/v1` to a new `Api`, which is returned (the metrics read its bridges)."""
     api = Api(broker, figures)
     routes = [
         ("GET", "/api/v1/stats", api.stats),
@@ -361,6 +381,7 @@ def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) ->
         ("GET", "/api/v1/sessions", api.sessions),
         ("GET", "/api/v1/subscriptions", api.subscriptions),
         ("GET", "/api/v1/routes", api.routes),
+        ("GET", "/api/v1/bridges", api.bridges),
         ("GET", "/api/v1/retained", api.retained_list),
         ("GET", "/api/v1/retained/{topic...}", api.retained_get),
         ("DELETE", "/api/v1/retained/{topic...}", api.retained_delete),
@@ -375,3 +396,4 @@ def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) ->
     router.add("GET", "/api/v1/ready", api.ready, public=True)
     for method, pattern, handler in routes:
         router.add(method, pattern, handler)
+    return api

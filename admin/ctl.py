@@ -149,13 +149,17 @@ COLUMNS: dict[tuple[str, str | None], list[str]] = {
     ("ban", "list"): ["kind", "value", "until", "reason"],
     ("plugins", "list"): ["name", "reloadable"],
     ("plugins", "reload"): ["name", "reloadable"],
+    ("bridges", None): ["name", "connected", "address", "sent", "received", "queued", "worker"],
 }
+
+
+PLAIN_GETS = {"status": "/api/v1/stats", "bridges": "/api/v1/bridges"}  # command -> path
 
 
 def run(args: argparse.Namespace, client: Client) -> Any:  # noqa: PLR0911 - one per command
     command, action = args.command, getattr(args, "action", None)
-    if command == "status":
-        return client.call("GET", "/api/v1/stats")
+    if command in PLAIN_GETS:
+        return client.call("GET", PLAIN_GETS[command])
     if command == "clients":
         if action == "list":
             query = _paged(args, {"clientid": args.search})
@@ -247,6 +251,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     remove = ban.add_parser("remove")
     remove.add_argument("kind", choices=("clientid", "username", "peerhost"))
     remove.add_argument("value")
+    commands.add_parser("bridges", help="the bridges to other brokers and their state")
     plugins = commands.add_parser("plugins").add_subparsers(dest="action", required=True)
     plugins.add_parser("list")
     plugins.add_parser("reload", help="as SIGHUP: plugin files, certificates, ACL re-check")

@@ -10,7 +10,7 @@ up); only the process's CPU time and RSS stay per worker, with the `worker` labe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from actors.figures import Figures
 from admin.figures_cache import FiguresCache
+from admin.tables import Rows
 from core.latency import LatencyHistogram
 
 PREFIX = "mqtt_broker"
@@ -36,9 +37,49 @@ class BrokerCollector(Collector):
         return iter(metric_families(figures))
 
 
-def new_registry(figures: FiguresCache) -> CollectorRegistry:
+class BridgeCollector(Collector):
+    """The bridges (docs/bridges.md), labelled by name, from the workers that run them."""
+
+    def __init__(self, rows: Callable[[], tuple[Rows, list[int]]]) -> None:
+        self._rows = rows
+
+    def collect(self) -> Iterator[Metric]:
+        rows, _missing = self._rows()
+        labels = ["bridge"]
+        connected = GaugeMetricFamily(
+            f"{PREFIX}_bridge_connected",
+            "1 while the bridge is connected to its remote.",
+            labels=labels,
+        )
+        queued = GaugeMetricFamily(
+            f"{PREFIX}_bridge_queued",
+            "Messages waiting in the bridge's session for the remote (queued and in flight).",
+            labels=labels,
+        )
+        sent = CounterMetricFamily(
+            f"{PREFIX}_bridge_messages_sent", "Messages forwarded to the remote.", labels=labels
+        )
+        received = CounterMetricFamily(
+            f"{PREFIX}_bridge_messages_received",
+            "Messages from the remote published here.",
+            labels=labels,
+        )
+        for row in rows:
+            name = [row["name"]]
+            connected.add_metric(name, 1 if row["connected"] else 0)
+            queued.add_metric(name, row.get("queued", 0))
+            sent.add_metric(name, row.get("sent", 0))
+            received.add_metric(name, row.get("received", 0))
+        return iter([connected, queued, sent, received])
+
+
+def new_registry(
+    figures: FiguresCache, bridge_rows: Callable[[], tuple[Rows, list[int]]] | None = None
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(figures))
+    if bridge_rows is not None:
+        registry.register(BridgeCollector(bridge_rows))
     return registry
 
 

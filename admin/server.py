@@ -58,14 +58,14 @@ class AdminServer:
         self._config = broker.config.http
         self._auth = Authenticator(self._config)
         figures = FiguresCache(broker)
-        self._registry = new_registry(figures)
         self._figures = figures
         self._rendered: tuple[object, bytes] | None = None  # (reading, /metrics text of it)
         self.router = Router()
         self.router.add("GET", "/metrics", self._metrics, public=not self._config.metrics_auth)
         self.router.add("GET", "/", self._dashboard)
         self.router.add("GET", "/static/{name}", self._static)
-        add_api_routes(self.router, broker, figures)
+        api = add_api_routes(self.router, broker, figures)
+        self._registry = new_registry(figures, api.bridge_rows if broker.config.bridges else None)
         self._server: AdminWSGIServer | None = None
         self.port = 0
 

@@ -102,8 +102,7 @@ def kick(broker: BrokerView, query: dict[str, Any]) -> Rows:
 
 def _sessions(broker: BrokerView) -> dict[str, Any]:
     """The worker's sessions by client id (none while it starts, before its registry)."""
-    registry = broker.context.registry
-    return {} if registry is None else registry.sessions
+    return broker.context.registry.sessions
 
 
 def sessions(broker: BrokerView, query: dict[str, Any]) -> Rows:
@@ -188,6 +187,41 @@ def synced(_broker: BrokerView, _query: dict[str, Any]) -> Rows:
     return []
 
 
+def bridges(broker: BrokerView, _query: dict[str, Any]) -> Rows:
+    """The bridges this worker runs (a pool runs each in one worker): their state, counts
+    since the broker started, and what waits in their `$bridge/<name>` session (queued and
+    in flight: docs/bridges.md)."""
+    running = broker.bridges
+    if running is None:
+        return []
+    sessions = _sessions(broker)
+    rows: Rows = []
+    for name, runner in sorted(running.runners.items()):
+        if not runner.running:
+            continue
+        session = sessions.get(runner.client_id)
+        state = session_state(session) if session is not None else None
+        waiting = 0
+        if state is not None:
+            waiting = len(state.inflight) + (len(state.queue) if state.queue else 0)
+        status, counts = runner.status, runner.counts
+        rows.append(
+            {
+                "name": name,
+                "worker": broker.worker_id,
+                "connected": status.connected,
+                "address": status.address,
+                "connects": status.connects,
+                "last_error": status.last_error,
+                "sent": counts.sent,
+                "received": counts.received,
+                "unmapped": counts.unmapped,
+                "queued": waiting,
+            }
+        )
+    return rows
+
+
 OPS: dict[str, Callable[[BrokerView, dict[str, Any]], Rows]] = {
     "clients": clients,
     "client": client,
@@ -199,6 +233,7 @@ OPS: dict[str, Callable[[BrokerView, dict[str, Any]], Rows]] = {
     "top_topics": top_topics,
     "reload": reload,
     "sync": synced,
+    "bridges": bridges,
 }
 
 

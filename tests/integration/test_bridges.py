@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import paho.mqtt.client as paho
 import pytest
 
-from tests.support.admin import free_port
+from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
@@ -267,7 +269,6 @@ def test_state_topic_says_connected(tmp_path: Path) -> None:
         remote.stop()
 
 
-
 def test_a_killed_workers_bridge_comes_back_on_another_with_nothing_lost(
     tmp_path: Path, workers: int
 ) -> None:
@@ -350,6 +351,64 @@ def test_a_certificate_the_ca_does_not_vouch_for_is_refused_and_retried(tmp_path
         lines = wait_for_log_lines(broker, "certificate was refused", 3, timeout=15)
         assert all("next attempt in" in line and "cafile" in line for line in lines), lines
         assert CONNECTED not in broker.log()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
+
+
+def _ctl(admin: Admin, *args: str) -> str:
+    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
+    result = subprocess.run(
+        [sys.executable, "-m", "admin.ctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_the_api_ctl_and_metrics_show_the_bridge(tmp_path: Path, workers: int) -> None:
+    remote = start_mosquitto(tmp_path)
+    port = free_port()
+    broker = start_broker(tmp_path, bridge_config(remote.port, PREFIXED) + http_config(port))
+    admin = Admin(broker, port)
+    try:
+        wait_for_log(broker, CONNECTED, timeout=15)
+        far = PahoCollector(remote, unique("far"))
+        far.subscribe("plant/up/#", 2)
+        near = PahoCollector(broker, unique("near"))
+        _stream(near, 0, 6)
+        drain(far, 6)
+        (row,) = admin.get("/api/v1/bridges")["data"]
+        assert row["name"] == "m" and row["connected"] is True, row
+        assert (row["sent"], row["received"], row["queued"]) == (6, 0, 0), row
+        assert row["address"] == f"127.0.0.1:{remote.port}", row
+        metrics = admin.request("GET", "/metrics").body.decode()
+        assert 'mqtt_broker_bridge_connected{bridge="m"} 1.0' in metrics
+        assert 'mqtt_broker_bridge_messages_sent_total{bridge="m"} 6.0' in metrics
+        listed = _ctl(admin, "bridges").splitlines()
+        assert listed[0].split()[:3] == ["NAME", "CONNECTED", "ADDRESS"], listed
+        assert listed[-1].split()[:3] == ["m", "True", f"127.0.0.1:{remote.port}"], listed
+        far.close()
+        remote.stop()
+        wait_for_log(broker, "bridge 'm': connection lost", timeout=10)
+        _stream(near, 6, 4)  # acknowledged here; they wait in the bridge's session
+        deadline = time.monotonic() + 10
+        while (row := admin.get("/api/v1/bridges")["data"][0])["queued"] < 4 or row["connected"]:
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+        assert (row["connected"], row["queued"], row["sent"]) == (False, 4, 6), row
+        assert row["last_error"], row
+        # /metrics renders one reading a second (admin.figures_cache): the next one says it.
+        while 'bridge_connected{bridge="m"} 0.0' not in (
+            metrics := admin.request("GET", "/metrics").body.decode()
+        ):
+            assert time.monotonic() < deadline + 5, metrics
+            time.sleep(0.2)
+        assert 'mqtt_broker_bridge_queued{bridge="m"} 4.0' in metrics
+        near.close()
     finally:
         assert broker.stop() == 0, broker.log()
         remote.stop()
