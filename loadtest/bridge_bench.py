@@ -1,0 +1,207 @@
+"""`python -m loadtest.bridge_bench`: QoS 1 messages per second through a bridge.
+
+A remote Mosquitto and a local broker bridged to it (`topic up/# out 1 site7/ plant/`):
+`--publishers` `mosquitto_pub` processes each publish `--messages` QoS 1 messages of 64
+bytes to the local broker's `site7/up/<n>` (`mosquitto_pub --repeat` waits for each PUBACK
+before the next publish, so each publisher has one message in flight), `mosquitto_sub` counts them
+on the remote's `plant/up/#` at QoS 1, and the rate is the messages over the time from the
+first publish to the last arrival. Both
+clients are Mosquitto's own, in C, so they are not the limit. The local broker is ours
+(`--workers 1` and the default pool) or, as the anchor, a second Mosquitto with its own
+`connection` bridge of the same topic line. Runs are interleaved, the order rotated each
+repetition; each runs on fresh brokers. Prints one Markdown table (medians over the
+repetitions, and each broker's median ratio to Mosquitto's bridge in the same
+repetition) and appends one JSON line per run to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode} before listening")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{name} did not listen on {port} within {READY_TIMEOUT:.0f} s")
+
+
+def mosquitto(workdir: Path, port: int, extra: str = "") -> subprocess.Popen[bytes]:
+    config = workdir / f"mosquitto-{port}.conf"
+    config.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\nuser {getpass.getuser()}\n"
+        f"persistence false\nmax_queued_messages 1000000\n{extra}\n"
+    )
+    log = (workdir / f"mosquitto-{port}.log").open("wb")
+    process = subprocess.Popen([MOSQUITTO, "-c", str(config)], stdout=log, stderr=log)
+    wait_for_port(port, process, "mosquitto")
+    return process
+
+
+def mosquitto_bridge(workdir: Path, port: int, remote: int) -> subprocess.Popen[bytes]:
+    """The anchor: Mosquitto bridging `site7/up/#` to the remote's `plant/up/#` at QoS 1."""
+    return mosquitto(
+        workdir,
+        port,
+        f"connection bench\naddress 127.0.0.1:{remote}\ncleansession false\n"
+        "topic up/# out 1 site7/ plant/\n",
+    )
+
+
+def ours(workers: str) -> Callable[[Path, int, int], subprocess.Popen[bytes]]:
+    def start(workdir: Path, port: int, remote: int) -> subprocess.Popen[bytes]:
+        config = workdir / f"broker-{port}.toml"
+        config.write_text(
+            "[[bridges]]\n"
+            'name = "bench"\n'
+            f'addresses = ["127.0.0.1:{remote}"]\n'
+            "[[bridges.topics]]\n"
+            'pattern = "up/#"\ndirection = "out"\nqos = 1\n'
+            'local_prefix = "site7/"\nremote_prefix = "plant/"\n'
+        )
+        log = (workdir / f"broker-{port}.log").open("wb")
+        argv = [sys.executable, "-m", "actors.main", "--config", str(config)]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
+        argv += ["--data-dir", str(workdir / f"data-{port}"), "--http-port", "0"]
+        argv += ["--workers", workers]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(argv, stdout=log, stderr=log, env=env, cwd=workdir)
+        wait_for_port(port, process, "the broker")
+        deadline = time.monotonic() + READY_TIMEOUT
+        while b"bridge 'bench': connected" not in (workdir / f"broker-{port}.log").read_bytes():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the broker's bridge did not connect")
+            time.sleep(0.05)
+        return process
+
+    return start
+
+
+BROKERS: dict[str, Callable[[Path, int, int], subprocess.Popen[bytes]]] = {
+    "mosquitto-bridge": mosquitto_bridge,
+    "ours-w1": ours("1"),
+    "ours-pool": ours("auto"),  # the default: a worker per core
+}
+
+
+def one_run(name: str, publishers: int, messages: int, timeout: float) -> dict[str, object]:
+    """Messages per second through `name`'s bridge, on fresh brokers."""
+    with tempfile.TemporaryDirectory(prefix="bridge-bench-") as tmp:
+        workdir = Path(tmp)
+        remote_port, local_port = free_port(), free_port()
+        remote = mosquitto(workdir, remote_port)
+        local = BROKERS[name](workdir, local_port, remote_port)
+        try:
+            time.sleep(1.0)  # the bridge's subscription and the broker settle
+            sub = subprocess.Popen(
+                [
+                    *("mosquitto_sub", "-p", str(remote_port), "-t", "plant/up/#", "-q", "1"),
+                    *("-C", str(messages * publishers), "-W", str(int(timeout))),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)  # subscribed
+            started = time.monotonic()
+            clients = [
+                subprocess.Popen(
+                    [
+                        *("mosquitto_pub", "-p", str(local_port), "-t", f"site7/up/{index}"),
+                        *("-q", "1", "-m", "x" * 64),
+                        *("--repeat", str(messages)),  # N publishes in all (Mosquitto 2.0)
+                    ]
+                )
+                for index in range(publishers)
+            ]
+            for client in clients:
+                client.wait(timeout)
+            code = sub.wait(timeout + 5)
+            elapsed = time.monotonic() - started
+        finally:
+            for process in (local, remote):
+                process.terminate()
+                process.wait(10)
+        ok = code == 0
+        return {
+            "broker": name,
+            "messages": messages * publishers,
+            "ok": ok,
+            "seconds": round(elapsed, 3),
+            "rate": round(messages * publishers / elapsed) if ok else None,
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bridge_bench", description=__doc__)
+    parser.add_argument("--messages", type=int, default=50_000, help="per publisher")
+    parser.add_argument("--publishers", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--brokers", default=",".join(BROKERS))
+    parser.add_argument("--out", type=Path, default=None, help="JSON lines appended here")
+    args = parser.parse_args(argv)
+    names = args.brokers.split(",")
+    runs: list[dict[str, object]] = []
+    for rep in range(args.reps):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for name in order:
+            run = {"rep": rep, **one_run(name, args.publishers, args.messages, args.timeout)}
+            print(orjson.dumps(run).decode(), file=sys.stderr)
+            runs.append(run)
+            if args.out is not None:
+                with args.out.open("ab") as out:
+                    out.write(orjson.dumps(run) + b"\n")
+    print(table(runs, names))
+    return 0
+
+
+def table(runs: list[dict[str, object]], names: list[str]) -> str:
+    """Median rate per broker and its median ratio to Mosquitto's bridge in the same rep."""
+    rates: dict[tuple[int, str], float] = {
+        (int(str(r["rep"])), str(r["broker"])): float(str(r["rate"])) for r in runs if r["ok"]
+    }
+    lines = ["| bridge | QoS 1 msg/s, median | / Mosquitto's bridge | runs |", "|---|---|---|---|"]
+    for name in names:
+        mine = [rate for (_rep, broker), rate in rates.items() if broker == name]
+        ratios = [
+            rate / rates[(rep, "mosquitto-bridge")]
+            for (rep, broker), rate in rates.items()
+            if broker == name and (rep, "mosquitto-bridge") in rates
+        ]
+        median = f"{statistics.median(mine):,.0f}" if mine else "-"
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        lines.append(f"| {name} | {median} | {ratio} | {len(mine)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
