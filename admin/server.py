@@ -279,7 +279,7 @@ class AdminServer:
         return self._file("index.html")
 
     def _static(self, request: Request) -> Response:
-        return self._file(request.params["name"])
+        return self._file(request.path.removeprefix("/static/"))
 
     @staticmethod
     def _file(name: str) -> Response:
