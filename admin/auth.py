@@ -1,5 +1,5 @@
-"""Who may use the admin API: API keys (stored as SHA-256 hashes) or Basic auth against a
-Mosquitto password file.
+"""Who may use the admin API: API keys (stored as SHA-256 hashes), Basic auth against a
+Mosquitto password file, or the dashboard's `admin` account (`admin.admin_account`).
 
 A request is accepted with `Authorization: Bearer <key>` (or `X-API-Key: <key>`) for a key
 whose hash is configured, or `Authorization: Basic` with a user and password from
@@ -8,7 +8,11 @@ browser's login prompt works with keys too). The keys are random strings made by
 `python -m admin.ctl new-key`: high in entropy, so one SHA-256 is enough to keep the
 configuration from holding them in clear. Password-file checks are PBKDF2, slow on purpose;
 a successful check is remembered (by a SHA-256 of user and password) until the file is
-reloaded, so a dashboard polling every second does not pay it each time.
+reloaded, so a dashboard polling every second does not pay it each time. The `admin`
+account's password is checked like a password-file user's (a password file's own `admin`
+wins); after it changes, every remembered check is forgotten.
+
+The same user-and-password check opens a login session (`admin.login`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import hashlib
 import hmac
 import logging
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from actors.config import ConfigError, HttpConfig
+from admin.admin_account import ADMIN_USER, AdminAccount
 from plugins.auth_file import PasswordFileError, PasswordHash, load_password_file
 
 logger = logging.getLogger(__name__)
@@ -48,8 +54,38 @@ def new_key() -> str:
             return key
 
 
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """The credentials a request presents: an API key (`user` None) or a user and password."""
+
+    user: str | None
+    secret: str
+
+
+def presented(authorization: str | None, api_key: str | None) -> Presented | None:
+    """What the `Authorization` or `X-API-Key` header presents; None: nothing usable."""
+    if api_key:
+        return Presented(None, api_key)
+    if not authorization:
+        return None
+    scheme, _, credentials = authorization.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer":
+        return Presented(None, credentials.strip())
+    if scheme != "basic":
+        return None
+    try:
+        user, colon, password = (
+            base64.b64decode(credentials.strip(), validate=True).decode().partition(":")
+        )
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return Presented(user, password) if colon else None
+
+
 class Authenticator:
-    def __init__(self, config: HttpConfig) -> None:
+    def __init__(self, config: HttpConfig, account: AdminAccount | None = None) -> None:
+        self._account = account
         self._key_hashes = {self._checked(entry, "[http] api_keys") for entry in config.api_keys}
         if config.api_key_file:
             self._key_hashes |= _read_key_file(Path(config.api_key_file))
@@ -60,11 +96,26 @@ class Authenticator:
             except PasswordFileError as error:
                 raise AuthSetupError(f"[http] password_file: {error}") from error
         self._verified: set[bytes] = set()
-        if not self._key_hashes and not self._users:
+        if not self._key_hashes and not self._users and account is None:
             logger.warning(
-                "admin HTTP: no [http] api_keys, api_key_file or password_file: every API "
-                "request is refused (make a key with `python -m admin.ctl new-key`)"
+                "admin HTTP: no [http] api_keys, api_key_file or password_file and no admin "
+                "password: every API request is refused (make a key with `python -m "
+                "admin.ctl new-key`)"
             )
+        if account is not None and ADMIN_USER in self._users:
+            logger.warning(
+                "admin HTTP: [http] password_file has a user %r: its password is the one "
+                "that counts, not the one in %s",
+                ADMIN_USER,
+                account.path or "memory",
+            )
+
+    @property
+    def challenges(self) -> bool:
+        """Whether a refusal asks for Basic credentials (`WWW-Authenticate`): only with keys
+        or a password file, which a browser's prompt can carry. The `admin` account alone
+        logs in through the dashboard's page, which a prompt would hide."""
+        return bool(self._key_hashes or self._users)
 
     @staticmethod
     def _checked(entry: str, where: str) -> str:
@@ -79,30 +130,31 @@ class Authenticator:
 
     def allowed(self, authorization: str | None, api_key: str | None) -> bool:
         """Whether the request's `Authorization` or `X-API-Key` header admits it."""
-        if api_key:
-            return self._key_ok(api_key)
-        if not authorization:
-            return False
-        scheme, _, credentials = authorization.partition(" ")
-        scheme = scheme.lower()
-        if scheme == "bearer":
-            return self._key_ok(credentials.strip())
-        if scheme != "basic":
-            return False
-        try:
-            user, colon, password = (
-                base64.b64decode(credentials.strip(), validate=True).decode().partition(":")
-            )
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        return bool(colon) and (self._key_ok(password) or self._password_ok(user, password))
+        credentials = presented(authorization, api_key)
+        return credentials is not None and self.check(credentials)
+
+    def check(self, credentials: Presented) -> bool:
+        if credentials.user is None:
+            return self._key_ok(credentials.secret)
+        return self._key_ok(credentials.secret) or self.password_ok(
+            credentials.user, credentials.secret
+        )
+
+    def in_password_file(self, user: str) -> bool:
+        return user in self._users
+
+    def forget_verified(self) -> None:
+        """Check every password afresh (one has changed)."""
+        self._verified.clear()
 
     def _key_ok(self, key: str) -> bool:
         candidate = hash_key(key)
         return any(hmac.compare_digest(candidate, known) for known in self._key_hashes)
 
-    def _password_ok(self, user: str, password: str) -> bool:
+    def password_ok(self, user: str, password: str) -> bool:
         stored = self._users.get(user)
+        if stored is None and user == ADMIN_USER and self._account is not None:
+            stored = self._account.password
         if stored is None:
             return False
         token = hashlib.sha256(f"{user}\0{password}".encode()).digest()

@@ -1,5 +1,6 @@
-"""Which requests the admin listener refuses before routing them: cross-site ones and
-state-changing ones whose body is not declared JSON (pure functions over header values).
+"""Which requests the admin listener refuses before routing them: cross-site ones,
+state-changing ones whose body is not declared JSON, and state-changing ones of a login
+session without its CSRF token (pure functions over header values).
 
 A page on another site can make the operator's browser send a request to the broker with
 the credentials the browser holds (CSRF). HTML forms can only send GET and POST, with an
@@ -9,9 +10,18 @@ listener never grants. So a state-changing request (POST, PUT, PATCH, DELETE) mu
 `Content-Type: application/json`, and it must come from the listener's own origin: a
 browser says where a request comes from with `Origin` and `Sec-Fetch-Site`, and a request
 with neither is not from a browser's page (curl, scripts, `admin.ctl`).
+
+A request that a login session's cookie authenticates must also carry the session's CSRF
+token in `X-CSRF-Token` when it changes state: the dashboard's page has it (it asked
+`/api/v1/session` for it), another site's page cannot read it, so even a browser that
+sends neither `Origin` nor `Sec-Fetch-Site` cannot be made to act for the operator.
+Requests with `Authorization` or `X-API-Key` carry their credentials themselves and need
+no token.
 """
 
 from __future__ import annotations
+
+import hmac
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SAME_SITE_FETCHES = frozenset({"same-origin", "none"})  # "none": typed by the user
@@ -49,3 +59,13 @@ def json_body_reason(content_type: str | None) -> str | None:
         return None
     shown = repr(content_type) if content_type else "none"
     return f"Content-Type is {shown}: a state-changing request must send application/json"
+
+
+def csrf_token_reason(sent: str | None, expected: str) -> str | None:
+    """Why a state-changing request of a login session whose CSRF token is `expected`,
+    sending `sent` in `X-CSRF-Token`, is refused; None if the tokens match."""
+    if not sent:
+        return "no X-CSRF-Token header: a session's state-changing request must carry its token"
+    if not hmac.compare_digest(sent.strip().encode(), expected.encode()):
+        return "the X-CSRF-Token header is not this session's token"
+    return None

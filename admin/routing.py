@@ -17,10 +17,22 @@ import orjson
 class ApiError(Exception):
     """An answer other than success: `status` (404, 400, ...) and a message for the caller."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers  # more headers of the answer (Retry-After, WWW-Authenticate)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: a user name ("api-key" for a key) and, for a request of a login
+    session, that session's token."""
+
+    user: str
+    session: str | None = None
 
 
 @dataclass(slots=True)
@@ -30,6 +42,8 @@ class Request:
     query: dict[str, str]
     body: bytes
     params: dict[str, str] = field(default_factory=dict)  # from the route's pattern
+    peer: str = ""  # the client's address
+    caller: Caller | None = None  # None on an open route
 
     def json(self) -> dict[str, Any]:
         try:
@@ -46,6 +60,7 @@ class Response:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more headers (Set-Cookie)
 
 
 Handler = Callable[[Request], Any]  # returns a JSON-able value or a Response
@@ -62,6 +77,7 @@ STATUS_TEXT = {
     409: "409 Conflict",
     413: "413 Payload Too Large",
     415: "415 Unsupported Media Type",
+    429: "429 Too Many Requests",
     500: "500 Internal Server Error",
     503: "503 Service Unavailable",
 }

@@ -8,11 +8,16 @@ on. A framework (Flask, Bottle) would bring routing we need a dozen lines for. H
 `[http] certfile`.
 
 Routes: `/metrics` (Prometheus), `/api/v1/...` (JSON, `admin.api`), `/` and `/static/...`
-(the dashboard). Before a request is routed: a state-changing one from another site is
-refused (403, `admin.request_guard`), credentials are checked (`admin.auth`: 401 for any
-path, known or not, except `GET /api/v1/health`, `GET /api/v1/ready` and, unless `[http]
+(the dashboard; without credentials, `GET /` answers 401 with the login page), the login
+routes (`admin.login`). Before a request is routed: a state-changing one from another site
+is refused (403, `admin.request_guard`), credentials or a login session are checked
+(`admin.login`: 401 for any path, known or not, except `GET /api/v1/health`, `GET
+/api/v1/ready`, `POST /api/v1/login`, the login page's files and, unless `[http]
 metrics_auth`, `GET /metrics`), and a state-changing one must declare a JSON body (415).
 Connections, timeouts and malformed requests are `admin.http_handler`'s.
+
+Without configured credentials the first start makes the `admin` password
+(`admin.admin_account`) and logs it once, when the listener is up.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import gevent
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from admin.admin_account import ADMIN_USER, open_account
 from admin.api import add_api_routes
 from admin.auth import Authenticator
 from admin.figures_cache import FiguresCache
 from admin.http_handler import AdminWSGIServer
+from admin.login import Logins, UnauthenticatedError
 from admin.metrics import new_registry
 from admin.request_guard import STATE_CHANGING, cross_site_reason, json_body_reason
 from admin.routing import STATUS_TEXT, ApiError, Request, Response, Router
@@ -50,20 +57,29 @@ CONTENT_TYPES = {
     ".svg": "image/svg+xml",
 }
 REALM = 'Basic realm="actor-mqtt-broker", charset="UTF-8"'
+LOGIN_FILES = ("login.js", "style.css")  # open: the login page needs them
 
 
 class AdminServer:
     def __init__(self, broker: BrokerView) -> None:
         self._broker = broker
-        self._config = broker.config.http
-        self._auth = Authenticator(self._config)
+        self._config = config = broker.config.http
+        configured = bool(config.api_keys or config.api_key_file or config.password_file)
+        store = broker.config.store
+        data_dir = None if store.kind == "none" else Path(store.data_dir)
+        account, self._new_password = open_account(data_dir, make=not configured)
+        self._account_path = account.path if account is not None else None
+        self._logins = Logins(Authenticator(config, account), account, bool(config.certfile))
         figures = FiguresCache(broker)
         self._figures = figures
         self._rendered: tuple[object, bytes] | None = None  # (reading, /metrics text of it)
         self.router = Router()
         self.router.add("GET", "/metrics", self._metrics, public=not self._config.metrics_auth)
         self.router.add("GET", "/", self._dashboard)
+        for name in LOGIN_FILES:
+            self.router.add("GET", f"/static/{name}", self._static, public=True)
         self.router.add("GET", "/static/{name}", self._static)
+        self._logins.add_routes(self.router)
         api = add_api_routes(self.router, broker, figures)
         self._registry = new_registry(figures, api.bridge_rows if broker.config.bridges else None)
         self._server: AdminWSGIServer | None = None
@@ -107,6 +123,31 @@ class AdminServer:
             config.host,
             self.port,
         )
+        if self._new_password is not None:
+            self._log_new_password(f"{scheme}://{config.host}:{self.port}/")
+            self._new_password = None
+
+    def _log_new_password(self, url: str) -> None:
+        """The one line that shows a password made at this start."""
+        if self._account_path is not None:
+            kept = (
+                f"only its hash is kept, in {self._account_path} (mode 0600), and later starts "
+                f"use it; to make a new one, stop the broker and delete that file"
+            )
+        else:
+            kept = (
+                'for this run only: [store] kind = "none" keeps no data directory, so the next '
+                "start makes another ([http] api_keys or password_file give lasting credentials)"
+            )
+        logger.warning(
+            "admin HTTP: no admin credentials were configured, so a password was made: user "
+            "%r, password '%s' (shown this once; %s). Log in at %s and change it there "
+            '("password" in the page\'s header)',
+            ADMIN_USER,
+            self._new_password,
+            kept,
+            url,
+        )
 
     def stop(self) -> None:
         if self._server is not None:
@@ -123,7 +164,9 @@ class AdminServer:
         try:
             response = self._respond(method, path, environ)
         except ApiError as error:
-            response = Response(error.status, orjson.dumps({"error": error.message}))
+            response = Response(
+                error.status, orjson.dumps({"error": error.message}), headers=error.headers
+            )
         except Exception:
             logger.exception("admin HTTP: %s %s failed (a broker bug)", method, path)
             response = Response(500, orjson.dumps({"error": "internal error, see the log"}))
@@ -136,9 +179,8 @@ class AdminServer:
             ("Content-Security-Policy", "frame-ancestors 'none'"),
             ("X-Frame-Options", "DENY"),
             ("X-Content-Type-Options", "nosniff"),
+            *response.headers,
         ]
-        if response.status == 401:
-            headers.append(("WWW-Authenticate", REALM))
         start_response(STATUS_TEXT.get(response.status, str(response.status)), headers)
         return [response.body]
 
@@ -164,13 +206,12 @@ class AdminServer:
                     reason,
                 )
                 raise ApiError(403, f"cross-site request refused: {reason}")
-        if not self.router.is_public(method, path) and not self._auth.allowed(
-            environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_API_KEY")
-        ):
-            logger.info(
-                "admin HTTP: refused %s %s from %s: no valid credentials", method, path, peer
-            )
-            raise ApiError(401, "credentials needed: an API key or a password-file user")
+        caller = None
+        if not self.router.is_public(method, path):
+            try:
+                caller = self._logins.caller(method, path, environ)
+            except UnauthenticatedError as refusal:
+                return self._unauthenticated(method, path, peer, refusal)
         if changing:
             reason = json_body_reason(environ.get("CONTENT_TYPE"))
             if reason is not None:
@@ -185,12 +226,24 @@ class AdminServer:
             raise ApiError(413, f"the body is over {MAX_BODY} bytes")
         body = self._read_body(environ, length)
         query = {k: v[-1] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
-        result = handler(Request(method, path, query, body, params))
+        result = handler(Request(method, path, query, body, params, peer or "?", caller))
         if isinstance(result, Response):
             return result
         if result is None:
             return Response(204, b"")
         return Response(200, orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))
+
+    def _unauthenticated(
+        self, method: str, path: str, peer: str | None, refusal: UnauthenticatedError
+    ) -> Response:
+        """401, with the login page for `GET /`, asking for Basic credentials only if
+        `refusal.challenge`."""
+        logger.info("admin HTTP: refused %s %s from %s: %s", method, path, peer, refusal.detail)
+        headers = (("WWW-Authenticate", REALM),) if refusal.challenge else ()
+        if method == "GET" and path == "/":
+            return Response(401, self._file("login.html").body, CONTENT_TYPES[".html"], headers)
+        message = "credentials needed: an API key, a password-file user or a login session"
+        return Response(401, orjson.dumps({"error": message}), headers=headers)
 
     def _read_body(self, environ: dict[str, Any], length: int) -> bytes:
         """The request's body, which must arrive within `[http] header_timeout` seconds
@@ -226,7 +279,7 @@ class AdminServer:
         return self._file("index.html")
 
     def _static(self, request: Request) -> Response:
-        return self._file(request.params["name"])
+        return self._file(request.path.removeprefix("/static/"))
 
     @staticmethod
     def _file(name: str) -> Response:

@@ -1,18 +1,26 @@
-// The dashboard: polls the admin API once a second (same origin, the browser's credentials)
-// and draws the last HISTORY samples on canvases; no library, no build step.
+// The dashboard: polls the admin API once a second (same origin: the login session's
+// cookie, or the browser's Basic credentials) and draws the last HISTORY samples on
+// canvases; no library, no build step.
 "use strict";
 
 const HISTORY = 300; // samples kept: five minutes at one a second
 const samples = []; // {time, connections, received, sent, dropped}
 let clientSearch = "";
+let csrfToken = null; // the login session's, from /api/v1/session; null with Basic credentials
 
 async function api(path, options) {
   // State-changing requests must declare a JSON body: the broker refuses form-shaped ones
-  // (another site's page could send those with the operator's credentials).
+  // (another site's page could send those with the operator's credentials). A login
+  // session's must also carry its CSRF token, which no other site's page can read.
   const headers = { "Content-Type": "application/json" };
+  if (csrfToken !== null) headers["X-CSRF-Token"] = csrfToken;
   const response = await fetch(path, { credentials: "same-origin", headers, ...options });
+  if (response.status === 401 && csrfToken !== null) {
+    window.location.replace("/"); // the session has ended: back to the login page
+  }
   if (!response.ok && response.status !== 204) {
-    throw new Error(`${path}: ${response.status}`);
+    const answer = await response.json().catch(() => ({}));
+    throw new Error(`${path}: ${response.status}${answer.error ? " " + answer.error : ""}`);
   }
   return response.status === 204 ? null : response.json();
 }
@@ -194,10 +202,51 @@ async function tick() {
   }
 }
 
+async function loadSession() {
+  const session = await api("/api/v1/session");
+  csrfToken = session.csrf_token;
+  document.getElementById("user").textContent = session.user;
+  document.getElementById("logout").hidden = csrfToken === null;
+  document.getElementById("change-password").hidden = !session.can_change_password;
+}
+
+async function logout() {
+  await api("/api/v1/logout", { method: "POST" });
+  window.location.replace("/");
+}
+
+async function changePassword(event) {
+  event.preventDefault();
+  const message = document.getElementById("password-message");
+  const current = document.getElementById("password-current").value;
+  const fresh = document.getElementById("password-new").value;
+  if (fresh !== document.getElementById("password-repeat").value) {
+    message.textContent = "the new passwords differ";
+    return;
+  }
+  try {
+    await api("/api/v1/password", {
+      method: "POST", body: JSON.stringify({ current, new: fresh }),
+    });
+    event.target.reset();
+    message.textContent = "password changed";
+  } catch (error) {
+    message.textContent = error.message;
+  }
+}
+
+document.getElementById("logout").addEventListener("click", () => logout().catch(showError));
+document.getElementById("change-password").addEventListener("click", () => {
+  const form = document.getElementById("password-form");
+  form.hidden = !form.hidden;
+});
+document.getElementById("password-form").addEventListener("submit", changePassword);
 document.getElementById("client-search").addEventListener("input", (event) => {
   clientSearch = event.target.value;
   refreshClients().catch(showError);
 });
-loadConfig().catch(showError);
-tick();
-setInterval(tick, 1000);
+loadSession().then(() => {
+  loadConfig().catch(showError);
+  tick();
+  setInterval(tick, 1000);
+}).catch(showError);
