@@ -367,8 +367,7 @@ class Broker:
         while self.context.live_clients and time.monotonic() < deadline:
             gevent.sleep(0.02)
         gevent.sleep(0.05)  # let sessions and the router handle what the closes sent them
-        registry = self.context.registry
-        sessions = list(registry.sessions.values()) if registry else []
+        sessions = list(self.context.registry.sessions.values())
         for actor in [*sessions, *self._actors]:
             if actor.is_alive():
                 actor.stop()

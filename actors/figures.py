@@ -101,7 +101,7 @@ def session_state(session: Any) -> SessionState | None:
 def read_figures(broker: BrokerView) -> Figures:
     context = broker.context
     stats = context.stats
-    sessions = list(context.registry.sessions.values()) if context.registry else []
+    sessions = list(context.registry.sessions.values())
     queued = inflight = 0
     for session in sessions:
         state = session_state(session)

@@ -99,11 +99,11 @@ class Relay:
         topic = self._topics.to_remote(packet.topic)
         if topic is None:
             self.counts.unmapped += 1
-            if packet.qos == 1:
-                out.to_local.append(PubAck(packet.packet_id or 0))
-            elif packet.qos == 2:
-                out.to_local.append(PubRec(packet.packet_id or 0))
-                self._refused.add(packet.packet_id or 0)
+            ack = _unforwarded_ack(packet)
+            if ack is not None:
+                out.to_local.append(ack)
+                if type(ack) is PubRec:
+                    self._refused.add(ack.packet_id)
             return
         self.counts.sent += 1
         out.to_remote.append(_renamed(packet, topic, self._remote_version))
@@ -112,12 +112,11 @@ class Relay:
         topic = self._topics.to_local(packet.topic)
         if topic is None:
             self.counts.unmapped += 1
-            if packet.qos == 1:
-                out.to_remote.append(PubAck(packet.packet_id or 0))
-            elif packet.qos == 2:
-                # The remote sends PUBREL next, which this broker answers (PUBCOMP 0x92 for an
-                # id it does not know; a 3.1.1 session answers any PUBREL).
-                out.to_remote.append(PubRec(packet.packet_id or 0))
+            # After a PUBREC the remote sends PUBREL, which this broker answers (PUBCOMP 0x92
+            # for an id it does not know; a 3.1.1 session answers any PUBREL).
+            ack = _unforwarded_ack(packet)
+            if ack is not None:
+                out.to_remote.append(ack)
             return
         self.counts.received += 1
         out.to_local.append(_renamed(packet, topic, 5))
@@ -144,3 +143,12 @@ def _renamed(packet: Publish, topic: str, version: int) -> Publish:
         packet.packet_id,
         properties,
     )
+
+
+def _unforwarded_ack(packet: Publish) -> PubAck | PubRec | None:
+    """What accepts a message no topic line forwards: PUBACK ends a QoS 1 exchange, PUBREC
+    answers a QoS 2 one; QoS 0 needs nothing."""
+    packet_id = packet.packet_id or 0
+    if packet.qos == 1:
+        return PubAck(packet_id)
+    return PubRec(packet_id) if packet.qos == 2 else None
