@@ -31,7 +31,9 @@ from typing import Any, Protocol
 import gevent
 
 from net.transport import Transport
-from pool.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.peers import Hello
+from pool.frames.validation import FrameError
 
 logger = logging.getLogger(__name__)
 

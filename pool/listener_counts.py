@@ -15,7 +15,8 @@ from typing import Any
 
 from net.endpoint import Endpoint
 from pool.connection_counts import REPORT_INTERVAL, PeerCounts, urgent
-from pool.frames import Frame, ListenerCounts
+from pool.frames.admission import ListenerCounts
+from pool.frames.codec import Frame
 
 
 class PoolConnectionCounts:

@@ -68,51 +68,46 @@ from core.message import Message
 from core.share_origin import ShareOrigin
 from pool.auth_failures import PoolAuthFailures
 from pool.flow_control import Publishers, RemoteGates
-from pool.frames import (
-    Adopted,
+from pool.frames.admission import (
     AuthFailed,
     AuthFailing,
     AuthFailures,
     AuthSucceeded,
-    BanLifted,
-    BanSet,
-    BansSnapshot,
-    Claim,
-    ClaimRefused,
-    CommitSync,
-    Committed,
     Connecting,
-    DurableRoutes,
-    DurableSnapshot,
-    FlowHold,
-    FlowRelease,
-    Forward,
-    ForwardShared,
-    Frame,
-    Granted,
-    HandedOver,
-    HandOver,
-    Leaving,
     ListenerCounts,
+)
+from pool.frames.codec import Frame
+from pool.frames.flow import FlowHold, FlowRelease
+from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.moves import (
+    Adopted,
     MovedDeliveries,
     MoveEnded,
     MoveRoutesKnown,
     MovingOut,
-    OpsReply,
-    OpsRequest,
     Orphans,
+)
+from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, OpsRequest
+from pool.frames.ownership import (
+    Claim,
+    ClaimRefused,
+    Granted,
+    HandedOver,
+    HandOver,
     Owned,
     Release,
-    Retained,
+    Settled,
+)
+from pool.frames.peers import Leaving
+from pool.frames.routes import (
     RoutesChanged,
     RoutesSnapshot,
     RoutesSync,
     RoutesSynced,
-    Settled,
     SharesChanged,
     SharesSnapshot,
-    StoreFailing,
 )
+from pool.frames.store import DurableRoutes, DurableSnapshot, StoreFailing
 from pool.link import Fabric
 from pool.listener_counts import PoolConnectionCounts
 from pool.ops import PoolOps

@@ -41,7 +41,7 @@ from bridge.service import Bridges
 from core.move_in import insert_qos0
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
-from pool.frames import StoreFailing
+from pool.frames.store import StoreFailing
 from pool.link import Fabric
 from pool.node import PoolNode
 from pool.ownership import home_of

@@ -15,7 +15,10 @@ import gevent.socket
 import pytest
 
 from core.message import stored_message
-from pool.frames import Claim, Forward, Frame, RoutesChanged
+from pool.frames.codec import Frame
+from pool.frames.forwarding import Forward
+from pool.frames.ownership import Claim
+from pool.frames.routes import RoutesChanged
 from pool.link import Fabric, socket_path
 
 
