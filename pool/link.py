@@ -1,4 +1,5 @@
-"""The embedded fabric: this worker's links to the other workers of the pool, over Unix sockets.
+"""The fabric of one machine's pool (`UnixFabric`, a `pool.fabric.Fabric`): this worker's
+links to the other workers, over Unix sockets.
 
 What travels is `pool.frames` (pure); this module only moves the bytes, on gevent's loop
 like a client connection (`net.connection`): a read watcher decodes whole reads into
@@ -26,11 +27,12 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import gevent
 
 from net.transport import Transport
+from pool.fabric import FabricHandler
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.frames.peers import Hello
 from pool.frames.validation import FrameError
@@ -43,16 +45,6 @@ logger = logging.getLogger(__name__)
 READ_SIZE = 65536
 RETRY_FIRST, RETRY_MAX = 0.02, 1.0  # seconds between attempts to reach a worker not listening
 _READ = 1
-
-
-class FabricHandler(Protocol):
-    """Who hears the fabric: called from the event loop, so none of these may block."""
-
-    def peer_up(self, worker: int, epoch: int) -> None: ...
-
-    def peer_down(self, worker: int) -> None: ...
-
-    def frames_received(self, worker: int, frames: list[Frame]) -> None: ...
 
 
 def socket_path(run_dir: Path, worker: int) -> Path:
@@ -149,8 +141,9 @@ class PeerLink:
             on_lost(self, why)
 
 
-class Fabric:
-    """This worker's links to the others: send to one, broadcast to all, hear from each."""
+class UnixFabric:
+    """This worker's links to the others over Unix sockets: send to one, broadcast to all,
+    hear from each."""
 
     def __init__(
         self, worker: int, workers: int, run_dir: Path, epoch: int, handler: FabricHandler

@@ -67,6 +67,7 @@ from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
 from pool.auth_failures import PoolAuthFailures
+from pool.fabric import Fabric
 from pool.flow_control import Publishers, RemoteGates
 from pool.frames.admission import (
     AuthFailed,
@@ -108,7 +109,6 @@ from pool.frames.routes import (
     SharesSnapshot,
 )
 from pool.frames.store import DurableRoutes, DurableSnapshot, StoreFailing
-from pool.link import Fabric
 from pool.listener_counts import PoolConnectionCounts
 from pool.ops import PoolOps
 from pool.orphans import DurableSends, OrphanedMessages

@@ -42,7 +42,7 @@ from core.move_in import insert_qos0
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
 from pool.frames.store import StoreFailing
-from pool.link import Fabric
+from pool.link import UnixFabric
 from pool.node import PoolNode
 from pool.ownership import home_of
 from pool.registry import PoolRegistry
@@ -123,8 +123,9 @@ class PoolBroker(Broker):
         assert isinstance(admission, PoolAdmission)
         admission.send = node.send  # flapping: CONNECTs are counted at their id's home
         node.connection_counts.watch(self.endpoints)
-        node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
-        node.fabric.start()
+        fabric = UnixFabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
+        node.fabric = fabric
+        fabric.start()
         others = set(range(self.workers)) - {self.worker_id}
         deadline = time.monotonic() + LINK_WAIT
         while not others <= node.owned_reported and time.monotonic() < deadline:
