@@ -147,12 +147,11 @@ def test_bridge_pure_parts_are_sans_io(module: str) -> None:
     assert imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "ssl"}) == set()
 
 
-# The pool's frames, ownership and bookkeeping are pure; its link, node and worker are the
-# I/O that carries them.
+# The pool's frames, ownership, route replication and bookkeeping are pure, and so is the
+# fabric's interface; its link, node and worker are the I/O that carries them.
 POOL_PURE = (
     *("frames/*.py", "ownership.py", "orphans.py", "outbox.py", "flow_control.py"),
-    "connection_counts.py",
-    "fabric.py",
+    *("connection_counts.py", "routes.py", "fabric.py"),
 )
 
 
