@@ -27,7 +27,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 
@@ -36,6 +36,9 @@ from pool.fabric import FabricHandler
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.frames.peers import Hello
 from pool.frames.validation import FrameError
+
+if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
+    from gevent._types import _IoWatcher, _Loop
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class PeerLink:
     def __init__(
         self,
         sock: socket.socket,
-        loop: Any,
+        loop: _Loop,
         on_frames: Callable[[PeerLink, list[Frame]], None],
         on_lost: Callable[[PeerLink, str], None],
     ) -> None:
@@ -84,7 +87,7 @@ class PeerLink:
         self._out: list[bytes] = []
         self._on_frames = on_frames
         self._on_lost: Callable[[PeerLink, str], None] | None = on_lost
-        self._reader = loop.io(sock.fileno(), _READ)
+        self._reader: _IoWatcher | None = loop.io(sock.fileno(), _READ)
         self._reader.start(self._on_readable)
 
     def send(self, frame: Frame) -> bool:
@@ -157,7 +160,7 @@ class UnixFabric:
         self._links: dict[int, PeerLink] = {}  # peers past their Hello
         self._pending: set[PeerLink] = set()  # accepted or connected, Hello not yet in
         self._listener: socket.socket | None = None
-        self._acceptor: Any = None
+        self._acceptor: _IoWatcher | None = None
         self._dialers: list[gevent.Greenlet[..., Any]] = []
         self._stopped = False
 

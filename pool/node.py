@@ -51,11 +51,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
 
+from actors.context import BrokerContext
 from actors.messages import HandOff, StoreRetained
 from actors.runtime import tell_if_alive
 from core.auth_failures import AuthFailureDelays
@@ -107,6 +108,9 @@ from pool.session_adoptions import SessionAdoptions
 from pool.session_moves import SessionMoves
 from router.fan_out import FanOut
 
+if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
+    from gevent._types import _TimerWatcher
+
 logger = logging.getLogger(__name__)
 
 # Client-id ownership: handled at once when this worker sends them to itself (see above).
@@ -146,7 +150,7 @@ class _DurableAck:
 class PoolNode:
     """This worker's view of the pool; see the module docstring."""
 
-    def __init__(self, worker: int, workers: int, context: Any) -> None:
+    def __init__(self, worker: int, workers: int, context: BrokerContext) -> None:
         self.worker = worker
         self.workers = workers
         self._context = context
@@ -171,7 +175,7 @@ class PoolNode:
         self._sends = DurableSends()
         self.orphans = OrphanedMessages()
         self._orphan_waits: list[int] = []
-        self._orphan_sweep: Any = None
+        self._orphan_sweep: gevent.Greenlet[[], None] | None = None
         self.adoptions = SessionAdoptions(
             worker,
             self._ask_for_orphans,
@@ -184,7 +188,7 @@ class PoolNode:
         # This worker's claims waiting for their home's answer: client id -> (answer, when
         # it stops waiting); looked at every CLAIM_SWEEP seconds while there are any.
         self._claims: dict[str, tuple[Callable[[ClaimAnswer], object], float]] = {}
-        self._claim_sweep: Any = None
+        self._claim_sweep: _TimerWatcher | None = None
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult[object]] = {}
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
@@ -444,9 +448,7 @@ class PoolNode:
             self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
 
     def _deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
-        dispatcher = self._context.dispatcher
-        if dispatcher is not None:
-            dispatcher.deliver_orphans(messages, plans)
+        self._context.dispatcher.deliver_orphans(messages, plans)
 
     # ----- client ids ---------------------------------------------------------------------
 
@@ -572,8 +574,7 @@ class PoolNode:
         admission = self._context.admission
         if admission is None or not admission.table:
             return None
-        refusal: str | None = admission.client_id_refusal(client_id, time.time())
-        return refusal
+        return admission.client_id_refusal(client_id, time.time())
 
     def _on_connecting(self, frame: Connecting) -> None:
         """A CONNECT of an id homed here reached admission on another worker: flapping
@@ -686,10 +687,10 @@ class PoolNode:
         if handler is not None:
             handler(worker, frame)  # else a frame only the link reads (Hello): nothing here
 
-    def _frame_handlers(self) -> dict[type[Any], Callable[[int, Any], None]]:
+    def _frame_handlers(self) -> dict[type[Frame], Callable[[int, Any], None]]:
         """Which method handles each kind of frame (one lookup per frame: a chain of
         isinstance tests cost a claim's frames microseconds each in a connect storm)."""
-        handlers: dict[type[Any], Callable[[int, Any], None]] = {
+        handlers: dict[type[Frame], Callable[[int, Any], None]] = {
             Forward: self._on_forward,
             ForwardShared: self._on_forward,
             FlowHold: self.publishers.hold,
@@ -727,11 +728,9 @@ class PoolNode:
         return handlers
 
     def _on_forward(self, worker: int, frame: Forward | ForwardShared) -> None:
-        dispatcher = self._context.dispatcher
-        if dispatcher is not None:
-            marks = frame.marks if isinstance(frame, ForwardShared) else None
-            gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
-            dispatcher.publish_forwarded(frame.messages, marks, gate)
+        marks = frame.marks if isinstance(frame, ForwardShared) else None
+        gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
+        self._context.dispatcher.publish_forwarded(frame.messages, marks, gate)
 
     def _on_commit_sync(self, worker: int, frame: CommitSync) -> None:
         token = frame.token
