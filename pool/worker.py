@@ -181,7 +181,7 @@ class PoolBroker(Broker):
         self.node.open_for_claims()
         return registry
 
-    def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
+    def _listen_on(self, endpoint: Endpoint) -> tuple[gevent.socket.socket, None]:
         """The socket the supervisor bound for this endpoint (listeners keep their order),
         listening from now on (the supervisor binds a TCP-family worker's socket without
         listening: the port opens when a worker can accept; again for a restarted worker's
@@ -191,7 +191,7 @@ class PoolBroker(Broker):
         sock.listen(LISTEN_BACKLOG)
         return sock, None
 
-    def _http_listener(self) -> Any:
+    def _http_listener(self) -> gevent.socket.socket | None:
         """The admin HTTP socket the supervisor bound: worker 0 serves the API (the others
         run with `--http-port 0`, docs/pool.md)."""
         if self._http_fd is None:
