@@ -26,7 +26,8 @@ from pathlib import Path
 from actors.admission import Admission
 from actors.config import FlappingConfig
 from core.client import ClientInfo
-from pool.frames import Connecting, Frame
+from pool.frames.admission import Connecting
+from pool.frames.codec import Frame
 from pool.ownership import home_of
 
 

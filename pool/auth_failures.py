@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from core.auth_failures import AuthFailureDelays
-from pool.frames import AuthFailed, AuthFailing, AuthFailures, AuthSucceeded, Frame
+from pool.frames.admission import AuthFailed, AuthFailing, AuthFailures, AuthSucceeded
+from pool.frames.codec import Frame
 from pool.ownership import home_of
 
 logger = logging.getLogger(__name__)

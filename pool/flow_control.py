@@ -26,7 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from core.flow import FlowState, Gate
-from pool.frames import FlowHold, FlowRelease, Frame
+from pool.frames.codec import Frame
+from pool.frames.flow import FlowHold, FlowRelease
 
 
 class Publishers:

@@ -1,4 +1,5 @@
-"""The embedded fabric: this worker's links to the other workers of the pool, over Unix sockets.
+"""The fabric of one machine's pool (`UnixFabric`, a `pool.fabric.Fabric`): this worker's
+links to the other workers, over Unix sockets.
 
 What travels is `pool.frames` (pure); this module only moves the bytes, on gevent's loop
 like a client connection (`net.connection`): a read watcher decodes whole reads into
@@ -26,12 +27,18 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gevent
 
 from net.transport import Transport
-from pool.frames import Frame, FrameDecoder, FrameError, Hello, encode_frame
+from pool.fabric import FabricHandler
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.peers import Hello
+from pool.frames.validation import FrameError
+
+if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
+    from gevent._types import _IoWatcher, _Loop
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +48,6 @@ logger = logging.getLogger(__name__)
 READ_SIZE = 65536
 RETRY_FIRST, RETRY_MAX = 0.02, 1.0  # seconds between attempts to reach a worker not listening
 _READ = 1
-
-
-class FabricHandler(Protocol):
-    """Who hears the fabric: called from the event loop, so none of these may block."""
-
-    def peer_up(self, worker: int, epoch: int) -> None: ...
-
-    def peer_down(self, worker: int) -> None: ...
-
-    def frames_received(self, worker: int, frames: list[Frame]) -> None: ...
 
 
 def socket_path(run_dir: Path, worker: int) -> Path:
@@ -75,7 +72,7 @@ class PeerLink:
     def __init__(
         self,
         sock: socket.socket,
-        loop: Any,
+        loop: _Loop,
         on_frames: Callable[[PeerLink, list[Frame]], None],
         on_lost: Callable[[PeerLink, str], None],
     ) -> None:
@@ -90,7 +87,7 @@ class PeerLink:
         self._out: list[bytes] = []
         self._on_frames = on_frames
         self._on_lost: Callable[[PeerLink, str], None] | None = on_lost
-        self._reader = loop.io(sock.fileno(), _READ)
+        self._reader: _IoWatcher | None = loop.io(sock.fileno(), _READ)
         self._reader.start(self._on_readable)
 
     def send(self, frame: Frame) -> bool:
@@ -147,8 +144,9 @@ class PeerLink:
             on_lost(self, why)
 
 
-class Fabric:
-    """This worker's links to the others: send to one, broadcast to all, hear from each."""
+class UnixFabric:
+    """This worker's links to the others over Unix sockets: send to one, broadcast to all,
+    hear from each."""
 
     def __init__(
         self, worker: int, workers: int, run_dir: Path, epoch: int, handler: FabricHandler
@@ -162,7 +160,7 @@ class Fabric:
         self._links: dict[int, PeerLink] = {}  # peers past their Hello
         self._pending: set[PeerLink] = set()  # accepted or connected, Hello not yet in
         self._listener: socket.socket | None = None
-        self._acceptor: Any = None
+        self._acceptor: _IoWatcher | None = None
         self._dialers: list[gevent.Greenlet[..., Any]] = []
         self._stopped = False
 

@@ -11,18 +11,22 @@ frames set each endpoint's `elsewhere`, which `Endpoint.full` adds to its own co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from net.endpoint import Endpoint
 from pool.connection_counts import REPORT_INTERVAL, PeerCounts, urgent
-from pool.frames import Frame, ListenerCounts
+from pool.frames.admission import ListenerCounts
+from pool.frames.codec import Frame
+
+if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
+    from gevent._types import _Loop, _TimerWatcher
 
 
 class PoolConnectionCounts:
     """This worker's listener counts going out, the other workers' coming in."""
 
     def __init__(
-        self, loop: Any, broadcast: Callable[[Frame], None], send: Callable[[int, Frame], object]
+        self, loop: _Loop, broadcast: Callable[[Frame], None], send: Callable[[int, Frame], object]
     ) -> None:
         self._loop = loop
         self._broadcast = broadcast
@@ -31,7 +35,7 @@ class PoolConnectionCounts:
         self._peers = PeerCounts(0)
         self._sent: tuple[int, ...] = ()  # as the others know it
         self._now_due = False
-        self._timer: Any = None
+        self._timer: _TimerWatcher | None = None
 
     def watch(self, endpoints: Sequence[Endpoint]) -> None:
         """Count `endpoints` (this worker's listeners, in configuration order); before the

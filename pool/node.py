@@ -4,14 +4,10 @@ what they tell it (docs/pool.md).
 `PoolNode` is the `FabricHandler` of this worker's `Fabric` and holds the pool's shared
 state as this worker sees it:
 - routes: the route writer (`actors.router_actor.RouteWriter`) reports each local route
-  that appears or goes (`route_changed`);
-  a `RouteAnnouncer` turns them into filter announcements, broadcast once per loop turn. A
-  peer that comes up gets a `RoutesSnapshot`; a peer that goes down loses its routes at once
-  in the `RemoteRoutes` replica.
-- share groups: the same for the members of `$share/...` subscriptions, counted per group
-  (`ShareAnnouncer`, `SharesChanged`/`SharesSnapshot`, the `RemoteShares` replica that the
-  dispatcher reads as `shares`), in the same loop-turn flush, so a `RoutesSync` round covers
-  them too.
+  that appears or goes (`route_changed`), a share group's members and persistent sessions'
+  routes included; `routes` (pool.routes) announces them once per loop turn, replicates
+  the other workers' (`shares` is the dispatcher's view of their share groups) and runs
+  the `RoutesSync` rounds of `when_routes_known`.
 - publishes: `add`/`add_share`/`flush` (the dispatcher's `RemoteForwarder`) send each
   publish batch once to every worker with a matching filter or picked for a share group
   (`ForwardOutbox`); a `Forward`/`ForwardShared` received is dispatched to local
@@ -28,7 +24,7 @@ state as this worker sees it:
   pool.auth_failures), the others at their homes.
 - store faults: this worker's store writer's failing / recovering is broadcast
   (`StoreFailing`), and the filters of its persistent sessions' subscriptions are
-  replicated like routes (`DurableRoutes`, the `durable` replica), so a publisher's worker
+  replicated like routes (`DurableRoutes`, `routes.durable`), so a publisher's worker
   refuses durable publishes while any worker's commits fail, for persistent subscribers on
   any worker (docs/overload.md); the same replica names the workers whose commits a QoS
   1/2 batch's acknowledgement waits for.
@@ -55,11 +51,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
 
+from actors.context import BrokerContext
 from actors.messages import HandOff, StoreRetained
 from actors.runtime import tell_if_alive
 from core.auth_failures import AuthFailureDelays
@@ -67,91 +64,58 @@ from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
 from pool.auth_failures import PoolAuthFailures
+from pool.fabric import Fabric
 from pool.flow_control import Publishers, RemoteGates
-from pool.frames import (
-    Adopted,
+from pool.frames.admission import (
     AuthFailed,
     AuthFailing,
     AuthFailures,
     AuthSucceeded,
-    BanLifted,
-    BanSet,
-    BansSnapshot,
-    Claim,
-    ClaimRefused,
-    CommitSync,
-    Committed,
     Connecting,
-    DurableRoutes,
-    DurableSnapshot,
-    FlowHold,
-    FlowRelease,
-    Forward,
-    ForwardShared,
-    Frame,
-    Granted,
-    HandedOver,
-    HandOver,
-    Leaving,
     ListenerCounts,
+)
+from pool.frames.codec import Frame
+from pool.frames.flow import FlowHold, FlowRelease
+from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.moves import (
+    Adopted,
     MovedDeliveries,
     MoveEnded,
     MoveRoutesKnown,
     MovingOut,
-    OpsReply,
-    OpsRequest,
     Orphans,
+)
+from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, OpsRequest
+from pool.frames.ownership import (
+    Claim,
+    ClaimRefused,
+    Granted,
+    HandedOver,
+    HandOver,
     Owned,
     Release,
-    Retained,
-    RoutesChanged,
-    RoutesSnapshot,
-    RoutesSync,
-    RoutesSynced,
     Settled,
-    SharesChanged,
-    SharesSnapshot,
-    StoreFailing,
 )
-from pool.link import Fabric
+from pool.frames.peers import Leaving
+from pool.frames.store import StoreFailing
 from pool.listener_counts import PoolConnectionCounts
 from pool.ops import PoolOps
 from pool.orphans import DurableSends, OrphanedMessages
 from pool.outbox import ForwardOutbox
 from pool.ownership import ClientIdArbiter, home_of
+from pool.routes import ROUTE_FRAMES, PoolRoutes
 from pool.session_adoptions import SessionAdoptions
 from pool.session_moves import SessionMoves
 from router.fan_out import FanOut
-from router.route_replica import FilterChanges, RemoteRoutes, RouteAnnouncer
-from router.share_replica import GroupCounts, RemoteShares, ShareAnnouncer
-from router.shared import is_shared
+
+if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
+    from gevent._types import _TimerWatcher
 
 logger = logging.getLogger(__name__)
 
 # Client-id ownership: handled at once when this worker sends them to itself (see above).
 _OWNERSHIP_FRAMES = frozenset((Claim, Granted, ClaimRefused, Settled, Release))
 
-# What the routes and share groups are made of: applied in order with the `RoutesSync`s.
-_RouteFrame = (
-    RoutesChanged
-    | RoutesSnapshot
-    | RoutesSync
-    | RoutesSynced
-    | SharesChanged
-    | SharesSnapshot
-    | DurableRoutes
-    | DurableSnapshot
-)
-_ROUTE_FRAMES = (
-    RoutesChanged,
-    RoutesSnapshot,
-    RoutesSync,
-    RoutesSynced,
-    SharesChanged,
-    SharesSnapshot,
-    DurableRoutes,
-    DurableSnapshot,
-)
 CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
 CLAIM_SWEEP = 1.0  # seconds between two looks for claims whose home did not answer in time
 
@@ -186,22 +150,17 @@ class _DurableAck:
 class PoolNode:
     """This worker's view of the pool; see the module docstring."""
 
-    def __init__(self, worker: int, workers: int, context: Any) -> None:
+    def __init__(self, worker: int, workers: int, context: BrokerContext) -> None:
         self.worker = worker
         self.workers = workers
         self._context = context
         self.fabric: Fabric | None = None
         self.arbiter = ClientIdArbiter()
-        self.announcer = RouteAnnouncer()
-        self.remote = RemoteRoutes()
-        self.share_announcer = ShareAnnouncer()
-        self.shares = RemoteShares()
-        # The filters of persistent sessions' subscriptions, here and on the others: a
-        # publish matching one needs the store (refused while it fails, docs/overload.md).
-        self.durable_announcer = RouteAnnouncer()
-        self.durable = RemoteRoutes()
         self._loop = gevent.get_hub().loop
-        self._routes_flush_due = False
+        self.routes = PoolRoutes(self.send, self.broadcast, self._peers, self._loop.run_callback)
+        self.shares = self.routes.shares  # the dispatcher's (actors.dispatch.RemoteForwarder)
+        self._remote = self.routes.remote  # read for every message published (`add`)
+        self._durable = self.routes.durable
         self._outbox = ForwardOutbox()
         # Flow control across workers (pool.flow_control): this worker's publishers that
         # others hold, and the others' publishers as the sessions here hold them.
@@ -216,7 +175,7 @@ class PoolNode:
         self._sends = DurableSends()
         self.orphans = OrphanedMessages()
         self._orphan_waits: list[int] = []
-        self._orphan_sweep: Any = None
+        self._orphan_sweep: gevent.Greenlet[[], None] | None = None
         self.adoptions = SessionAdoptions(
             worker,
             self._ask_for_orphans,
@@ -226,13 +185,10 @@ class PoolNode:
         )
         self._commit_token = 0
         self._commits: dict[int, _DurableAck] = {}
-        self._waiting_for_sync: list[Callable[[], object]] = []
-        self._sync_token = 0
-        self._syncs: dict[int, tuple[set[int], list[Callable[[], object]]]] = {}
         # This worker's claims waiting for their home's answer: client id -> (answer, when
         # it stops waiting); looked at every CLAIM_SWEEP seconds while there are any.
         self._claims: dict[str, tuple[Callable[[ClaimAnswer], object], float]] = {}
-        self._claim_sweep: Any = None
+        self._claim_sweep: _TimerWatcher | None = None
         self._hand_overs: dict[tuple[str, int], gevent.event.AsyncResult[object]] = {}
         self._leaving: set[int] = set()  # peers that said they are shutting down
         self.owned_reported: set[int] = set()  # peers whose `Owned` arrived (start-up)
@@ -259,88 +215,19 @@ class PoolNode:
         self.moves = SessionMoves(self.send, self.when_routes_known, self._on_hand_over)
         self._handlers = self._frame_handlers()
 
-    # ----- routes -------------------------------------------------------------------------
+    # ----- routes (pool.routes; the router's actors.router_actor.RouteReplication) -------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
-        """The route writer added the first route of a subscriber to `topic_filter` (a
-        member to the share group of a `$share/...` one), or removed one (called from the
-        actor that changed it, on the loop)."""
-        if is_shared(topic_filter):
-            if added:
-                self.share_announcer.joined(topic_filter)
-            else:
-                self.share_announcer.left(topic_filter)
-        elif added:
-            self.announcer.subscribed(topic_filter)
-        else:
-            self.announcer.unsubscribed(topic_filter)
-        self._flush_routes_soon()
+        self.routes.route_changed(topic_filter, added)
 
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
-        """A persistent session's route to `topic_filter` appeared / went (the router)."""
-        if added:
-            self.durable_announcer.subscribed(topic_filter)
-        else:
-            self.durable_announcer.unsubscribed(topic_filter)
-        self._flush_routes_soon()
-
-    def _flush_routes_soon(self) -> None:
-        """Announce the route changes of this loop turn at its end, in one flush."""
-        if not self._routes_flush_due:
-            self._routes_flush_due = True
-            self._loop.run_callback(self._flush_routes)
-
-    def needs_store(self, topic: str) -> bool:
-        """Whether another worker has a persistent session subscribed to `topic` (asked only
-        while the store fails)."""
-        return bool(self.durable.workers_cached(topic))
+        self.routes.durable_route_changed(topic_filter, added)
 
     def when_routes_known(self, then: Callable[[], object]) -> None:
-        """Call `then` once every linked worker has applied the route changes made so far
-        (one `RoutesSync` round per loop turn, however many subscriptions wait on it)."""
-        peers = self.fabric.peers if self.fabric is not None else set()
-        if not peers:
-            then()
-            return
-        self._waiting_for_sync.append(then)
-        self._flush_routes_soon()
+        self.routes.when_routes_known(then)
 
-    def _flush_routes(self) -> None:
-        self._routes_flush_due = False
-        change = self.announcer.changes()
-        shares = self.share_announcer.changes()
-        durable = self.durable_announcer.changes()
-        fabric = self.fabric
-        if fabric is None:
-            return
-        # A new persistent route is known as one before as a route: the publisher's worker
-        # never forwards to it without waiting for its commit (`add`).
-        if durable is not None:
-            fabric.broadcast(DurableRoutes(durable.added, durable.removed))
-        if change is not None:
-            fabric.broadcast(RoutesChanged(change.added, change.removed))
-        if shares is not None:
-            fabric.broadcast(SharesChanged(shares.filters, shares.counts))
-        if self._waiting_for_sync:
-            self._sync_token += 1
-            waiting, self._waiting_for_sync = self._waiting_for_sync, []
-            peers = fabric.peers
-            if not peers:
-                for then in waiting:
-                    then()
-                return
-            self._syncs[self._sync_token] = (set(peers), waiting)
-            fabric.broadcast(RoutesSync(self._sync_token))
-
-    def _synced(self, worker: int, token: int) -> None:
-        sync = self._syncs.get(token)
-        if sync is None:
-            return
-        sync[0].discard(worker)
-        if not sync[0]:
-            del self._syncs[token]
-            for then in sync[1]:
-                then()
+    def needs_store(self, topic: str) -> bool:
+        return self.routes.needs_store(topic)
 
     # ----- publishes (the dispatcher's RemoteForwarder) ----------------------------------
 
@@ -352,14 +239,14 @@ class PoolNode:
             if dead:
                 self._orphan_waits += dead
                 kept = True
-        workers = self.remote.workers_cached(topic)
+        workers = self._remote.workers_cached(topic)
         if not workers:
             return kept
         if message.qos:
             # The acks wait for the commits of the workers that store the message: those
             # with a persistent session subscribed (a clean one's worker writes nothing).
             # What each is sent is kept until it confirms, in case it dies first.
-            durable = self.durable.workers_cached(topic)
+            durable = self._durable.workers_cached(topic)
             if durable:
                 self._durable_to.update(durable)
                 sent = self._durable_sent
@@ -460,7 +347,7 @@ class PoolNode:
         every later message for them, until every worker has adopted its part of them; the
         acks that waited on its commits wait for that instead."""
         tokens, lost = self._sends.lost(worker)
-        filters = self.durable.filters_of(worker)
+        filters = self._durable.filters_of(worker)
         if not filters and not lost:
             return
         waiting = []
@@ -561,9 +448,7 @@ class PoolNode:
             self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
 
     def _deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
-        dispatcher = self._context.dispatcher
-        if dispatcher is not None:
-            dispatcher.deliver_orphans(messages, plans)
+        self._context.dispatcher.deliver_orphans(messages, plans)
 
     # ----- client ids ---------------------------------------------------------------------
 
@@ -689,8 +574,7 @@ class PoolNode:
         admission = self._context.admission
         if admission is None or not admission.table:
             return None
-        refusal: str | None = admission.client_id_refusal(client_id, time.time())
-        return refusal
+        return admission.client_id_refusal(client_id, time.time())
 
     def _on_connecting(self, frame: Connecting) -> None:
         """A CONNECT of an id homed here reached admission on another worker: flapping
@@ -730,11 +614,7 @@ class PoolNode:
     def peer_up(self, worker: int, epoch: int) -> None:
         assert self.fabric is not None
         logger.info("pool: worker %d is linked (epoch %d)", worker, epoch)
-        self._flush_routes()  # changes the others have not heard yet go out first
-        self.fabric.send(worker, RoutesSnapshot(self.announcer.snapshot()))
-        shares = self.share_announcer.snapshot()
-        self.fabric.send(worker, SharesSnapshot(shares.filters, shares.counts))
-        self.fabric.send(worker, DurableSnapshot(self.durable_announcer.snapshot()))
+        self.routes.peer_up(worker)
         if self._context.persistence.failing_here:
             self.fabric.send(worker, StoreFailing(1))
         for client_id in [c for c in self._claims if home_of(c, self.workers) == worker]:
@@ -776,9 +656,7 @@ class PoolNode:
             logger.warning("pool: lost the link to worker %d; dropping its routes", worker)
             self._orphaned(worker)
         self.adoptions.peer_down(worker)
-        self.remote.drop_worker(worker)
-        self.shares.drop_worker(worker)
-        self.durable.drop_worker(worker)
+        self.routes.peer_down(worker)
         self._context.persistence.store_failing_at(worker, False)
         self.publishers.peer_down(worker)  # a dead worker leaves no publisher paused
         self.remote_gates.peer_down(worker)
@@ -786,8 +664,6 @@ class PoolNode:
         self.ops.peer_down(worker)
         self.auth_failures.peer_down(worker, self._loop.now())
         self.connection_counts.peer_down(worker)
-        for token in list(self._syncs):
-            self._synced(worker, token)
         for token in list(self._commits):  # what it had not committed died with it
             self._committed(worker, token)
         self.moves.peer_down(worker)
@@ -811,10 +687,10 @@ class PoolNode:
         if handler is not None:
             handler(worker, frame)  # else a frame only the link reads (Hello): nothing here
 
-    def _frame_handlers(self) -> dict[type[Any], Callable[[int, Any], None]]:
+    def _frame_handlers(self) -> dict[type[Frame], Callable[[int, Any], None]]:
         """Which method handles each kind of frame (one lookup per frame: a chain of
         isinstance tests cost a claim's frames microseconds each in a connect storm)."""
-        handlers: dict[type[Any], Callable[[int, Any], None]] = {
+        handlers: dict[type[Frame], Callable[[int, Any], None]] = {
             Forward: self._on_forward,
             ForwardShared: self._on_forward,
             FlowHold: self.publishers.hold,
@@ -841,8 +717,8 @@ class PoolNode:
             Owned: self._on_owned,
             ListenerCounts: self.connection_counts.received,
         }
-        for route_frame in _ROUTE_FRAMES:
-            handlers[route_frame] = self._on_routes
+        for route_frame in ROUTE_FRAMES:
+            handlers[route_frame] = self.routes.frame_received
         for ops_frame in (OpsRequest, OpsReply, BanSet, BanLifted, BansSnapshot):
             handlers[ops_frame] = self.ops.frame_received
         for move_frame in (MovedDeliveries, MovingOut, MoveRoutesKnown, MoveEnded):
@@ -852,11 +728,9 @@ class PoolNode:
         return handlers
 
     def _on_forward(self, worker: int, frame: Forward | ForwardShared) -> None:
-        dispatcher = self._context.dispatcher
-        if dispatcher is not None:
-            marks = frame.marks if isinstance(frame, ForwardShared) else None
-            gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
-            dispatcher.publish_forwarded(frame.messages, marks, gate)
+        marks = frame.marks if isinstance(frame, ForwardShared) else None
+        gate = self.remote_gates.gate(worker, frame.publisher) if frame.publisher else None
+        self._context.dispatcher.publish_forwarded(frame.messages, marks, gate)
 
     def _on_commit_sync(self, worker: int, frame: CommitSync) -> None:
         token = frame.token
@@ -890,23 +764,8 @@ class PoolNode:
         else:
             moves.ended(worker, frame)
 
-    def _on_routes(self, worker: int, frame: _RouteFrame) -> None:
-        if isinstance(frame, RoutesChanged):
-            self.remote.changed(worker, FilterChanges(frame.added, frame.removed))
-        elif isinstance(frame, RoutesSnapshot):
-            self.remote.replace(worker, frame.filters)
-        elif isinstance(frame, SharesChanged):
-            self.shares.changed(worker, GroupCounts(frame.filters, frame.counts))
-        elif isinstance(frame, SharesSnapshot):
-            self.shares.replace(worker, GroupCounts(frame.filters, frame.counts))
-        elif isinstance(frame, DurableRoutes):
-            self.durable.changed(worker, FilterChanges(frame.added, frame.removed))
-        elif isinstance(frame, DurableSnapshot):
-            self.durable.replace(worker, frame.filters)
-        elif isinstance(frame, RoutesSync):
-            self.send(worker, RoutesSynced(frame.token))
-        else:
-            self._synced(worker, frame.token)
+    def _peers(self) -> set[int]:
+        return self.fabric.peers if self.fabric is not None else set()
 
     def broadcast(self, frame: Frame) -> None:
         if self.fabric is not None:

@@ -26,7 +26,8 @@ import gevent.event
 
 from actors.admission import Admission
 from core.bans import Ban, BanError, BanKind, ban_from_dict
-from pool.frames import BanLifted, BanSet, BansSnapshot, Frame, OpsReply, OpsRequest
+from pool.frames.codec import Frame
+from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, OpsRequest
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from core.message import Message
 from core.share_origin import ShareMark, ShareOrigin
-from pool.frames import Forward, ForwardShared
+from pool.frames.forwarding import Forward, ForwardShared
 
 
 class ForwardOutbox:

@@ -24,7 +24,7 @@ import logging
 import zlib
 from dataclasses import dataclass
 
-from pool.frames import Granted
+from pool.frames.ownership import Granted
 
 logger = logging.getLogger(__name__)
 

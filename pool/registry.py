@@ -45,7 +45,7 @@ from actors.session_registry import SessionRegistry
 from core.client import ClientInfo
 from mqtt.reason_codes import ReasonCode
 from net.transport import Transport
-from pool.frames import ClaimRefused, Granted
+from pool.frames.ownership import ClaimRefused, Granted
 from pool.node import ClaimAnswer, PoolNode
 from store.base import StoreError
 

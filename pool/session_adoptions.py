@@ -28,7 +28,8 @@ from actors.messages import ForwardingEnded, MoveSettled
 from actors.runtime import tell_if_alive
 from core.message import Message
 from core.session_state import SubscriptionOptions
-from pool.frames import HandOver, Orphans
+from pool.frames.moves import Orphans
+from pool.frames.ownership import HandOver
 from router.fan_out import FanOut, Route
 from router.route_table import RouteTable
 from router.shared import is_shared

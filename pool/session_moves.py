@@ -32,14 +32,9 @@ import gevent
 from actors.messages import EndForwarding, ForwardingEnded, MovedIn, MoveSettled
 from actors.runtime import tell_if_alive
 from core.session_state import Delivery
-from pool.frames import (
-    Frame,
-    HandOver,
-    MovedDeliveries,
-    MoveEnded,
-    MoveRoutesKnown,
-    MovingOut,
-)
+from pool.frames.codec import Frame
+from pool.frames.moves import MovedDeliveries, MoveEnded, MoveRoutesKnown, MovingOut
+from pool.frames.ownership import HandOver
 
 logger = logging.getLogger(__name__)
 

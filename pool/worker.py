@@ -41,8 +41,8 @@ from bridge.service import Bridges
 from core.move_in import insert_qos0
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
-from pool.frames import StoreFailing
-from pool.link import Fabric
+from pool.frames.store import StoreFailing
+from pool.link import UnixFabric
 from pool.node import PoolNode
 from pool.ownership import home_of
 from pool.registry import PoolRegistry
@@ -123,8 +123,9 @@ class PoolBroker(Broker):
         assert isinstance(admission, PoolAdmission)
         admission.send = node.send  # flapping: CONNECTs are counted at their id's home
         node.connection_counts.watch(self.endpoints)
-        node.fabric = Fabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
-        node.fabric.start()
+        fabric = UnixFabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
+        node.fabric = fabric
+        fabric.start()
         others = set(range(self.workers)) - {self.worker_id}
         deadline = time.monotonic() + LINK_WAIT
         while not others <= node.owned_reported and time.monotonic() < deadline:
@@ -180,7 +181,7 @@ class PoolBroker(Broker):
         self.node.open_for_claims()
         return registry
 
-    def _listen_on(self, endpoint: Endpoint) -> tuple[Any, int | None]:
+    def _listen_on(self, endpoint: Endpoint) -> tuple[gevent.socket.socket, None]:
         """The socket the supervisor bound for this endpoint (listeners keep their order),
         listening from now on (the supervisor binds a TCP-family worker's socket without
         listening: the port opens when a worker can accept; again for a restarted worker's
@@ -190,7 +191,7 @@ class PoolBroker(Broker):
         sock.listen(LISTEN_BACKLOG)
         return sock, None
 
-    def _http_listener(self) -> Any:
+    def _http_listener(self) -> gevent.socket.socket | None:
         """The admin HTTP socket the supervisor bound: worker 0 serves the API (the others
         run with `--http-port 0`, docs/pool.md)."""
         if self._http_fd is None:

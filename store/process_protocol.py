@@ -9,7 +9,7 @@ the same `sendall`/`recv_into`.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Protocol
 
 _HEADER = struct.Struct("<IB")
 
@@ -21,17 +21,25 @@ APPLY, LOAD, CLOSE, LOAD_SESSION = 1, 2, 3, 4
 READY, DONE, FAILED = 10, 11, 12
 
 
-def send_frame(sock: Any, kind: int, body: bytes = b"") -> None:
+class FrameSocket(Protocol):
+    """What the frames need of a socket: a blocking one, or gevent's (the broker's side)."""
+
+    def sendall(self, data: bytes, /) -> object: ...
+
+    def recv_into(self, buffer: memoryview, /) -> int: ...
+
+
+def send_frame(sock: FrameSocket, kind: int, body: bytes = b"") -> None:
     sock.sendall(b"".join((_HEADER.pack(len(body), kind), body)))
 
 
-def receive_frame(sock: Any) -> tuple[int, bytearray]:
+def receive_frame(sock: FrameSocket) -> tuple[int, bytearray]:
     """The next frame's (kind, body); EOFError if the other end closed the socket."""
     length, kind = _HEADER.unpack(_receive_exactly(sock, _HEADER.size))
     return kind, _receive_exactly(sock, length)
 
 
-def _receive_exactly(sock: Any, size: int) -> bytearray:
+def _receive_exactly(sock: FrameSocket, size: int) -> bytearray:
     buffer = bytearray(size)
     view = memoryview(buffer)
     received = 0

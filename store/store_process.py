@@ -121,7 +121,7 @@ def serve_pool(store: SqliteStore, listener: socket.socket, parent_fd: int) -> N
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "listener")
     selector.register(parent_fd, selectors.EVENT_READ, "parent")
-    connections = 0
+    connections: dict[int, socket.socket] = {}  # the workers' sockets by descriptor
     parent_alive = True
     while parent_alive or connections:
         for key, _events in selector.select():
@@ -129,21 +129,21 @@ def serve_pool(store: SqliteStore, listener: socket.socket, parent_fd: int) -> N
                 sock, _address = listener.accept()
                 sock.setblocking(True)
                 selector.register(sock, selectors.EVENT_READ, "worker")
-                connections += 1
+                connections[sock.fileno()] = sock
             elif key.data == "parent":
                 selector.unregister(parent_fd)
                 parent_alive = False
                 logger.info("%r: the pool is stopping; serving its workers' last commits", store)
             else:
-                sock = key.fileobj  # type: ignore[assignment]
+                sock = connections[key.fd]
                 try:
                     alive = server.serve_one(sock, close_store=False)
                 except OSError:
                     alive = False
                 if not alive:
                     selector.unregister(sock)
+                    del connections[key.fd]
                     sock.close()
-                    connections -= 1
 
 
 def main(argv: list[str] | None = None) -> int:

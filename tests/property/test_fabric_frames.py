@@ -1,4 +1,4 @@
-"""The fabric's frame codec (pool/frames.py) under hypothesis.
+"""The fabric's frame codec (pool/frames/) under hypothesis.
 
 - decode(encode(frames)) == frames, for every frame kind, whatever the messages carry (MQTT 5
   properties with binary values, empty and large payloads);
@@ -20,55 +20,49 @@ from hypothesis import strategies as st
 
 from core.message import Message, stored_message
 from core.session_state import Delivery
-from core.share_origin import ShareOrigin
+from core.share_origin import ShareMark, ShareOrigin
 from mqtt.encoder import encode_publish
 from mqtt.packets import PacketType
-from pool.frames import (
-    FLOW_REASONS,
-    Adopted,
+from pool.frames.admission import (
     AuthFailed,
     AuthFailing,
     AuthFailures,
     AuthSucceeded,
-    Claim,
-    ClaimRefused,
-    CommitSync,
-    Committed,
     Connecting,
-    DurableRoutes,
-    DurableSnapshot,
-    FlowHold,
-    FlowRelease,
-    Forward,
-    ForwardShared,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    Granted,
-    HandedOver,
-    HandOver,
-    Hello,
-    Leaving,
     ListenerCounts,
+)
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.flow import FLOW_REASONS, FlowHold, FlowRelease
+from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.moves import (
+    Adopted,
     MovedDeliveries,
     MoveEnded,
     MoveRoutesKnown,
     MovingOut,
     Orphans,
+)
+from pool.frames.ownership import (
+    Claim,
+    ClaimRefused,
+    Granted,
+    HandedOver,
+    HandOver,
     Owned,
     Release,
-    Retained,
+    Settled,
+)
+from pool.frames.peers import Hello, Leaving
+from pool.frames.routes import (
     RoutesChanged,
     RoutesSnapshot,
     RoutesSync,
     RoutesSynced,
-    Settled,
-    ShareMark,
     SharesChanged,
     SharesSnapshot,
-    StoreFailing,
-    encode_frame,
 )
+from pool.frames.store import DurableRoutes, DurableSnapshot, StoreFailing
+from pool.frames.validation import FrameError
 from tests.property.test_codec_properties import properties, texts, topic_filters, topic_names
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -312,8 +306,8 @@ def test_a_control_frame_with_a_field_missing_breaks_the_link() -> None:
 
 # A `Retained` frame (kind 5) carries nothing but the message part, so its bytes are written
 # here by hand: two 4-byte counts, the string table, one record per message
-# (`pool.frames._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three sizes),
-# then the payloads.
+# (`pool.frames.messages._MESSAGE_RECORD`: flags, timestamp, id, three string indexes, three
+# sizes), then the payloads.
 _RECORD = struct.Struct("<BdQIIIIII")
 
 

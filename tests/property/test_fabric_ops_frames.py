@@ -1,4 +1,4 @@
-"""The operations surface's fabric frames (kinds 60-79 of pool/frames.py) under hypothesis:
+"""The operations surface's fabric frames (pool/frames/operations.py, kinds 60-79) under hypothesis:
 decode(encode(frame)) == frame for any JSON rows, and a field of another type is refused."""
 
 from __future__ import annotations
@@ -10,17 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pool.frames import (
-    BanLifted,
-    BanSet,
-    BansSnapshot,
-    Frame,
-    FrameDecoder,
-    FrameError,
-    OpsReply,
-    OpsRequest,
-    encode_frame,
-)
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, OpsRequest
+from pool.frames.validation import FrameError
 
 SETTINGS = settings(max_examples=100, deadline=None)
 

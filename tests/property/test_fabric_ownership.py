@@ -14,7 +14,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pool.frames import Granted
+from pool.frames.ownership import Granted
 from pool.ownership import ClientIdArbiter, home_of
 
 

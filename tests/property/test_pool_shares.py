@@ -28,7 +28,9 @@ from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from mqtt.topics import matches
 from net.rate_limited_log import RateLimitedLog
-from pool.frames import ForwardShared, FrameDecoder, SharesChanged, encode_frame
+from pool.frames.codec import FrameDecoder, encode_frame
+from pool.frames.forwarding import ForwardShared
+from pool.frames.routes import SharesChanged
 from pool.outbox import ForwardOutbox
 from router.fan_out import Route
 from router.route_table import RouteTable

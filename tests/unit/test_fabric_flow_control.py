@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from channel.intake import Intake
 from core.flow import FlowState, SessionLoad, Watermarks
 from pool.flow_control import Publishers, RemoteGates
-from pool.frames import FlowHold, FlowRelease, Frame, FrameDecoder, encode_frame
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.flow import FlowHold, FlowRelease
 
 FLOW, BLOCKED = FlowState.FLOW, FlowState.BLOCKED
 

@@ -1,4 +1,4 @@
-"""The embedded fabric (pool/link.py): real Unix sockets between Fabric objects.
+"""The embedded fabric (pool/link.py): real Unix sockets between UnixFabric objects.
 
 Several workers' fabrics run in this one process on the same gevent hub, each with its own
 socket in a temporary run directory, as the pool's workers do in their own processes.
@@ -15,8 +15,11 @@ import gevent.socket
 import pytest
 
 from core.message import stored_message
-from pool.frames import Claim, Forward, Frame, RoutesChanged
-from pool.link import Fabric, socket_path
+from pool.frames.codec import Frame
+from pool.frames.forwarding import Forward
+from pool.frames.ownership import Claim
+from pool.frames.routes import RoutesChanged
+from pool.link import UnixFabric, socket_path
 
 
 class Recorder:
@@ -44,12 +47,12 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 @pytest.fixture
-def pool(tmp_path: Path) -> Iterator[Callable[[int, int, int], tuple[Fabric, Recorder]]]:
-    started: list[Fabric] = []
+def pool(tmp_path: Path) -> Iterator[Callable[[int, int, int], tuple[UnixFabric, Recorder]]]:
+    started: list[UnixFabric] = []
 
-    def start(worker: int, workers: int, epoch: int = 1) -> tuple[Fabric, Recorder]:
+    def start(worker: int, workers: int, epoch: int = 1) -> tuple[UnixFabric, Recorder]:
         recorder = Recorder()
-        fabric = Fabric(worker, workers, tmp_path, epoch, recorder)
+        fabric = UnixFabric(worker, workers, tmp_path, epoch, recorder)
         fabric.start()
         started.append(fabric)
         return fabric, recorder
@@ -60,7 +63,7 @@ def pool(tmp_path: Path) -> Iterator[Callable[[int, int, int], tuple[Fabric, Rec
 
 
 def test_three_workers_link_pairwise_once(
-    pool: Callable[..., tuple[Fabric, Recorder]],
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
 ) -> None:
     fabrics = [pool(worker, 3) for worker in (2, 0, 1)]  # any start order
     wait_for(lambda: all(len(fabric.peers) == 2 for fabric, _ in fabrics))
@@ -71,7 +74,7 @@ def test_three_workers_link_pairwise_once(
 
 
 def test_frames_arrive_in_order_and_batched_sends_all_arrive(
-    pool: Callable[..., tuple[Fabric, Recorder]],
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
 ) -> None:
     zero, _ = pool(0, 2)
     one, heard = pool(1, 2)
@@ -90,7 +93,7 @@ def test_frames_arrive_in_order_and_batched_sends_all_arrive(
 
 
 def test_broadcast_reaches_every_linked_worker(
-    pool: Callable[..., tuple[Fabric, Recorder]],
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
 ) -> None:
     zero, _ = pool(0, 3)
     _one, heard_one = pool(1, 3)
@@ -102,7 +105,7 @@ def test_broadcast_reaches_every_linked_worker(
 
 
 def test_a_worker_that_dies_is_reported_down_and_linked_again_when_back(
-    pool: Callable[..., tuple[Fabric, Recorder]],
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
 ) -> None:
     zero, heard_zero = pool(0, 2)
     one, heard_one = pool(1, 2)
@@ -117,7 +120,7 @@ def test_a_worker_that_dies_is_reported_down_and_linked_again_when_back(
 
 
 def test_a_peer_that_does_not_speak_the_fabric_is_closed_and_logged(
-    pool: Callable[..., tuple[Fabric, Recorder]],
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.message import Message
 from core.share_origin import ShareMark, ShareOrigin
-from pool.frames import Forward, ForwardShared
+from pool.frames.forwarding import Forward, ForwardShared
 from pool.outbox import ForwardOutbox
 
 

@@ -147,15 +147,25 @@ def test_bridge_pure_parts_are_sans_io(module: str) -> None:
     assert imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "ssl"}) == set()
 
 
-# The pool's frames, ownership and bookkeeping are pure; its link, node and worker are the
-# I/O that carries them.
-POOL_PURE = ("frames", "ownership", "orphans", "outbox", "flow_control", "connection_counts")
+# The pool's frames, ownership, route replication and bookkeeping are pure, and so is the
+# fabric's interface; its link, node and worker are the I/O that carries them.
+POOL_PURE = (
+    *("frames/*.py", "ownership.py", "orphans.py", "outbox.py", "flow_control.py"),
+    *("connection_counts.py", "routes.py", "fabric.py"),
+)
 
 
-@pytest.mark.parametrize("module", POOL_PURE)
-def test_pool_pure_parts_are_sans_io(module: str) -> None:
-    path = ROOT / "pool" / f"{module}.py"
-    assert imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "admin"}) == set()
+@pytest.mark.parametrize("pattern", POOL_PURE)
+def test_pool_pure_parts_are_sans_io(pattern: str) -> None:
+    paths = sorted((ROOT / "pool").glob(pattern))
+    assert paths, f"pool/{pattern} matches no module"
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            imported_roots(path) & (IO_ROOTS | {"actors", "store", "plugins", "admin"})
+        )
+        for path in paths
+    }
+    assert {name: bad for name, bad in offenders.items() if bad} == {}
 
 
 def test_the_actors_know_neither_the_pool_nor_the_admin_surface() -> None:

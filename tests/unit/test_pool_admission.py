@@ -23,7 +23,8 @@ from actors.admission import Admission
 from actors.config import FlappingConfig
 from core.bans import Ban, BanKind
 from pool.admission import PoolAdmission
-from pool.frames import Connecting, Frame, FrameDecoder, encode_frame
+from pool.frames.admission import Connecting
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.ownership import home_of
 from tests.unit.test_ops_units import client
 

@@ -18,15 +18,8 @@ from hypothesis import strategies as st
 
 from core.auth_failures import AuthFailureDelays
 from pool.auth_failures import ANSWER_TIMEOUT, PoolAuthFailures
-from pool.frames import (
-    AuthFailed,
-    AuthFailing,
-    AuthFailures,
-    AuthSucceeded,
-    Frame,
-    FrameDecoder,
-    encode_frame,
-)
+from pool.frames.admission import AuthFailed, AuthFailing, AuthFailures, AuthSucceeded
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.ownership import home_of
 
 SETTINGS = settings(max_examples=150, deadline=None)

@@ -18,7 +18,7 @@ import pytest
 from actors.admission import Admission
 from actors.config import FlappingConfig
 from core.bans import Ban, BanKind
-from pool.frames import Frame, FrameDecoder, encode_frame
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.ops import PoolOps
 from tests.unit.test_ops_units import client
 

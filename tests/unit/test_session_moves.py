@@ -16,14 +16,9 @@ import pool.session_moves
 from actors.messages import EndForwarding, ForwardingEnded, MovedIn, MoveSettled
 from core.message import Message
 from core.session_state import Delivery
-from pool.frames import (
-    Frame,
-    HandOver,
-    MovedDeliveries,
-    MoveEnded,
-    MoveRoutesKnown,
-    MovingOut,
-)
+from pool.frames.codec import Frame
+from pool.frames.moves import MovedDeliveries, MoveEnded, MoveRoutesKnown, MovingOut
+from pool.frames.ownership import HandOver
 from pool.session_moves import SessionMoves
 
 

@@ -1,0 +1,57 @@
+"""The frames that carry messages to other workers: a publish batch's `Forward` (or
+`ForwardShared`, for share groups), retained messages, and the `CommitSync` round a QoS 1/2
+acknowledgement waits for (docs/pool.md "Publishing across workers"). Their bodies are the
+binary message part of pool.frames.messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.message import Message
+from core.share_origin import ShareMark
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Messages of one publish batch for the receiver's local subscribers, in order.
+    `publisher`: the sender's flow-control id of the connection that published them (0:
+    none), which the receiver names in `FlowHold`/`FlowRelease`."""
+
+    messages: tuple[Message, ...]
+    publisher: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardShared:
+    """A `Forward` whose messages are also (or only) for share groups the sender picked the
+    receiver for: `marks[i]` says what message `i` is for."""
+
+    messages: tuple[Message, ...]
+    marks: tuple[ShareMark, ...]
+    publisher: int = 0  # as `Forward`'s
+
+    def __post_init__(self) -> None:
+        if len(self.marks) != len(self.messages):
+            raise ValueError(f"{len(self.marks)} share marks for {len(self.messages)} messages")
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """Retained messages set (payload) or cleared (empty payload), for every worker's index."""
+
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSync:
+    """Sent after a `Forward` with QoS 1/2 messages: answer `Committed(token)` once the store
+    ops of everything received before are committed (the publisher's PUBACK waits)."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The answer to `CommitSync(token)`."""
+
+    token: int
