@@ -1230,12 +1230,16 @@ class SessionActor(GeventActor):
 
     def _report_dropped(self) -> None:
         dropped, self._drops = self._drops or [], None
-        self._context.stats.deliveries_dropped += len(dropped)
+        stats = self._context.stats
+        stats.deliveries_dropped += len(dropped)
+        bounds = self._context.queue_bounds
+        if bounds and self.state.client_id in bounds:  # a bridge's session
+            stats.count_session_drops(self.state.client_id, len(dropped))
         counts: dict[DropReason, int] = {}
         for drop in dropped:
             counts[drop.reason] = counts.get(drop.reason, 0) + 1
         for reason, count in counts.items():
-            self._context.stats.count_drops(reason._value_, count)
+            stats.count_drops(reason._value_, count)
             where = f"for client {self.state.client_id!r}"
             report_loss(self._context.loss_log, reason, count, where)
         if self._stored:

@@ -149,7 +149,16 @@ COLUMNS: dict[tuple[str, str | None], list[str]] = {
     ("ban", "list"): ["kind", "value", "until", "reason"],
     ("plugins", "list"): ["name", "reloadable"],
     ("plugins", "reload"): ["name", "reloadable"],
-    ("bridges", None): ["name", "connected", "address", "sent", "received", "queued", "worker"],
+    ("bridges", None): [
+        "name",
+        "connected",
+        "address",
+        "sent",
+        "received",
+        "queued",
+        "dropped",
+        "worker",
+    ],
 }
 
 

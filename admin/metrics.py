@@ -64,13 +64,19 @@ class BridgeCollector(Collector):
             "Messages from the remote published here.",
             labels=labels,
         )
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_bridge_messages_dropped",
+            "Messages dropped from the bridge's session (past its queue bound, or expired).",
+            labels=labels,
+        )
         for row in rows:
             name = [row["name"]]
             connected.add_metric(name, 1 if row["connected"] else 0)
             queued.add_metric(name, row.get("queued", 0))
             sent.add_metric(name, row.get("sent", 0))
             received.add_metric(name, row.get("received", 0))
-        return iter([connected, queued, sent, received])
+            dropped.add_metric(name, row.get("dropped", 0))
+        return iter([connected, queued, sent, received, dropped])
 
 
 def new_registry(

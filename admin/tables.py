@@ -189,12 +189,13 @@ def synced(_broker: BrokerView, _query: dict[str, Any]) -> Rows:
 
 def bridges(broker: BrokerView, _query: dict[str, Any]) -> Rows:
     """The bridges this worker runs (a pool runs each in one worker): their state, counts
-    since the broker started, and what waits in their `$bridge/<name>` session (queued and
-    in flight: docs/bridges.md)."""
+    since the broker started, what waits in their `$bridge/<name>` session (queued and
+    in flight) and what this worker dropped from it (docs/bridges.md)."""
     running = broker.bridges
     if running is None:
         return []
     sessions = _sessions(broker)
+    dropped = broker.context.stats.dropped_by_bounded_session
     rows: Rows = []
     for name, runner in sorted(running.runners.items()):
         if not runner.running:
@@ -217,6 +218,7 @@ def bridges(broker: BrokerView, _query: dict[str, Any]) -> Rows:
                 "received": counts.received,
                 "unmapped": counts.unmapped,
                 "queued": waiting,
+                "dropped": dropped.get(runner.client_id, 0),
             }
         )
     return rows

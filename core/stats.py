@@ -44,6 +44,10 @@ class BrokerStats:
     rate_limited: int = 0  # reads paused because a client was over its rate limit
     dropped_no_subscribers: int = 0  # of messages_dropped: kept apart, it is the common one
     dropped_by_reason: dict[str, int] = field(default_factory=dict)  # every other drop
+    # Deliveries dropped from the sessions with a queue bound of their own (the bridges'
+    # `$bridge/<name>`: `BrokerContext.queue_bounds`), by client id: the admin API's
+    # "dropped" of each bridge.
+    dropped_by_bounded_session: dict[str, int] = field(default_factory=dict)
     bytes_received: int = 0  # MQTT bytes read (after TLS/WebSocket)
     bytes_sent: int = 0  # MQTT bytes written by client and session actors
     topics: dict[str, int] = field(default_factory=dict)  # sampled messages per topic
@@ -51,6 +55,10 @@ class BrokerStats:
 
     def count_drops(self, reason: str, count: int) -> None:
         self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + count
+
+    def count_session_drops(self, client_id: str, count: int) -> None:
+        by_session = self.dropped_by_bounded_session
+        by_session[client_id] = by_session.get(client_id, 0) + count
 
     def count_topics(self, messages: list[Message]) -> None:
         """Count the topics of one batch in TOPIC_SAMPLE for the "top topics" view (bounded

@@ -1,12 +1,14 @@
 """`python -m loadtest.bridge_bench`: QoS 1 messages per second through a bridge.
 
 A remote Mosquitto and a local broker bridged to it (`topic up/# out 1 site7/ plant/`):
-`--publishers` `mosquitto_pub` processes each publish `--messages` QoS 1 messages of 64
-bytes to the local broker's `site7/up/<n>` (`mosquitto_pub --repeat` waits for each PUBACK
-before the next publish, so each publisher has one message in flight), `mosquitto_sub` counts them
-on the remote's `plant/up/#` at QoS 1, and the rate is the messages over the time from the
-first publish to the last arrival. Both
-clients are Mosquitto's own, in C, so they are not the limit. The local broker is ours
+`--publishers` clients each publish `--messages` QoS 1 messages of 64 bytes to the local
+broker's `site7/up/...`, `mosquitto_sub` counts them on the remote's `plant/up/#` at QoS 1,
+and the rate is the messages over the time from starting the publishers to the last
+arrival. With `--window 1` (the default) the publishers are `mosquitto_pub` processes
+(`--repeat` waits for each PUBACK before the next publish: one message in flight each);
+with `--window W` they are the connections of one `mqttbench fanin` (../shared/bench's
+generator, built into `--build-dir` on first use), each keeping up to W messages
+un-PUBACKed. The clients are in C, so they are not the limit. The local broker is ours
 (`--workers 1` and the default pool) or, as the anchor, a second Mosquitto with its own
 `connection` bridge of the same topic line. Runs are interleaved, the order rotated each
 repetition; each runs on fresh brokers. Prints one Markdown table (medians over the
@@ -114,7 +116,49 @@ BROKERS: dict[str, Callable[[Path, int, int], subprocess.Popen[bytes]]] = {
 }
 
 
-def one_run(name: str, publishers: int, messages: int, timeout: float) -> dict[str, object]:
+GENERATOR = ROOT.parent / "shared" / "bench" / "mqttbench.c"
+
+
+def build_generator(build_dir: Path) -> Path:
+    """../shared/bench's load generator, compiled into `build_dir` unless it is there."""
+    binary = build_dir / "mqttbench"
+    if not binary.exists() or binary.stat().st_mtime < GENERATOR.stat().st_mtime:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-O2", "-o", str(binary), str(GENERATOR)], check=True)
+    return binary
+
+
+def start_publishers(
+    port: int, publishers: int, messages: int, window: int, generator: Path | None
+) -> list[subprocess.Popen[bytes]]:
+    """`publishers` clients sending `messages` QoS 1 messages each to `site7/up/...`."""
+    if generator is None:
+        return [
+            subprocess.Popen(
+                [
+                    *("mosquitto_pub", "-p", str(port), "-t", f"site7/up/{index}"),
+                    *("-q", "1", "-m", "x" * 64),
+                    *("--repeat", str(messages)),  # N publishes in all (Mosquitto 2.0)
+                ]
+            )
+            for index in range(publishers)
+        ]
+    argv = [str(generator), "fanin", "--port", str(port), "--prefix", "site7/up"]
+    argv += ["--pubs", str(publishers), "--subs", "0", "--qos", "1", "--size", "64"]
+    argv += ["--window", str(window), "--msgs", str(messages * publishers), "--settle", "0"]
+    argv += ["--max-pub-time", "600"]
+    return [subprocess.Popen(argv, stdout=subprocess.DEVNULL)]
+
+
+def one_run(
+    name: str,
+    publishers: int,
+    messages: int,
+    timeout: float,
+    *,
+    window: int = 1,
+    generator: Path | None = None,
+) -> dict[str, object]:
     """Messages per second through `name`'s bridge, on fresh brokers."""
     with tempfile.TemporaryDirectory(prefix="bridge-bench-") as tmp:
         workdir = Path(tmp)
@@ -132,16 +176,7 @@ def one_run(name: str, publishers: int, messages: int, timeout: float) -> dict[s
             )
             time.sleep(0.5)  # subscribed
             started = time.monotonic()
-            clients = [
-                subprocess.Popen(
-                    [
-                        *("mosquitto_pub", "-p", str(local_port), "-t", f"site7/up/{index}"),
-                        *("-q", "1", "-m", "x" * 64),
-                        *("--repeat", str(messages)),  # N publishes in all (Mosquitto 2.0)
-                    ]
-                )
-                for index in range(publishers)
-            ]
+            clients = start_publishers(local_port, publishers, messages, window, generator)
             for client in clients:
                 client.wait(timeout)
             code = sub.wait(timeout + 5)
@@ -153,6 +188,7 @@ def one_run(name: str, publishers: int, messages: int, timeout: float) -> dict[s
         ok = code == 0
         return {
             "broker": name,
+            "window": window,
             "messages": messages * publishers,
             "ok": ok,
             "seconds": round(elapsed, 3),
@@ -168,13 +204,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--brokers", default=",".join(BROKERS))
     parser.add_argument("--out", type=Path, default=None, help="JSON lines appended here")
+    parser.add_argument("--window", type=int, default=1, help="QoS 1 in flight per publisher")
+    parser.add_argument(
+        "--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "mqttbench-build"
+    )
     args = parser.parse_args(argv)
     names = args.brokers.split(",")
+    generator = build_generator(args.build_dir) if args.window > 1 else None
     runs: list[dict[str, object]] = []
     for rep in range(args.reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
-            run = {"rep": rep, **one_run(name, args.publishers, args.messages, args.timeout)}
+            run = {
+                "rep": rep,
+                **one_run(
+                    name,
+                    args.publishers,
+                    args.messages,
+                    args.timeout,
+                    window=args.window,
+                    generator=generator,
+                ),
+            }
             print(orjson.dumps(run).decode(), file=sys.stderr)
             runs.append(run)
             if args.out is not None:

@@ -6,6 +6,7 @@
 const HISTORY = 300; // samples kept: five minutes at one a second
 const samples = []; // {time, connections, received, sent, dropped}
 let clientSearch = "";
+let bridges = false; // any configured: the first answer says (they change only on restart)
 let csrfToken = null; // the login session's, from /api/v1/session; null with Basic credentials
 
 async function api(path, options) {
@@ -166,6 +167,14 @@ async function refreshRetained() {
   }));
 }
 
+async function refreshBridges() {
+  const answer = await api("/api/v1/bridges");
+  bridges = answer.data.length > 0;
+  document.getElementById("bridges-panel").hidden = !bridges;
+  fill("bridges", answer.data.map((b) => row([b.name, b.connected ? "yes" : "no", b.address,
+    b.worker, b.sent, b.received, b.queued, b.dropped, b.last_error])));
+}
+
 async function loadConfig() {
   const config = await api("/api/v1/config");
   const list = document.getElementById("config");
@@ -194,7 +203,8 @@ function showError(error) {
 
 async function tick() {
   try {
-    await Promise.all([refreshStats(), refreshClients(), refreshRetained()]);
+    const bridgeRows = bridges ? [refreshBridges()] : [];
+    await Promise.all([refreshStats(), refreshClients(), refreshRetained(), ...bridgeRows]);
     const left = missingWorkers.length ? ` · workers ${missingWorkers.join(", ")} not answering` : "";
     setStatus(true, `live · ${new Date().toLocaleTimeString()}${left}`);
   } catch (error) {
@@ -247,6 +257,7 @@ document.getElementById("client-search").addEventListener("input", (event) => {
 });
 loadSession().then(() => {
   loadConfig().catch(showError);
+  refreshBridges().catch(showError);
   tick();
   setInterval(tick, 1000);
 }).catch(showError);

@@ -187,7 +187,9 @@ def test_messages_wait_for_the_remote_in_order_none_twice(tmp_path: Path, crash:
 def test_past_the_queue_bound_the_oldest_are_dropped_and_logged(tmp_path: Path) -> None:
     remote = start_mosquitto(tmp_path)
     config = bridge_config(remote.port, PREFIXED, "queue_max_messages = 10\nmax_inflight = 5")
-    broker = start_broker(tmp_path, config)
+    port = free_port()
+    broker = start_broker(tmp_path, config + http_config(port))
+    admin = Admin(broker, port)
     try:
         wait_for_log(broker, CONNECTED, timeout=15)
         far = PahoCollector(remote, "far-keeper", clean_session=False)
@@ -201,6 +203,19 @@ def test_past_the_queue_bound_the_oldest_are_dropped_and_logged(tmp_path: Path) 
         near.close()
         wait_for_log(broker, "'$bridge/m'", timeout=5)
         wait_for_log(broker, "queue_max_messages", timeout=5)
+        # The API, /metrics and ctl count them (the log line is one a second, with counts).
+        deadline = time.monotonic() + 10
+        while (row := admin.get("/api/v1/bridges")["data"][0])["dropped"] < 15:
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+        assert (row["dropped"], row["queued"], row["connected"]) == (15, 15, False), row
+        while 'bridge_messages_dropped_total{bridge="m"} 15.0' not in (
+            metrics := admin.request("GET", "/metrics").body.decode()
+        ):
+            assert time.monotonic() < deadline + 5, metrics
+            time.sleep(0.2)
+        header, line = _ctl(admin, "bridges").splitlines()[-2:]
+        assert dict(zip(header.lower().split(), line.split(), strict=True))["dropped"] == "15"
         remote = start_mosquitto(tmp_path, remote.port)
         far = PahoCollector(remote, "far-keeper", clean_session=False)
         # The first 5 took the in-flight window (as Mosquitto's max_queued_messages, the

@@ -23,7 +23,15 @@ import pytest
 from mqtt.packets import Publish
 from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import running_broker, wait_for_log
-from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
+from tests.support.broker_process import start_broker
+from tests.support.clients import (
+    PahoCollector,
+    connect_raw,
+    expect_publish,
+    subscribe_raw,
+    unique,
+)
+from tests.support.mosquitto import MOSQUITTO, start_mosquitto
 from tests.support.workers import connect_on_worker
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -102,6 +110,7 @@ def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin, workers: 
             expect(page.locator("#topics tbody tr").first).to_contain_text("dash/hot")
             expect(page.locator("#retained")).to_contain_text("dash/config")
             expect(page.locator("#config")).to_contain_text("tcp 127.0.0.1:")
+            expect(page.locator("#bridges-panel")).to_be_hidden()  # none configured
             # Search narrows the clients table.
             page.fill("#client-search", "dash-v")
             expect(page.locator("#clients tbody tr")).to_have_count(1)
@@ -229,3 +238,58 @@ def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -
     wait_for_log(admin.broker, "refused POST /api/v1/banned from 127.0.0.1: a cross-site request")
     assert admin.get("/api/v1/banned")["data"] == []
     connect_raw(admin.broker, unique("still-welcome")).close()  # CONNACK 0, not 5
+
+
+BRIDGE = """[[bridges]]
+name = "cloud"
+addresses = ["127.0.0.1:{port}"]
+reconnect_delay = 0.2
+max_reconnect_delay = 1.0
+[[bridges.topics]]
+pattern = "up/#"
+direction = "out"
+qos = 1
+"""
+
+
+@pytest.mark.skipif(not Path(MOSQUITTO).exists(), reason="mosquitto not installed")
+def test_dashboard_lists_the_bridges(tmp_path: Path, workers: int) -> None:
+    """A bridge to a real Mosquitto: its row says connected and counts what crossed; with
+    the remote stopped, not connected, and the messages waiting for it."""
+    remote = start_mosquitto(tmp_path)
+    port = free_port()
+    broker = start_broker(tmp_path, BRIDGE.format(port=remote.port) + http_config(port))
+    admin = Admin(broker, port)
+    publisher = None
+    try:
+        wait_for_log(broker, "bridge 'cloud': connected to", timeout=15)
+        publisher = PahoCollector(broker, unique("dash-bridged"))
+        for index in range(3):
+            publisher.publish("up/x", b"%d" % index, 1)
+        with playwright_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            context = browser.new_context(
+                http_credentials={"username": "operator", "password": API_KEY}
+            )
+            page = context.new_page()
+            page.goto(admin.url + "/")
+            expect = playwright_api.expect
+            cells = page.locator("#bridges tbody tr").first.locator("td")
+            # name, connected, remote, worker, sent, received, queued, dropped, last error
+            expect(cells.nth(0)).to_have_text("cloud", timeout=10_000)
+            expect(cells.nth(1)).to_have_text("yes")
+            expect(cells.nth(2)).to_have_text(f"127.0.0.1:{remote.port}")
+            expect(cells.nth(4)).to_have_text("3", timeout=10_000)
+            remote.stop()
+            wait_for_log(broker, "bridge 'cloud': connection lost", timeout=10)
+            for index in range(3, 5):
+                publisher.publish("up/x", b"%d" % index, 1)
+            expect(cells.nth(1)).to_have_text("no", timeout=10_000)
+            expect(cells.nth(6)).to_have_text("2", timeout=10_000)
+            expect(cells.nth(8)).not_to_be_empty()
+            browser.close()
+    finally:
+        if publisher is not None:
+            publisher.close()
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
