@@ -1,13 +1,14 @@
 """The decision cache of a plugin whose backend is a service: its options, keys and invalidation.
 
 A backend plugin (`plugins.auth_http`, a database plugin) asks its service once per client
-and credentials, and once per client, action and topic, and keeps the answer in a
+and credentials, and once per client, action, topic and QoS, and keeps the answer in a
 `hooks.decision_cache.DecisionCache`:
 
 - authentication answers by (client id, user name, peer host, a hash of the password): a
   keyed BLAKE2b digest whose key is random per process, so the cache holds nothing a
   password could be recovered or guessed from offline; never the password itself;
-- authorisation answers by (client id, user name, action, topic);
+- authorisation answers by (client id, user name, action, topic, QoS): a rule may name
+  the QoS it allows;
 - an allowing answer is kept `cache_ttl` seconds, any other (deny, ignore, a refused
   CONNECT) `cache_negative_ttl` seconds; a backend that could not answer is never cached;
 - forgotten all at once by `clear()` (the plugin calls it from `reload()`, on SIGHUP), and
@@ -73,7 +74,7 @@ def peer_host(peer: str) -> str:
 
 
 AuthKey = tuple[str, str | None, str, bytes]
-AclKey = tuple[str, str | None, str, str]
+AclKey = tuple[str, str | None, str, str, int]
 
 
 class BackendCache(Generic[A, Z]):
@@ -145,4 +146,4 @@ def _auth_key(request: AuthenticateRequest) -> AuthKey:
 
 def _acl_key(request: AuthorizeRequest) -> AclKey:
     client = request.client
-    return client.client_id, client.username, request.action.value, request.topic
+    return client.client_id, client.username, request.action.value, request.topic, request.qos
