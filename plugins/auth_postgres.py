@@ -14,7 +14,8 @@ algorithms while users move to a stronger one) are read by column name. `acl_que
 the rules of a PUBLISH or SUBSCRIBE, one per row (`permission`, `action`, `topic`, optional
 `qos`), applied in the order of the rows (`plugins.user_store` has what each answer means).
 A query names the client's `${username}`, `${clientid}` and `${peerhost}`; they are sent as
-bound parameters, never spliced into the SQL. An empty query turns that half off.
+bound parameters, never spliced into the SQL (a client without a user name: NULL, which
+`username = ${username}` matches in no row). An empty query turns that half off.
 
 The queries run with psycopg 3 on a `psycopg_pool` connection pool (`pool_size`
 connections, each checked before use so a restarted server costs no failed query), always

@@ -11,12 +11,13 @@ A plugin built on this module supplies a `UserStore`, the blocking client of its
 `UserStorePlugin` does the rest, as `plugins.auth_http` does for a service: each call runs in
 the plugin's `Offload` threads (the password check too: PBKDF2 and bcrypt cost CPU on
 purpose), answers are kept in a `BackendCache`, and a store that cannot answer is handled by
-`on_failure`. Authentication: no user name or an unknown user is IGNOREd (the next plugin,
-or `[auth] allow_anonymous`, decides, as EMQX's "not found"), a password that matches is
-allowed (a superuser is then allowed every PUBLISH and SUBSCRIBE without asking), any other
-is refused as bad credentials; a stored hash no password can match is refused the same way
-and logged with the user to fix. Authorisation: the first rule that matches decides;
-none: IGNORE; a rule that cannot be read denies, logged with the rule to fix.
+`on_failure`. Authentication: a user the store does not find (with the default queries,
+any client without a user name) is IGNOREd (the next plugin, or `[auth] allow_anonymous`,
+decides, as EMQX's "not found"), a password that matches is allowed (a superuser is then
+allowed every PUBLISH and SUBSCRIBE without asking), any other is refused as bad
+credentials; a stored hash no password can match is refused the same way and logged with
+the user to fix. Authorisation: the first rule that matches decides; none: IGNORE; a rule
+that cannot be read denies, logged with the rule to fix.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class UserStorePlugin:
 
     def authenticate(self, request: AuthenticateRequest) -> Decision | AuthResult:
         client = request.client
-        if request.method is not None or client.username is None:
+        if request.method is not None:
             return Decision.IGNORE
         cached = self._cache.authentication(request)
         if cached is None:

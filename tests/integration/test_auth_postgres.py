@@ -22,6 +22,7 @@ from tests.support.clients import connect_raw, expect_publish, subscribe_raw, un
 from tests.support.postgres import PostgresServer
 from tests.support.user_stores import (
     BAD_CREDENTIALS,
+    NOT_AUTHORIZED,
     PBKDF2_ITERATIONS,
     SERVER_UNAVAILABLE,
     Traffic,
@@ -117,6 +118,7 @@ def test_users_of_each_hash_algorithm_log_in_and_wrong_passwords_do_not(
         assert connack(pg_broker, version, user, "wrong") == BAD_CREDENTIALS[version], user
     # Unknown: ignored, and nothing else allows it ([auth] allow_anonymous = false).
     assert connack(pg_broker, version, "nobody-here", "x") == BAD_CREDENTIALS[version]
+    assert connack(pg_broker, version, None, "x") == NOT_AUTHORIZED[version]  # found by no query
 
 
 def test_a_hash_no_password_can_match_is_refused_and_logged(pg_broker: BrokerProcess) -> None:

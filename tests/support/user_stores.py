@@ -24,6 +24,7 @@ from tests.support.raw_client import RawClient
 
 PBKDF2_ITERATIONS = 1000
 SERVER_UNAVAILABLE = {4: ConnackReturnCode.SERVER_UNAVAILABLE, 5: ReasonCode.SERVER_UNAVAILABLE}
+NOT_AUTHORIZED = {4: ConnackReturnCode.NOT_AUTHORIZED, 5: ReasonCode.NOT_AUTHORIZED}
 BAD_CREDENTIALS = {
     4: ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD,
     5: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
@@ -59,11 +60,15 @@ def stored_users() -> list[StoredUser]:
     ]
 
 
-def connack(broker: BrokerProcess, version: int, username: str, password: str) -> int:
-    """The CONNACK code a new client with these credentials gets."""
+def connack(broker: BrokerProcess, version: int, username: str | None, password: str) -> int:
+    """The CONNACK code a new client with these credentials gets (None: no user name, and
+    so no password)."""
     client = RawClient(broker.host, broker.port, version=version, timeout=10)
     try:
-        answer = client.connect(unique("db"), username=username, password=password.encode())
+        credentials = (
+            {} if username is None else {"username": username, "password": password.encode()}
+        )
+        answer = client.connect(unique("db"), **credentials)
         assert isinstance(answer, ConnAck), answer
         return int(answer.reason_code)
     finally:
