@@ -24,8 +24,10 @@ in the plugin's `Offload` threads, in autocommit, with a statement timeout of `t
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +54,26 @@ DEFAULT_AUTH_QUERY = (
 DEFAULT_ACL_QUERY = (
     "SELECT permission, action, topic FROM mqtt_acl WHERE username = ${username} ORDER BY id"
 )
+
+
+class _OncePerSecond(logging.Filter):
+    """psycopg_pool logs every failed connection attempt (several a second while the server
+    is away, from each worker); the plugin's own failure line is already rate-limited, so
+    one of psycopg_pool's lines a second is kept, for its reason ("Connection refused")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if record.levelno >= logging.ERROR or now - self._last >= 1.0:
+            self._last = now
+            return True
+        return False
+
+
+logging.getLogger("psycopg.pool").addFilter(_OncePerSecond())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from core.backend_figures import figures_for
 from hooks.decision_cache import DecisionCache
 from hooks.events import (
     AuthenticateRequest,
+    AuthorizeAction,
     AuthorizeRequest,
     ClientDisconnected,
     DisconnectReason,
@@ -43,6 +44,7 @@ from plugins.base import PluginConfigError
 A = TypeVar("A")  # what the plugin keeps for an authentication
 Z = TypeVar("Z")  # what the plugin keeps for an authorisation
 
+_PUBLISH = AuthorizeAction.PUBLISH
 _CREDENTIALS_KEY = os.urandom(32)  # per process: the digests mean nothing elsewhere
 
 
@@ -74,7 +76,7 @@ def peer_host(peer: str) -> str:
 
 
 AuthKey = tuple[str, str | None, str, bytes]
-AclKey = tuple[str, str | None, str, str, int]
+AclKey = tuple[str, str | None, bool, str, int]  # bool: PUBLISH (else SUBSCRIBE)
 
 
 class BackendCache(Generic[A, Z]):
@@ -146,4 +148,7 @@ def _auth_key(request: AuthenticateRequest) -> AuthKey:
 
 def _acl_key(request: AuthorizeRequest) -> AclKey:
     client = request.client
-    return client.client_id, client.username, request.action.value, request.topic, request.qos
+    # The action as a bool: an enum's `.value` and its hash are Python-level calls, and this
+    # runs for every PUBLISH of a client whose plugin asks a backend.
+    publish = request.action is _PUBLISH
+    return client.client_id, client.username, publish, request.topic, request.qos
