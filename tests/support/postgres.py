@@ -80,22 +80,29 @@ class PostgresServer:
         self._owner = _owner()
         if self._owner:
             shutil.chown(self.directory, SYSTEM_USER)
-        subprocess.run(
-            [
-                str(self.bin / "initdb"),
-                "-D",
-                str(self.data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            cwd=self.directory,
-            **self._owner,
-        )
+        try:
+            subprocess.run(
+                [
+                    str(self.bin / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-sync",
+                ],
+                check=True,
+                capture_output=True,
+                cwd=self.directory,
+                **self._owner,
+            )
+        except (OSError, subprocess.CalledProcessError) as error:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            output = getattr(error, "stderr", b"") or b""
+            raise RuntimeError(
+                f"initdb failed: {error}\n{output.decode(errors='replace')}"
+            ) from None
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
