@@ -8,13 +8,17 @@ BIN := $(VENV)/bin
 
 # Debian packages the tests use: mosquitto (mosquitto_passwd and a reference broker),
 # mosquitto-clients (interoperability tests), a Java runtime for PySpark, chromium (the
-# dashboard test drives it with Playwright; no browser download).
+# dashboard test drives it with Playwright; no browser download), postgresql and
+# redis-server (the auth_postgres and auth_redis tests start private servers; Debian keeps
+# PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off the PATH).
 system-deps:
 	@missing=""; \
 	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
 	command -v mosquitto_passwd >/dev/null || missing="$$missing mosquitto"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -48,17 +48,14 @@ from hooks.events import (
 )
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
-from mqtt.topics import TopicError, validate_topic_filter
-from plugins.acl_file import covers
+from plugins.acl_rules import Rule, parse_rule
 from plugins.base import PluginConfigError, PluginContext, parse_options
 from plugins.offload import BackendUnavailableError, Offload, OffloadOptions
-from router.topic_trie import TopicTrie
 
 logger = logging.getLogger(__name__)
 
 _ASYMMETRIC = ("RS256", "ES256")
 _UNKNOWN_KID_REFETCH = 10.0  # seconds between JWKS fetches made for an unknown key id
-_ACTIONS = {"publish": ("publish",), "subscribe": ("subscribe",), "all": ("publish", "subscribe")}
 _LEGACY = {"pub": "publish", "sub": "subscribe", "all": "all"}
 
 
@@ -72,26 +69,6 @@ class Config(OffloadOptions):
     from_field: str = "password"  # "password" or "username": where the token is
     acl_claim: str = "acl"  # the claim holding the connection's ACL rules
     disconnect_on_expiry: bool = True  # close the connection at the token's exp
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    allow: bool
-    actions: tuple[str, ...]  # "publish", "subscribe"
-    topic: str  # a filter, placeholders replaced
-    exact: bool  # `eq`: the filter itself, not what it matches
-    qos: tuple[int, ...] | None
-
-    def decides(self, request: AuthorizeRequest) -> bool:
-        if request.action.value not in self.actions:
-            return False
-        if self.qos is not None and request.qos not in self.qos:
-            return False
-        if self.exact:
-            return request.topic == self.topic
-        trie = TopicTrie()
-        trie.add(self.topic)
-        return covers(trie, request.topic)
 
 
 class Keys:
@@ -271,36 +248,10 @@ def parse_acl_claim(acl: Any, client_id: str, username: str | None) -> tuple[Rul
         raise ValueError("acl claim: expected a list of rules (or EMQX 4's pub/sub/all object)")
     rules = []
     for entry in acl:
-        rule = _rule(entry, client_id, username)
+        rule = parse_rule(entry, client_id, username, "acl claim")
         if rule is not None:
             rules.append(rule)
     return tuple(rules)
-
-
-def _rule(entry: Any, client_id: str, username: str | None) -> Rule | None:
-    if not isinstance(entry, dict) or set(entry) - {"permission", "action", "topic", "qos"}:
-        raise ValueError(
-            f"acl claim: rule {entry!r}: expected permission, action, topic and optional qos"
-        )
-    permission, action, topic = entry.get("permission"), entry.get("action"), entry.get("topic")
-    qos = entry.get("qos")
-    if permission not in ("allow", "deny") or action not in _ACTIONS or not isinstance(topic, str):
-        raise ValueError(f"acl claim: rule {entry!r}: bad permission, action or topic")
-    if qos is not None and not (isinstance(qos, list) and all(q in (0, 1, 2) for q in qos)):
-        raise ValueError(f"acl claim: rule {entry!r}: qos must be a list of 0, 1, 2")
-    exact = topic.startswith("eq ")
-    if exact:
-        topic = topic[3:]
-    if "${username}" in topic and username is None:
-        return None  # a rule for the user name never applies to a client without one
-    topic = topic.replace("${clientid}", client_id).replace("${username}", username or "")
-    try:
-        validate_topic_filter(topic)
-    except TopicError as error:
-        raise ValueError(f"acl claim: rule {entry!r}: {error}") from None
-    return Rule(
-        permission == "allow", _ACTIONS[action], topic, exact, None if qos is None else tuple(qos)
-    )
 
 
 def _connection(client: ClientInfo) -> tuple[str, str]:

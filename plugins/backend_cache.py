@@ -1,13 +1,14 @@
 """The decision cache of a plugin whose backend is a service: its options, keys and invalidation.
 
 A backend plugin (`plugins.auth_http`, a database plugin) asks its service once per client
-and credentials, and once per client, action and topic, and keeps the answer in a
+and credentials, and once per client, action, topic and QoS, and keeps the answer in a
 `hooks.decision_cache.DecisionCache`:
 
 - authentication answers by (client id, user name, peer host, a hash of the password): a
   keyed BLAKE2b digest whose key is random per process, so the cache holds nothing a
   password could be recovered or guessed from offline; never the password itself;
-- authorisation answers by (client id, user name, action, topic);
+- authorisation answers by (client id, user name, action, topic, QoS): a rule may name
+  the QoS it allows;
 - an allowing answer is kept `cache_ttl` seconds, any other (deny, ignore, a refused
   CONNECT) `cache_negative_ttl` seconds; a backend that could not answer is never cached;
 - forgotten all at once by `clear()` (the plugin calls it from `reload()`, on SIGHUP), and
@@ -31,6 +32,7 @@ from core.backend_figures import figures_for
 from hooks.decision_cache import DecisionCache
 from hooks.events import (
     AuthenticateRequest,
+    AuthorizeAction,
     AuthorizeRequest,
     ClientDisconnected,
     DisconnectReason,
@@ -42,6 +44,7 @@ from plugins.base import PluginConfigError
 A = TypeVar("A")  # what the plugin keeps for an authentication
 Z = TypeVar("Z")  # what the plugin keeps for an authorisation
 
+_PUBLISH = AuthorizeAction.PUBLISH
 _CREDENTIALS_KEY = os.urandom(32)  # per process: the digests mean nothing elsewhere
 
 
@@ -73,7 +76,7 @@ def peer_host(peer: str) -> str:
 
 
 AuthKey = tuple[str, str | None, str, bytes]
-AclKey = tuple[str, str | None, str, str]
+AclKey = tuple[str, str | None, bool, str, int]  # bool: PUBLISH (else SUBSCRIBE)
 
 
 class BackendCache(Generic[A, Z]):
@@ -145,4 +148,7 @@ def _auth_key(request: AuthenticateRequest) -> AuthKey:
 
 def _acl_key(request: AuthorizeRequest) -> AclKey:
     client = request.client
-    return client.client_id, client.username, request.action.value, request.topic
+    # The action as a bool: an enum's `.value` and its hash are Python-level calls, and this
+    # runs for every PUBLISH of a client whose plugin asks a backend.
+    publish = request.action is _PUBLISH
+    return client.client_id, client.username, publish, request.topic, request.qos

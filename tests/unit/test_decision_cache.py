@@ -111,7 +111,7 @@ def test_credentials_are_kept_as_a_keyed_digest_never_the_password() -> None:
     assert (figures.cache_hits, figures.cache_misses) == (1, 2)
 
 
-def test_acl_answers_are_kept_per_client_action_and_topic() -> None:
+def test_acl_answers_are_kept_per_client_action_topic_and_qos() -> None:
     cache: BackendCache[Decision, Decision] = BackendCache(
         "test.backend_cache.acl", CacheOptions(cache_negative_ttl=30)
     )
@@ -122,6 +122,9 @@ def test_acl_answers_are_kept_per_client_action_and_topic() -> None:
         client=client(), action=AuthorizeAction.SUBSCRIBE, topic="t", qos=1
     )
     assert cache.authorisation(subscribe) is None
+    # A rule may allow one QoS and not another (EMQX's qos column): QoS is part of the key.
+    qos0 = AuthorizeRequest(client=client(), action=AuthorizeAction.PUBLISH, topic="t", qos=0)
+    assert cache.authorisation(qos0) is None
 
 
 def test_a_kick_forgets_the_clients_answers_and_other_disconnects_do_not() -> None:
