@@ -29,10 +29,13 @@ Phases, and what each accepts:
   the client sent DISCONNECT [MQTT-3.1.2-8/10] and only if the ACL allows it then; the
   `client.disconnected` hook runs if the client had connected; `End` is the last action.
 
-Every reason code is chosen here, in 5.0 terms (`mqtt.reason_codes.ReasonCode`); the encoder
-maps it down for 3.1/3.1.1 clients. A 5.0 client is also told why in a Reason String: on a
-refused CONNACK and a server DISCONNECT always, on a refused PUBACK/PUBREC and SUBACK when it
-asked for problem information; `channel.problems` keeps the rules (which packets, what size).
+Every reason code of an answer to what the client sent is chosen here, in 5.0 terms
+(`mqtt.reason_codes.ReasonCode`); the encoder maps it down for 3.1/3.1.1 clients. What only
+the session knows (a PUBREC's 0x10 or 0x97, PUBREL/PUBCOMP, SUBACK grants, UNSUBACK codes)
+is the session protocol's (`session.protocol`). A 5.0 client is also told why in a Reason
+String: on a refused CONNACK and a server DISCONNECT always, on a refused PUBACK/PUBREC and
+SUBACK when it asked for problem information; `channel.problems` keeps the rules (which
+packets, what size).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "core": frozenset({"gevent", "pykka", "socket", "actors", "hooks", "store", "plugins"}),
     # The connection protocol is pure: packets in, actions out; the actors carry them out.
     "channel": frozenset({"gevent", "pykka", "socket", "actors", "store", "plugins"}),
+    # The session protocol is pure too: the session actor carries its actions out.
+    "session": frozenset({"gevent", "pykka", "socket", "actors", "store", "plugins"}),
     # The plugin API (hooks/) is for plugins: the store and Spark need only the core types.
     "store": frozenset({"hooks", "actors", "plugins", "pool", "admin"}),
     "spark": frozenset({"hooks", "actors", "plugins", "gevent", "pykka"}),
@@ -101,7 +103,7 @@ def test_net_uses_only_the_intake_of_the_channel() -> None:
 # paho-mqtt is a client library (the `dev` and `load` extras), not a broker dependency: of the
 # packages the project ships, only the paho SCRAM adapter, itself a client library, imports it.
 SHIPPED = (
-    *("mqtt", "core", "channel", "net", "router", "hooks", "pool", "actors", "store"),
+    *("mqtt", "core", "channel", "session", "net", "router", "hooks", "pool", "actors", "store"),
     *("plugins", "bridge"),
     *("spark", "loadtest", "admin"),
 )
