@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 # mosquitto-clients (interoperability tests), a Java runtime for PySpark, chromium (the
 # dashboard test drives it with Playwright; no browser download), postgresql and
 # redis-server (the auth_postgres and auth_redis tests start private servers; Debian keeps
-# PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off the PATH).
+# PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off the PATH), nats-server
+# (the cluster tests start one; Debian keeps it in /usr/sbin).
 system-deps:
 	@missing=""; \
 	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
@@ -19,6 +20,7 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || missing="$$missing nats-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
