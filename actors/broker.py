@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 import pykka
@@ -29,7 +29,7 @@ from actors.admission import BANS_FILE, Admission
 from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
-from actors.dispatch import Dispatcher
+from actors.dispatch import Dispatcher, RemoteForwarder
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
@@ -73,6 +73,20 @@ class ListenError(Exception):
     """A listener could not bind its address; the message names the listener."""
 
 
+class ClusterPart(Protocol):
+    """This worker's membership of a cluster of brokers (`cluster.member.ClusterMember`,
+    given by the composition root, actors.main; docs/cluster.md): it hears the route changes
+    and forwards publishes to the other nodes, beside the pool's own."""
+
+    def joined_replication(self, pool: RouteReplication | None) -> RouteReplication: ...
+
+    def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, worker_id: int = 0) -> None:
         self.config = config
@@ -105,6 +119,7 @@ class Broker:
         self.admin: Callable[[BrokerView], Surface] | None = None
         self._http: Surface | None = None
         self.bridges: Bridges | None = None  # [[bridges]] (docs/bridges.md)
+        self.cluster: ClusterPart | None = None  # [cluster] (docs/cluster.md)
 
     def start(self) -> None:
         """Start everything.
@@ -123,13 +138,16 @@ class Broker:
         limit_queues(context, self.config.bridges)  # before any session starts
         snapshot = self._open_store()
         context.admission = self._make_admission()
+        replica = self.route_replica
+        if self.cluster is not None:
+            replica = self.cluster.joined_replication(replica)
         context.routes = RouteWriter(
             context.route_table,
             context.shared_subscriptions,
-            self.route_replica,
+            replica,
             worker=self.worker_id,
         )
-        context.router = RouterActor.start(context.routes, self.route_replica)
+        context.router = RouterActor.start(context.routes, replica)
         retained: RetainedIndex[Message] = RetainedIndex()
         for message in snapshot.retained:
             retained.set(message.topic, message)
@@ -148,8 +166,11 @@ class Broker:
             ),
             flow=context.flow,
         )
+        self.set_forwarder(None)
         sessions = self._restore_sessions(snapshot)
         context.registry = self._make_registry(sessions)
+        if self.cluster is not None:
+            self.cluster.start()  # linked before the listeners open
         self._actors = [context.retainer, context.router]
         context.flow.start()
         for endpoint in self.endpoints:
@@ -266,6 +287,12 @@ class Broker:
         settings = self.config.store
         return open_store(settings.kind, Path(settings.data_dir), synchronous=settings.synchronous)
 
+    def set_forwarder(self, pool: RemoteForwarder | None) -> None:
+        """Forward publishes through `pool` (a pool worker's node) and, in a cluster, to the
+        other nodes too."""
+        forwarder = pool if self.cluster is None else self.cluster.joined_forwarder(pool)
+        self.context.dispatcher.remote = forwarder
+
     def _restore_sessions(self, snapshot: Snapshot) -> dict[str, Any]:
         """Start a detached SessionActor per stored session and put its routes back."""
         context = self.context
@@ -354,6 +381,8 @@ class Broker:
             self.bridges.stop()  # their sessions stay, offline, not closed as clients' are
         for server in self._servers:
             server.close()  # stop accepting; handlers of open connections keep running
+        if self.cluster is not None:
+            self.cluster.stop()  # the other nodes drop this worker's routes at once
         self.context.flow.stop()
         clients = list(self.context.live_clients)
         logger.info(

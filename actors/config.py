@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import BridgeConfig, BridgeConfigError, parse_bridges
+from cluster.config import ClusterConfig, ClusterConfigError, parse_cluster
 from net.listener_config import ListenerConfig
 from router.share_strategy import STRATEGY_NAMES
 
@@ -199,6 +200,8 @@ class BrokerConfig:
     cpu_affinity: str = "auto"
     # [[bridges]]: topics forwarded to and from other MQTT brokers (docs/bridges.md).
     bridges: tuple[BridgeConfig, ...] = ()
+    # [cluster]: brokers on several machines acting as one, over NATS (docs/cluster.md).
+    cluster: ClusterConfig | None = None
 
     @property
     def listener(self) -> ListenerConfig:
@@ -490,7 +493,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
             raise ConfigError(
                 f"unknown top-level key {key!r}; known: broker, listener, listeners, limits, "
                 "overload, auth, store, http, sys, flapping, shared_subscriptions, mqtt, plugins, "
-                "bridges, node_name, log_level"
+                "bridges, cluster, node_name, log_level"
             )
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
@@ -509,8 +512,20 @@ def _bridges(value: Any, config_dir: Path) -> tuple[BridgeConfig, ...]:
         raise ConfigError(str(error)) from None
 
 
-# The arrays of tables besides [[listeners]]: key -> its reader.
-_TABLE_ARRAYS: dict[str, Callable[[Any, Path], Any]] = {"plugins": _plugins, "bridges": _bridges}
+def _cluster(value: Any, config_dir: Path) -> ClusterConfig:
+    try:
+        return parse_cluster(value, config_dir)
+    except ClusterConfigError as error:
+        raise ConfigError(str(error)) from None
+
+
+# The tables read by a reader of their own (the arrays of tables besides [[listeners]], and
+# [cluster]): key -> its reader.
+_TABLE_ARRAYS: dict[str, Callable[[Any, Path], Any]] = {
+    "plugins": _plugins,
+    "bridges": _bridges,
+    "cluster": _cluster,
+}
 
 
 def _broker_section(values: Any) -> tuple[int | None, str]:

@@ -34,6 +34,7 @@ from actors.config import BrokerConfig, ConfigError, load_config
 from actors.idle_gc import start_idle_gc
 from admin.server import AdminServer
 from admin.tables import local_rows
+from cluster.member import ClusterMember
 from net.tls_context import TlsSetupError
 from plugins.base import PluginConfigError, PluginContext
 from plugins.loader import check_plugins
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             http_fd=args.http_fd,
         )
         broker.node.ops.answer = partial(local_rows, broker)  # the other workers' questions
+    if config.cluster is not None:
+        broker.cluster = ClusterMember(config.cluster, broker.worker_id, broker.context)
     broker.admin = AdminServer
     status = _start(broker)
     if status:

@@ -114,8 +114,7 @@ class PoolBroker(Broker):
         """Link to the pool first; then restore the sessions homed here that no live worker
         owns (the others host theirs), and announce their routes."""
         node = self.node
-        assert self.context.dispatcher is not None
-        self.context.dispatcher.remote = node
+        self.set_forwarder(node)
         admission = self.context.admission
         assert admission is not None
         node.ops.admission = admission  # bans travel from the first link on

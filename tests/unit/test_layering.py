@@ -104,7 +104,7 @@ def test_net_uses_only_the_intake_of_the_channel() -> None:
 # packages the project ships, only the paho SCRAM adapter, itself a client library, imports it.
 SHIPPED = (
     *("mqtt", "core", "channel", "session", "net", "router", "hooks", "pool", "actors", "store"),
-    *("plugins", "bridge"),
+    *("plugins", "bridge", "cluster"),
     *("spark", "loadtest", "admin"),
 )
 
@@ -179,6 +179,21 @@ def test_the_actors_know_neither_the_pool_nor_the_admin_surface() -> None:
         if path.name != "main.py"
     }
     assert {name: bad for name, bad in offenders.items() if bad} == {}
+
+
+def test_the_actors_know_of_the_cluster_only_its_configuration() -> None:
+    # A worker joins a cluster through actors.broker.ClusterPart, given by actors.main.
+    used = {
+        name
+        for path in (ROOT / "actors").rglob("*.py")
+        if path.name != "main.py"
+        for name in imported_modules(path)
+        if name.split(".")[0] == "cluster"
+    }
+    assert used <= {"cluster.config"}
+    config = imported_roots(ROOT / "cluster" / "config.py")
+    assert config & (IO_ROOTS | {"actors", "pool", "nats", "ssl"}) == set()
+    assert all("admin" not in imported_roots(p) for p in (ROOT / "cluster").rglob("*.py"))
 
 
 def test_the_pool_and_the_router_do_not_import_the_admin_surface_or_each_other() -> None:

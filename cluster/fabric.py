@@ -1,0 +1,261 @@
+"""The cluster's fabric: the `pool.fabric.Fabric` between this worker and every worker of the
+other nodes, carried by NATS (docs/cluster.md "The fabric").
+
+Every worker of every node is a peer, named `<node>.<worker>`; each gets a local number when
+first heard of, which `Fabric`'s callers use like a pool worker's id. The frames are the
+pool's own (pool.frames), several per NATS message:
+- `mqtt.<cluster>.all.<node>.<worker>`: what a worker broadcasts, and its heartbeat (a
+  `Hello` with its epoch, every `heartbeat` seconds);
+- `mqtt.<cluster>.to.<node>.<worker>.<from node>.<from worker>`: what it sends one peer.
+
+A peer is up from the first message heard of it, and down after `peer_timeout` seconds of
+silence, on its `Leaving`, or when its heartbeat carries a new epoch (it restarted: down, then
+up again). The handler's `peer_up` sends the peer this worker's snapshots; the first direct
+message to a peer after that begins with a `Hello`, which asks the peer to send its own
+snapshots back (it may have taken this worker for gone and dropped what it knew). Frames
+from one peer keep their order: one NATS connection each way, and NATS keeps a connection's
+order.
+
+The frames of one loop turn leave at its end, consecutive frames for the same destination in
+one NATS message (at most a quarter of the server's `max_payload`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from cluster.config import ClusterConfig
+from cluster.nats_link import NatsLink
+from pool.fabric import FabricHandler
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.peers import Hello, Leaving
+from pool.frames.validation import FrameError
+
+logger = logging.getLogger(__name__)
+
+_BROADCAST = None  # the destination of a broadcast frame in the outgoing queue
+
+
+class _Peer:
+    __slots__ = ("epoch", "greet", "heard", "number", "up")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.epoch = -1
+        self.up = False
+        self.greet = False  # the next direct message begins with a Hello
+        self.heard = 0.0  # monotonic time of its last message
+
+
+class NatsFabric:
+    """This worker's links to the other nodes' workers, over NATS."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        worker: int,
+        handler: FabricHandler,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self.worker = worker
+        self.name = f"{config.node}.{worker}"
+        self.epoch = int.from_bytes(os.urandom(6), "big")  # this life of this worker
+        self._handler = handler
+        self._clock = clock
+        prefix = f"mqtt.{config.name}"
+        self._all = f"{prefix}.all."
+        self._to = f"{prefix}.to."
+        self._mine = f"{prefix}.to.{self.name}."
+        self._broadcast_subject = f"{prefix}.all.{self.name}"
+        self._own_node = f"{config.node}."
+        self._peers: dict[str, _Peer] = {}  # by name
+        self._names: dict[int, str] = {}  # number -> name
+        self._queue: list[tuple[int | None, Frame]] = []
+        self._flush_due = False
+        self._loop = gevent.get_hub().loop
+        self._link = NatsLink(
+            config,
+            f"{config.name}/{self.name}",
+            [f"{prefix}.all.>", f"{self._mine}>"],
+            self._messages,
+            self._link_state,
+        )
+        self._ticker: gevent.Greenlet[..., Any] | None = None
+        self.connected = False
+
+    # ----- the Fabric ---------------------------------------------------------------------
+
+    @property
+    def peers(self) -> set[int]:
+        return {peer.number for peer in self._peers.values() if peer.up}
+
+    def start(self) -> None:
+        self._link.start()
+        self._ticker = gevent.spawn(self._tick)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.kill()
+        self._queue.append((_BROADCAST, Leaving(self.worker)))
+        self._flush()
+        self._link.stop()
+
+    def send(self, worker: int, frame: Frame) -> bool:
+        name = self._names.get(worker)
+        if name is None or not self._peers[name].up:
+            return False
+        self._queue.append((worker, frame))
+        self._flush_soon()
+        return True
+
+    def broadcast(self, frame: Frame) -> None:
+        self._queue.append((_BROADCAST, frame))
+        self._flush_soon()
+
+    def name_of(self, worker: int) -> str:
+        """The `<node>.<worker>` name of peer number `worker`."""
+        return self._names[worker]
+
+    # ----- outgoing -----------------------------------------------------------------------
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.run_callback(self._flush)
+
+    def _flush(self) -> None:
+        """Publish the queued frames: consecutive ones for one destination in one message."""
+        self._flush_due = False
+        queue, self._queue = self._queue, []
+        limit = max(self._link.max_payload // 4, 1024)
+        body: list[bytes] = []
+        size = 0
+        target: int | None = _BROADCAST
+        for destination, frame in queue:
+            encoded = encode_frame(frame)
+            if body and (destination != target or size + len(encoded) > limit):
+                self._publish(target, body)
+                body, size = [], 0
+            if not body and destination is not _BROADCAST:
+                peer = self._peers[self._names[destination]]
+                if peer.greet:
+                    peer.greet = False
+                    body.append(encode_frame(Hello(self.worker, self.epoch)))
+            target = destination
+            body.append(encoded)
+            size += len(encoded)
+        if body:
+            self._publish(target, body)
+
+    def _publish(self, target: int | None, body: list[bytes]) -> None:
+        subject = (
+            self._broadcast_subject
+            if target is _BROADCAST
+            else f"{self._to}{self._names[target]}.{self.name}"
+        )
+        self._link.publish(subject, b"".join(body))
+
+    def _tick(self) -> None:
+        """Every heartbeat: say this worker is alive, and take silent peers for gone."""
+        while True:
+            if self.connected:
+                self._queue.append((_BROADCAST, Hello(self.worker, self.epoch)))
+                self._flush()
+            now = self._clock()
+            for name, peer in self._peers.items():
+                if peer.up and now - peer.heard > self._config.peer_timeout:
+                    logger.warning(
+                        "cluster: no word from %s for %.1f s: taken for gone, its routes dropped",
+                        name,
+                        now - peer.heard,
+                    )
+                    self._down(peer)
+            gevent.sleep(self._config.heartbeat)
+
+    # ----- incoming -----------------------------------------------------------------------
+
+    def _link_state(self, up: bool) -> None:
+        self.connected = up
+        if up:
+            self._queue.append((_BROADCAST, Hello(self.worker, self.epoch)))
+            self._flush()
+
+    def _messages(self, messages: list[tuple[str, bytes]]) -> None:
+        now = self._clock()
+        for subject, body in messages:
+            if subject.startswith(self._all):
+                sender = subject[len(self._all) :]
+                if sender.startswith(self._own_node):
+                    continue  # this node's workers: the pool links them
+                direct = False
+            elif subject.startswith(self._mine):
+                sender = subject[len(self._mine) :]
+                direct = True
+            else:
+                continue
+            try:
+                frames = FrameDecoder().feed(body)
+            except FrameError as error:
+                logger.error(
+                    "cluster: a message from %s does not parse (%s): dropped; do all nodes "
+                    "of cluster %r run the same broker version?",
+                    sender,
+                    error,
+                    self._config.name,
+                )
+                continue
+            self._received(sender, direct, frames, now)
+
+    def _received(self, sender: str, direct: bool, frames: list[Frame], now: float) -> None:
+        peer = self._peers.get(sender)
+        if peer is None:
+            peer = _Peer(len(self._names) + 1)
+            self._peers[sender] = peer
+            self._names[peer.number] = sender
+        peer.heard = now
+        if frames and type(frames[0]) is Hello:
+            hello = frames[0]
+            assert isinstance(hello, Hello)
+            frames = frames[1:]
+            if direct:  # it (re)discovered this worker: it wants the snapshots again
+                self._down(peer, quiet=True)
+            elif peer.up and hello.epoch != peer.epoch:
+                logger.info("cluster: %s restarted", sender)
+                self._down(peer, quiet=True)
+            peer.epoch = hello.epoch
+            if not peer.up:
+                self._up(peer, sender, greet=not direct)
+        elif not peer.up and not (frames and type(frames[-1]) is Leaving):
+            self._up(peer, sender, greet=True)
+        leaving = bool(frames) and type(frames[-1]) is Leaving
+        if leaving:
+            frames = frames[:-1]
+        if frames and peer.up:
+            self._handler.frames_received(peer.number, frames)
+        if leaving and peer.up:
+            logger.info("cluster: %s is leaving", sender)
+            self._down(peer, quiet=True)
+
+    def _up(self, peer: _Peer, name: str, *, greet: bool) -> None:
+        peer.up = True
+        peer.greet = greet
+        logger.info("cluster: linked to %s", name)
+        self._handler.peer_up(peer.number, peer.epoch)
+
+    def _down(self, peer: _Peer, *, quiet: bool = False) -> None:
+        if not peer.up:
+            return
+        peer.up = False
+        peer.greet = False
+        self._queue = [(d, f) for d, f in self._queue if d != peer.number]
+        if not quiet:
+            logger.info("cluster: %s is down", self._names[peer.number])
+        self._handler.peer_down(peer.number)

@@ -1,0 +1,103 @@
+"""The pool's forwarder and route replication joined with the cluster's, so the dispatcher and
+the router each keep talking to one object (docs/cluster.md "Inside a node").
+
+A publish goes to this node's other workers through the pool (`PoolNode`, absent with one
+worker) and to the other nodes' workers through the cluster (`ClusterMember`): each wanting
+it gets it once. A route change is told to both; a SUBACK waits for both rounds. What only
+the pool does across workers (share groups, persistent routes, the commits a QoS 1/2
+acknowledgement waits for) stays with the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from actors.dispatch import RemoteForwarder
+from actors.router_actor import RouteReplication
+from core.flow import Gate
+from core.message import Message
+from core.share_origin import ShareOrigin
+from router.share_replica import RemoteShares
+
+
+class Member(Protocol):
+    """What the joined objects ask of the cluster (cluster.member.ClusterMember)."""
+
+    def add(self, message: Message) -> bool: ...
+
+    def flush(self, retained: list[Message]) -> None: ...
+
+    def route_changed(self, topic_filter: str, added: bool) -> None: ...
+
+    def when_routes_known(self, then: Callable[[], object]) -> None: ...
+
+
+class JoinedForwarder:
+    """The dispatcher's `RemoteForwarder`: the pool's (if any), then the cluster's."""
+
+    __slots__ = ("_member", "_pool", "shares", "worker")
+
+    def __init__(self, pool: RemoteForwarder | None, member: Member) -> None:
+        self._pool = pool
+        self._member = member
+        self.worker = 0 if pool is None else pool.worker
+        self.shares = RemoteShares() if pool is None else pool.shares
+
+    def add(self, message: Message) -> bool:
+        pool = self._pool
+        wanted = pool is not None and pool.add(message)
+        return self._member.add(message) or wanted
+
+    def needs_store(self, topic: str) -> bool:
+        return self._pool is not None and self._pool.needs_store(topic)
+
+    def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
+        assert self._pool is not None  # share stand-ins exist in a pool only
+        self._pool.add_share(worker, message, share)
+
+    def flush(
+        self,
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Gate | None = None,
+    ) -> Callable[[], object] | None:
+        self._member.flush(retained)
+        if self._pool is None:
+            return None
+        return self._pool.flush(retained, on_durable, publisher)
+
+
+class JoinedReplication:
+    """The router's `RouteReplication`: route changes to the pool (if any) and the cluster."""
+
+    __slots__ = ("_member", "_pool")
+
+    def __init__(self, pool: RouteReplication | None, member: Member) -> None:
+        self._pool = pool
+        self._member = member
+
+    def route_changed(self, topic_filter: str, added: bool) -> None:
+        if self._pool is not None:
+            self._pool.route_changed(topic_filter, added)
+        self._member.route_changed(topic_filter, added)
+
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None:
+        if self._pool is not None:  # the store a publish needs is this node's
+            self._pool.durable_route_changed(topic_filter, added)
+
+    def when_routes_known(self, then: Callable[[], object]) -> None:
+        """`then` once the pool's workers and the other nodes' have applied the changes."""
+        pool = self._pool
+        if pool is None:
+            self._member.when_routes_known(then)
+            return
+        left = [2]
+
+        def one_known() -> None:
+            left[0] -= 1
+            if not left[0]:
+                then()
+
+        pool.when_routes_known(one_known)
+        self._member.when_routes_known(one_known)

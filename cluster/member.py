@@ -1,0 +1,150 @@
+"""A worker's membership of the cluster: its routes told to the other nodes' workers, theirs
+replicated, and publishes forwarded to the workers that want them (docs/cluster.md).
+
+`ClusterMember` is the `FabricHandler` of this worker's `NatsFabric` and reuses the pool's
+pure parts over it: `PoolRoutes` for the routes (filter -> peer, the `RoutesSync` round a
+SUBACK waits for) and `ForwardOutbox` for one `Forward` per peer per publish batch. A
+`Forward` received goes to this worker's subscribers only, never onwards; a `Retained` into
+this worker's retained index.
+
+Left to each node (docs/cluster.md "Not yet across nodes"): `$SYS` topics (each node reports
+its own), share groups, and client-id ownership.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from actors.context import BrokerContext
+from actors.dispatch import RemoteForwarder
+from actors.messages import StoreRetained
+from actors.router_actor import RouteReplication
+from cluster.config import ClusterConfig
+from cluster.fabric import NatsFabric
+from cluster.joined import JoinedForwarder, JoinedReplication
+from core.message import Message
+from pool.frames.codec import Frame
+from pool.frames.forwarding import Forward, ForwardShared, Retained
+from pool.outbox import ForwardOutbox
+from pool.routes import ROUTE_FRAMES, PoolRoutes
+from router.shared import is_shared
+
+logger = logging.getLogger(__name__)
+
+FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
+_LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
+
+
+class ClusterMember:
+    """This worker's side of the cluster; see the module docstring."""
+
+    def __init__(self, config: ClusterConfig, worker: int, context: BrokerContext) -> None:
+        self.config = config
+        self._context = context
+        self.fabric = NatsFabric(config, worker, self)
+        loop = gevent.get_hub().loop
+        fabric = self.fabric
+        self.routes = PoolRoutes(
+            fabric.send, fabric.broadcast, lambda: fabric.peers, loop.run_callback
+        )
+        self._outbox = ForwardOutbox()
+        self.forwarded = 0  # messages sent to other nodes' workers
+        self.received = 0  # messages other nodes' workers sent here
+
+    def start(self) -> None:
+        self.fabric.start()
+
+    def stop(self) -> None:
+        self.fabric.stop()
+
+    def joined_replication(self, pool: RouteReplication | None) -> RouteReplication:
+        """What the router tells: the pool's replication (if any) and this member."""
+        return JoinedReplication(pool, self)
+
+    def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder:
+        """What the dispatcher forwards through: the pool's forwarder (if any) and this
+        member."""
+        return JoinedForwarder(pool, self)
+
+    # ----- the fabric's handler -----------------------------------------------------------
+
+    def peer_up(self, worker: int, epoch: int) -> None:
+        self.routes.peer_up(worker)
+
+    def peer_down(self, worker: int) -> None:
+        self.routes.peer_down(worker)
+
+    def frames_received(self, worker: int, frames: list[Frame]) -> None:
+        for frame in frames:
+            kind = type(frame)
+            if kind is Forward or kind is ForwardShared:
+                assert isinstance(frame, Forward | ForwardShared)
+                self.received += len(frame.messages)
+                self._context.dispatcher.publish_forwarded(frame.messages)
+            elif kind is Retained:
+                assert isinstance(frame, Retained)
+                self._context.retainer.tell(StoreRetained(list(frame.messages)))
+            elif kind in ROUTE_FRAMES:
+                self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
+            # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
+
+    # ----- routes (the router's RouteReplication) -----------------------------------------
+
+    def route_changed(self, topic_filter: str, added: bool) -> None:
+        if not is_shared(topic_filter):  # share groups stay on their node
+            self.routes.route_changed(topic_filter, added)
+
+    def when_routes_known(self, then: Callable[[], object]) -> None:
+        self.routes.when_routes_known(then)
+
+    # ----- publishes (beside the pool's forwarder) ----------------------------------------
+
+    def add(self, message: Message) -> bool:
+        """Whether a worker of another node wants `message` (it is then sent at `flush`)."""
+        workers = self.routes.remote.workers_cached(message.topic)
+        if not workers or message.topic.startswith(_LOCAL_ONLY):
+            return False
+        self._outbox.add(workers, message)
+        return True
+
+    def flush(self, retained: list[Message]) -> None:
+        """Send what `add` collected, one frame per peer (split past FORWARD_BYTES), and the
+        batch's retained messages to every peer."""
+        fabric = self.fabric
+        if self._outbox:
+            for worker, frame in self._outbox.frames():
+                for part in split_payloads(frame.messages):
+                    self.forwarded += len(part)
+                    fabric.send(worker, Forward(part))
+        kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
+        if kept:
+            fabric.broadcast(Retained(kept))
+
+    def describe(self) -> dict[str, Any]:
+        """The cluster as this worker sees it (the admin API)."""
+        fabric = self.fabric
+        return {
+            "name": self.config.name,
+            "node": self.config.node,
+            "nats_connected": fabric.connected,
+            "peers": sorted(fabric.name_of(worker) for worker in fabric.peers),
+            "forwarded": self.forwarded,
+            "received": self.received,
+        }
+
+
+def split_payloads(messages: tuple[Message, ...]) -> list[tuple[Message, ...]]:
+    """`messages` in runs of at most FORWARD_BYTES of payload (at least one message each)."""
+    parts: list[tuple[Message, ...]] = []
+    start, size = 0, 0
+    for index, message in enumerate(messages):
+        if size and size + len(message.payload) > FORWARD_BYTES:
+            parts.append(messages[start:index])
+            start, size = index, 0
+        size += len(message.payload)
+    parts.append(messages[start:])
+    return parts

@@ -1,0 +1,257 @@
+"""One broker worker's connection to NATS: nats-py on a thread of its own, its messages handed
+to and from the worker's gevent loop in batches.
+
+nats-py is asyncio-only and the broker runs on gevent without monkey-patching, so the client
+gets a thread and an asyncio loop of its own (docs/cluster.md "The NATS link"):
+- `publish` (called on the gevent loop) appends to a queue and wakes the asyncio loop once
+  (`call_soon_threadsafe`) for however many messages a loop turn publishes;
+- messages received on the subscriptions are appended to a queue, and the gevent loop is
+  woken once (`loop.async_()`, whose `send` is thread-safe) to take all that came meanwhile;
+- the connection's ups and downs reach the gevent side the same way.
+
+Publishing keeps the order of the calls, so what one worker sends another arrives in order
+(NATS keeps one connection's order), which the cluster's route rounds rest on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from cluster.config import ClusterConfig
+
+logger = logging.getLogger(__name__)
+
+RETRY_FIRST = 0.5  # seconds before the first new attempt to reach NATS ...
+RETRY_MAX = 5.0  # ... doubling up to this
+STOP_WAIT = 3.0  # seconds `stop` waits for the last messages to leave
+ERROR_LOG_INTERVAL = 10.0  # seconds between two log lines of NATS errors
+
+# What the gevent side hears: a message (subject, body), or the link's state (True: up).
+Received = Callable[[list[tuple[str, bytes]]], None]
+StateChanged = Callable[[bool], None]
+
+
+class NatsLink:
+    """A NATS connection on its own thread; every callback runs on the gevent loop."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        name: str,
+        subjects: list[str],
+        on_messages: Received,
+        on_state: StateChanged,
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._subjects = subjects
+        self._on_messages = on_messages
+        self._on_state = on_state
+        self._out: deque[tuple[str, bytes]] = deque()
+        self._out_due = False
+        self._in: deque[tuple[str, bytes] | bool] = deque()
+        self._in_due = False
+        self._wake = gevent.get_hub().loop.async_()
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._client: Client | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._out_ready: asyncio.Event | None = None  # set: the queue has messages
+        self.max_payload = 1 << 20  # NATS's default; the server's own once connected
+        self._errors = 0  # NATS errors not logged yet
+        self._error_logged = -ERROR_LOG_INTERVAL  # monotonic time of the last such line
+
+    def start(self) -> None:
+        self._wake.start(self._take_in)
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name=f"nats-{self._name}", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+
+    def stop(self) -> None:
+        """Send what is queued (at most STOP_WAIT seconds), then close the connection."""
+        aloop, stopping = self._aloop, self._stopping
+        if aloop is not None and stopping is not None:
+            aloop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT + 1)
+        self._wake.stop()
+        self._wake.close()
+
+    def publish(self, subject: str, body: bytes) -> None:
+        """Queue one message; it leaves in the order of the calls."""
+        self._out.append((subject, body))
+        if not self._out_due and self._aloop is not None:
+            self._out_due = True
+            self._aloop.call_soon_threadsafe(self._send_out)
+
+    # ----- the NATS thread ----------------------------------------------------------------
+
+    def _run(self, ready: threading.Event) -> None:
+        aloop = asyncio.new_event_loop()
+        self._aloop = aloop
+        self._stopping = asyncio.Event()
+        ready.set()
+        try:
+            aloop.run_until_complete(self._main())
+        finally:
+            aloop.close()
+
+    async def _main(self) -> None:
+        assert self._stopping is not None
+        delay = RETRY_FIRST
+        while not self._stopping.is_set():
+            try:
+                self._client = await nats.connect(**self._options())
+                break
+            except Exception as error:  # nats-py raises several kinds; all mean "not yet"
+                logger.warning(
+                    "cluster: cannot reach NATS at %s (%s); retrying in %.1f s. Is nats-server "
+                    "running there, and do [cluster] nats, user/token and TLS match it?",
+                    ", ".join(self._config.nats),
+                    error or type(error).__name__,
+                    delay,
+                )
+                await self._sleep_or_stop(delay)
+                delay = min(delay * 2, RETRY_MAX)
+        client = self._client
+        if client is None:
+            return
+        self.max_payload = client.max_payload
+        for subject in self._subjects:
+            await client.subscribe(subject, cb=self._received)
+        await client.flush()
+        self._out_ready = asyncio.Event()
+        sender = asyncio.ensure_future(self._sender(client))
+        self._out_ready.set()  # what was published while connecting
+        self._hand_in(True)
+        await self._stopping.wait()
+        self._out_ready.set()
+        try:
+            await asyncio.wait_for(sender, STOP_WAIT)
+        except TimeoutError:
+            logger.warning("cluster: %d messages to NATS not sent at stop", len(self._out))
+        try:
+            await asyncio.wait_for(client.drain(), STOP_WAIT)
+        except Exception as error:  # closing anyway
+            logger.info("cluster: NATS connection closed without draining: %s", error)
+
+    async def _sleep_or_stop(self, delay: float) -> None:
+        assert self._stopping is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay)
+
+    def _options(self) -> dict[str, Any]:
+        config = self._config
+        options: dict[str, Any] = {
+            "servers": list(config.nats),
+            "name": self._name,
+            "connect_timeout": config.connect_timeout,
+            "max_reconnect_attempts": -1,  # forever: the peers' timeout says who is gone
+            "reconnect_time_wait": RETRY_FIRST,
+            "disconnected_cb": self._disconnected,
+            "reconnected_cb": self._reconnected,
+            "error_cb": self._error,
+            "allow_reconnect": True,
+        }
+        if config.user:
+            options["user"], options["password"] = config.user, config.password
+        if config.token:
+            options["token"] = config.token
+        if config.credentials:
+            options["user_credentials"] = config.credentials
+        if config.uses_tls:
+            context = ssl.create_default_context(cafile=config.cafile or None)
+            if config.certfile:
+                context.load_cert_chain(config.certfile, config.keyfile or None)
+            options["tls"] = context
+        return options
+
+    async def _disconnected(self) -> None:
+        logger.warning("cluster: lost the NATS connection; reconnecting")
+        self._hand_in(False)
+
+    async def _reconnected(self) -> None:
+        logger.info("cluster: NATS connection back")
+        self._hand_in(True)
+
+    async def _error(self, error: Exception) -> None:
+        """nats-py's errors, among them each failed attempt to (re)connect: the first logged
+        with what to check, then one line per ERROR_LOG_INTERVAL with their count."""
+        now = time.monotonic()
+        self._errors += 1
+        if now - self._error_logged < ERROR_LOG_INTERVAL:
+            return
+        logger.warning(
+            "cluster: cannot reach NATS at %s (%s; %d errors since the last line); retrying. "
+            "Is nats-server running there, and do [cluster] nats, user/token and TLS match it?",
+            ", ".join(self._config.nats),
+            error or type(error).__name__,
+            self._errors,
+        )
+        self._errors = 0
+        self._error_logged = now
+
+    async def _received(self, msg: Msg) -> None:
+        self._hand_in((msg.subject, msg.data))
+
+    def _send_out(self) -> None:
+        self._out_due = False
+        if self._out_ready is not None:
+            self._out_ready.set()
+
+    async def _sender(self, client: Client) -> None:
+        """Publish the queue in order: one task, so a publish that waits for nats-py's
+        buffer to drain holds back the ones after it."""
+        assert self._out_ready is not None and self._stopping is not None
+        out = self._out
+        while True:
+            await self._out_ready.wait()
+            self._out_ready.clear()
+            while out:
+                subject, body = out.popleft()
+                try:
+                    await client.publish(subject, body)
+                except Exception as error:  # closed or reconnecting with a full buffer
+                    logger.warning("cluster: a message to NATS was not sent: %s", error)
+            if self._stopping.is_set():
+                return
+
+    def _hand_in(self, item: tuple[str, bytes] | bool) -> None:
+        self._in.append(item)
+        if not self._in_due:
+            self._in_due = True
+            self._wake.send()
+
+    # ----- the gevent side ----------------------------------------------------------------
+
+    def _take_in(self) -> None:
+        self._in_due = False
+        batch: list[tuple[str, bytes]] = []
+        take = self._in.popleft
+        while self._in:
+            item = take()
+            if isinstance(item, bool):
+                if batch:
+                    self._on_messages(batch)
+                    batch = []
+                self._on_state(item)
+            else:
+                batch.append(item)
+        if batch:
+            self._on_messages(batch)

@@ -1,0 +1,251 @@
+"""A cluster of three brokers over a real NATS server on loopback, every client on a real
+socket (docs/cluster.md): publishes, retained messages and the nodes' comings and goings.
+
+Each test runs with one process per node and with a pool of two workers per node (the
+integration suite's two modes)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+
+from tests.support.broker_config import wait_for_log, wait_for_log_lines
+from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
+from tests.support.clients import PahoCollector, unique
+from tests.support.nats_server import NATS_SERVER, NatsServer
+
+pytestmark = pytest.mark.skipif(
+    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
+)
+
+NODES = ("a", "b", "c")
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[NatsServer]:
+    server = NatsServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+def cluster_config(nats: NatsServer, name: str, node: str, extra: str = "") -> str:
+    return (
+        f'[cluster]\nname = "{name}"\nnode = "{node}"\nnats = ["{nats.url}"]\n'
+        f"heartbeat = 0.2\npeer_timeout = 1.0\n{extra}"
+    )
+
+
+def start_node(tmp_path: Path, nats: NatsServer, name: str, node: str) -> BrokerProcess:
+    directory = tmp_path / node
+    directory.mkdir(exist_ok=True)
+    return start_broker(directory, cluster_config(nats, name, node))
+
+
+def linked(nodes: dict[str, BrokerProcess]) -> None:
+    """Wait until every worker of every node has linked to every worker of the others."""
+    workers = pool_mode.workers
+    for node, broker in nodes.items():
+        for other in nodes:
+            if other != node:
+                for worker in range(workers):
+                    wait_for_log_lines(
+                        broker, f"cluster: linked to {other}.{worker}", workers, timeout=10
+                    )
+
+
+def kill_node(broker: BrokerProcess) -> None:
+    """SIGKILL every process of a node at once (its machine died): stopped first, so no
+    worker sees another die and leaves cleanly."""
+    pids = [broker.process.pid]
+    for pid in pids:  # grows as it goes: the whole tree
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        if children.exists():
+            pids += [int(child) for child in children.read_text().split()]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    broker.process.wait(timeout=5)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
+    name = unique("c").replace("-", "")[:40]
+    nodes = {node: start_node(tmp_path, nats, name, node) for node in NODES}
+    linked(nodes)
+    yield nodes
+    for broker in nodes.values():
+        broker.stop()
+
+
+def drain(collector: PahoCollector, count: int, timeout: float = 10.0) -> list[paho.MQTTMessage]:
+    """`count` messages, then nothing more for a moment (no duplicate arrives late)."""
+    got = [collector.next_message(timeout) for _ in range(count)]
+    collector.assert_no_message(within=0.5)
+    return got
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_a_publish_reaches_subscribers_on_every_node_once_and_in_order(
+    cluster: dict[str, BrokerProcess], qos: int
+) -> None:
+    subscribers = {
+        node: PahoCollector(broker, unique(f"sub-{node}")) for node, broker in cluster.items()
+    }
+    for subscriber in subscribers.values():
+        assert subscriber.subscribe("orders/#", 2) == [2]
+    publisher = PahoCollector(cluster["a"], unique("pub"))
+    for index in range(60):
+        publisher.publish(f"orders/{index % 3}", str(index).encode(), qos=qos)
+    for node, subscriber in subscribers.items():
+        got = drain(subscriber, 60)
+        assert [int(m.payload) for m in got] == list(range(60)), node
+        assert {m.qos for m in got} == {qos}, node
+    for client in [publisher, *subscribers.values()]:
+        client.close()
+
+
+def test_a_subscription_is_in_force_on_every_node_once_its_suback_is_in(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # The SUBACK waits for the other nodes to apply the new route (a RoutesSync round over
+    # NATS), so a publish on another node right after it is delivered.
+    publisher = PahoCollector(cluster["c"], unique("pub"))
+    for round_ in range(20):
+        subscriber = PahoCollector(cluster["b"], unique("sub"))
+        subscriber.subscribe(f"fresh/{round_}", 1)
+        publisher.publish(f"fresh/{round_}", b"x", qos=1)
+        assert subscriber.next_message(5).topic == f"fresh/{round_}"
+        subscriber.close()
+    publisher.close()
+
+
+def test_an_unsubscribed_node_gets_nothing_more(cluster: dict[str, BrokerProcess]) -> None:
+    subscriber = PahoCollector(cluster["b"], unique("sub"))
+    subscriber.subscribe("gone/#", 1)
+    publisher = PahoCollector(cluster["a"], unique("pub"))
+    publisher.publish("gone/1", b"before", qos=1)
+    assert subscriber.next_message(5).payload == b"before"
+    subscriber.client.unsubscribe("gone/#")
+    time.sleep(0.5)  # the UNSUBACK; the route's withdrawal reaches node a within a loop turn
+    publisher.publish("gone/1", b"after", qos=1)
+    subscriber.assert_no_message(within=0.5)
+    publisher.close()
+    subscriber.close()
+
+
+def test_retained_messages_are_kept_by_every_node(cluster: dict[str, BrokerProcess]) -> None:
+    topic = f"state/{unique('t')}"
+    setter = PahoCollector(cluster["a"], unique("pub"))
+    setter.publish(topic, b"on", qos=1, retain=True)
+    time.sleep(0.3)
+    for node in ("b", "c"):
+        reader = PahoCollector(cluster[node], unique("late"))
+        reader.subscribe(topic, 1)
+        message = reader.next_message(5)
+        assert (message.payload, message.retain) == (b"on", True), node
+        reader.close()
+    clearer = PahoCollector(cluster["b"], unique("clear"))
+    clearer.publish(topic, b"", qos=1, retain=True)
+    time.sleep(0.3)
+    for node in ("a", "c"):
+        reader = PahoCollector(cluster[node], unique("late"))
+        reader.subscribe(topic, 1)
+        reader.assert_no_message(within=0.5)
+        reader.close()
+    setter.close()
+    clearer.close()
+
+
+def test_messages_published_on_the_same_node_are_not_delivered_twice(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # Workers of one node are linked by the pool, not the cluster: each message once.
+    subscribers = [PahoCollector(cluster["a"], unique("sub")) for _ in range(4)]
+    for subscriber in subscribers:
+        subscriber.subscribe("local/#", 1)
+    publisher = PahoCollector(cluster["a"], unique("pub"))
+    for index in range(10):
+        publisher.publish("local/x", str(index).encode(), qos=1)
+    for subscriber in subscribers:
+        assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10))
+        subscriber.close()
+    publisher.close()
+
+
+def test_a_node_that_leaves_or_dies_loses_its_routes_and_comes_back(
+    cluster: dict[str, BrokerProcess], tmp_path: Path, nats: NatsServer
+) -> None:
+    watcher = cluster["a"]
+    cluster["c"].stop()  # a clean stop says so: dropped at once
+    wait_for_log(watcher, "cluster: c.0 is leaving", timeout=5)
+    kill_node(cluster["b"])  # silence: dropped after peer_timeout
+    line = wait_for_log(watcher, "cluster: no word from b.0", timeout=5)
+    assert "taken for gone, its routes dropped" in line
+    # Back: linked again, and its subscribers get the other nodes' publishes.
+    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+    restarted = start_broker(tmp_path / "b", config.replace('node = "a"', 'node = "b"'))
+    cluster["b"] = restarted
+    wait_for_log(restarted, "cluster: linked to a.0", timeout=10)
+    subscriber = PahoCollector(restarted, unique("sub"))
+    subscriber.subscribe("back/#", 1)
+    publisher = PahoCollector(watcher, unique("pub"))
+    publisher.publish("back/1", b"again", qos=1)
+    assert subscriber.next_message(5).payload == b"again"
+    publisher.close()
+    subscriber.close()
+
+
+def test_sys_topics_stay_on_their_node(tmp_path: Path, nats: NatsServer) -> None:
+    name = unique("s").replace("-", "")[:40]
+    nodes = {}
+    for node in ("a", "b"):
+        directory = tmp_path / node
+        directory.mkdir()
+        nodes[node] = start_broker(
+            directory,
+            cluster_config(nats, name, node) + "[sys]\ninterval = 1\n",
+        )
+    linked(nodes)
+    crowd = [PahoCollector(nodes["a"], unique("crowd")) for _ in range(5)]
+    subscriber = PahoCollector(nodes["b"], unique("sub"))
+    subscriber.subscribe("$SYS/broker/clients/connected", 0)
+    seen = []
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            seen.append(subscriber.next_message(0.5).payload)
+    # Node b's own count only (its retained 0 from before, then its one client): node a's,
+    # with 5 clients, never arrives.
+    assert b"1" in seen, seen
+    assert set(seen) <= {b"0", b"1"}
+    for client in crowd:
+        client.close()
+    subscriber.close()
+    for broker in nodes.values():
+        broker.stop()
+
+
+def test_a_broker_without_nats_says_so_and_keeps_serving(tmp_path: Path) -> None:
+    # NATS unreachable: the broker serves its own clients, logs what to check, retries.
+    broker = start_broker(
+        tmp_path,
+        '[cluster]\nname = "x"\nnode = "a"\nnats = ["nats://127.0.0.1:9"]\n',
+    )
+    line = wait_for_log(broker, "cluster: cannot reach NATS", timeout=10)
+    assert "Is nats-server running there" in line
+    client = PahoCollector(broker, unique("alone"))
+    client.subscribe("t", 1)
+    client.publish("t", b"local", qos=1)
+    assert client.next_message(5).payload == b"local"
+    client.close()
+    broker.stop()
