@@ -28,7 +28,7 @@ import pykka
 from actors.admission import BANS_FILE, Admission
 from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
-from actors.context import BrokerContext
+from actors.context import BrokerContext, Sessions
 from actors.dispatch import Dispatcher, RemoteForwarder
 from actors.messages import CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
@@ -81,6 +81,8 @@ class ClusterPart(Protocol):
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication: ...
 
     def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder: ...
+
+    def joined_sessions(self, inner: Sessions) -> Sessions: ...
 
     def start(self) -> None: ...
 
@@ -170,6 +172,7 @@ class Broker:
         sessions = self._restore_sessions(snapshot)
         context.registry = self._make_registry(sessions)
         if self.cluster is not None:
+            context.registry = self.cluster.joined_sessions(context.registry)
             self.cluster.start()  # linked before the listeners open
         self._actors = [context.retainer, context.router]
         context.flow.start()

@@ -125,9 +125,7 @@ class ClientActor(GeventActor):
                 self._context.auth_failures.succeeded(address)
             if self._context.hooks.has(_CLIENT_RATE_LIMIT) and channel.client is not None:
                 self._set_rate_limits(channel.client)
-            self._carry_out(
-                channel.session_attached(message.session_present, message.awaiting_rel)
-            )
+            self._carry_out(channel.session_attached(message.session_present, message.awaiting_rel))
         elif isinstance(message, PeerIdentified):
             channel.identify(message.identity)
         elif isinstance(message, ConnectionLost):

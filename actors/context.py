@@ -8,6 +8,7 @@ here so publishers can read it directly; every change to it goes through `routes
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +50,9 @@ class Sessions(Protocol):
     pool worker's `pool.registry.PoolRegistry`, which claims each id pool-wide first."""
 
     sessions: dict[str, Any]  # client id -> its session actor's reference
+    # In a cluster: why a client id may not open a session here now, or None (see
+    # `SessionRegistry.fence`).
+    fence: Callable[[str], str | None] | None
 
     def open(
         self,
@@ -67,10 +71,11 @@ class NoSessionsYet:
     """The `Sessions` of a worker whose registry is not made yet (a pool's peer may say
     hello first): it holds none, and nothing may open one."""
 
-    __slots__ = ("sessions",)
+    __slots__ = ("fence", "sessions")
 
     def __init__(self) -> None:
         self.sessions: dict[str, Any] = {}
+        self.fence: Callable[[str], str | None] | None = None
 
     def open(
         self,

@@ -15,15 +15,18 @@ shutdown) and changed only by these two methods.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from actors.config import LimitsConfig
 from actors.context import BrokerContext
-from actors.messages import Attach, ClientMessage, Terminate
+from actors.messages import Attach, ClientMessage, ConnectRefused, Terminate
 from actors.refs import Ref
+from actors.runtime import tell_if_alive
 from actors.session_actor import SessionActor
 from core.client import ClientInfo
 from core.session_state import SessionState
+from mqtt.reason_codes import ReasonCode
 from net.transport import Transport
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,9 @@ class SessionRegistry:
     def __init__(self, context: BrokerContext, sessions: dict[str, Any] | None = None) -> None:
         self._context = context
         self.sessions: dict[str, Any] = sessions if sessions is not None else {}
+        # In a cluster (cluster.registry): why a client id is not this node's to open any
+        # more (a later claim on another node won it meanwhile), or None.
+        self.fence: Callable[[str], str | None] | None = None
 
     def open(
         self,
@@ -49,6 +55,13 @@ class SessionRegistry:
         also for a connection whose session ended before the connection could take it
         over (`SessionActor._waits_for_arrived`)."""
         client = attach.client
+        if self.fence is not None:
+            why = self.fence(client.client_id)
+            if why is not None:
+                logger.info("client %r: refused CONNECT: %s", client.client_id, why)
+                refused = ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, why)
+                tell_if_alive(attach.client_ref, refused)
+                return
         session = self.sessions.get(client.client_id)
         if session is not None and (client.clean_start or not session.is_alive()):
             if session.is_alive():

@@ -35,6 +35,10 @@ class ClusterConfig:
     # seconds of silence after which a peer is taken for gone and its routes dropped
     peer_timeout: float = DEFAULT_PEER_TIMEOUT
     connect_timeout: float = 2.0  # seconds for each attempt to reach a NATS server
+    # seconds a CONNECT waits to claim its client id (and for the previous node to give it
+    # up); past that it is refused with Server unavailable
+    claim_timeout: float = 3.0
+    replicas: int = 1  # copies JetStream keeps of the client-id records (3 in production)
     user: str = ""  # NATS user and password, or a token, or a credentials file
     password: str = ""
     token: str = ""
@@ -61,6 +65,10 @@ def parse_cluster(table: Any, config_dir: Path) -> ClusterConfig:
     values: dict[str, Any] = {key: _token(table, key) for key in ("name", "node")}
     values["nats"] = _servers(table.get("nats"))
     values.update(_timings(table))
+    replicas = table.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5:
+        raise ClusterConfigError("[cluster] replicas must be a whole number from 1 to 5")
+    values["replicas"] = replicas
     values.update(_credentials(table, config_dir))
     return ClusterConfig(**values)
 
@@ -89,9 +97,9 @@ def _servers(servers: Any) -> tuple[str, ...]:
     return tuple(servers)
 
 
-def _timings(table: dict[str, Any]) -> dict[str, float]:
+def _timings(table: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, float] = {}
-    for key in ("heartbeat", "peer_timeout", "connect_timeout"):
+    for key in ("heartbeat", "peer_timeout", "connect_timeout", "claim_timeout"):
         if key in table:
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

@@ -120,6 +120,15 @@ class NatsFabric:
         self._queue.append((_BROADCAST, frame))
         self._flush_soon()
 
+    @property
+    def link(self) -> NatsLink:
+        return self._link
+
+    def workers_of(self, node: str) -> list[int]:
+        """The linked peers that are workers of `node`."""
+        prefix = f"{node}."
+        return [p.number for name, p in self._peers.items() if p.up and name.startswith(prefix)]
+
     def name_of(self, worker: int) -> str:
         """The `<node>.<worker>` name of peer number `worker`."""
         return self._names[worker]

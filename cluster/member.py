@@ -7,28 +7,33 @@ SUBACK waits for) and `ForwardOutbox` for one `Forward` per peer per publish bat
 `Forward` received goes to this worker's subscribers only, never onwards; a `Retained` into
 this worker's retained index.
 
-Left to each node (docs/cluster.md "Not yet across nodes"): `$SYS` topics (each node reports
-its own), share groups, and client-id ownership.
+Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
+front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
+over the same fabric. Left to each node (docs/cluster.md "Not yet across nodes"): `$SYS`
+topics (each node reports its own), share groups, and moving a persistent session.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
 
-from actors.context import BrokerContext
+from actors.context import BrokerContext, Sessions
 from actors.dispatch import RemoteForwarder
 from actors.messages import StoreRetained
 from actors.router_actor import RouteReplication
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
+from cluster.registry import ClusterRegistry
 from core.message import Message
 from pool.frames.codec import Frame
 from pool.frames.forwarding import Forward, ForwardShared, Retained
+from pool.frames.ownership import GiveUp, HandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.shared import is_shared
@@ -52,11 +57,14 @@ class ClusterMember:
             fabric.send, fabric.broadcast, lambda: fabric.peers, loop.run_callback
         )
         self._outbox = ForwardOutbox()
+        self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
 
     def start(self) -> None:
         self.fabric.start()
+        if self.registry is not None:
+            self.registry.start()
 
     def stop(self) -> None:
         self.fabric.stop()
@@ -70,6 +78,20 @@ class ClusterMember:
         member."""
         return JoinedForwarder(pool, self)
 
+    def joined_sessions(self, inner: Sessions) -> Sessions:
+        """The node's registry (one process's, or the pool's), each id claimed cluster-wide
+        before it opens a session."""
+        context = self._context
+        self.registry = ClusterRegistry(
+            inner,
+            self.config,
+            link=self.fabric.link,
+            peers=self.fabric,
+            persistence=context.persistence,
+            loss_log=context.loss_log,
+        )
+        return self.registry
+
     # ----- the fabric's handler -----------------------------------------------------------
 
     def peer_up(self, worker: int, epoch: int) -> None:
@@ -77,6 +99,8 @@ class ClusterMember:
 
     def peer_down(self, worker: int) -> None:
         self.routes.peer_down(worker)
+        if self.registry is not None:
+            self.registry.peer_down(worker)
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:
@@ -90,6 +114,13 @@ class ClusterMember:
                 self._context.retainer.tell(StoreRetained(list(frame.messages)))
             elif kind in ROUTE_FRAMES:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
+            elif kind is GiveUp and self.registry is not None:
+                assert isinstance(frame, GiveUp)
+                answer = partial(self.fabric.send, worker, HandedOver(frame.client_id))
+                self.registry.give_up(frame, answer)
+            elif kind is HandedOver and self.registry is not None:
+                assert isinstance(frame, HandedOver)
+                self.registry.handed_over(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     # ----- routes (the router's RouteReplication) -----------------------------------------

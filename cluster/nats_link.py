@@ -22,8 +22,9 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, TypeVar
 
 import gevent
 import nats
@@ -42,6 +43,9 @@ ERROR_LOG_INTERVAL = 10.0  # seconds between two log lines of NATS errors
 # What the gevent side hears: a message (subject, body), or the link's state (True: up).
 Received = Callable[[list[tuple[str, bytes]]], None]
 StateChanged = Callable[[bool], None]
+T = TypeVar("T")
+# A coroutine `run` runs on the NATS thread, given the connected client.
+Job = Callable[[Client], Coroutine[Any, Any, T]]
 
 
 class NatsLink:
@@ -62,7 +66,7 @@ class NatsLink:
         self._on_state = on_state
         self._out: deque[tuple[str, bytes]] = deque()
         self._out_due = False
-        self._in: deque[tuple[str, bytes] | bool] = deque()
+        self._in: deque[tuple[str, bytes] | bool | Callable[[], None]] = deque()
         self._in_due = False
         self._wake = gevent.get_hub().loop.async_()
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -70,6 +74,8 @@ class NatsLink:
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._out_ready: asyncio.Event | None = None  # set: the queue has messages
+        self._connected: asyncio.Event | None = None  # set once the client first connects
+        self._jobs: set[asyncio.Future[None]] = set()  # `run`'s, until they end
         self.max_payload = 1 << 20  # NATS's default; the server's own once connected
         self._errors = 0  # NATS errors not logged yet
         self._error_logged = -ERROR_LOG_INTERVAL  # monotonic time of the last such line
@@ -100,12 +106,56 @@ class NatsLink:
             self._out_due = True
             self._aloop.call_soon_threadsafe(self._send_out)
 
+    def run(
+        self,
+        job: Job[T],
+        then: Callable[[T | None, BaseException | None], None],
+        timeout: float | None,
+    ) -> None:
+        """Run `job(client)` on the NATS thread, waiting for the first connection if need
+        be, and call `then(result, None)` or `then(None, error)` on the gevent loop; a job
+        that takes longer than `timeout` seconds (waiting included; None: no limit) fails
+        with TimeoutError."""
+        aloop = self._aloop
+        assert aloop is not None, "run() before start()"
+        aloop.call_soon_threadsafe(self._start_job, job, then, timeout)
+
+    def post(self, call: Callable[[], None]) -> None:
+        """From the NATS thread: run `call` on the gevent loop (in order with the messages)."""
+        self._hand_in(call)
+
     # ----- the NATS thread ----------------------------------------------------------------
+
+    def _start_job(
+        self,
+        job: Job[T],
+        then: Callable[[T | None, BaseException | None], None],
+        timeout: float | None,
+    ) -> None:
+        async def attempt() -> T:
+            assert self._connected is not None
+            await self._connected.wait()
+            assert self._client is not None
+            return await job(self._client)
+
+        async def run() -> None:
+            try:
+                result = await asyncio.wait_for(attempt(), timeout)
+            except Exception as error:  # every failure goes to `then`, which decides
+                self._hand_in(partial(then, None, error))
+            else:
+                self._hand_in(partial(then, result, None))
+
+        task = asyncio.ensure_future(run())
+        self._jobs.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._jobs.discard)
 
     def _run(self, ready: threading.Event) -> None:
         aloop = asyncio.new_event_loop()
+        asyncio.set_event_loop(aloop)
         self._aloop = aloop
         self._stopping = asyncio.Event()
+        self._connected = asyncio.Event()
         ready.set()
         try:
             aloop.run_until_complete(self._main())
@@ -136,6 +186,8 @@ class NatsLink:
         for subject in self._subjects:
             await client.subscribe(subject, cb=self._received)
         await client.flush()
+        assert self._connected is not None
+        self._connected.set()
         self._out_ready = asyncio.Event()
         sender = asyncio.ensure_future(self._sender(client))
         self._out_ready.set()  # what was published while connecting
@@ -232,7 +284,7 @@ class NatsLink:
             if self._stopping.is_set():
                 return
 
-    def _hand_in(self, item: tuple[str, bytes] | bool) -> None:
+    def _hand_in(self, item: tuple[str, bytes] | bool | Callable[[], None]) -> None:
         self._in.append(item)
         if not self._in_due:
             self._in_due = True
@@ -246,12 +298,16 @@ class NatsLink:
         take = self._in.popleft
         while self._in:
             item = take()
+            if type(item) is tuple:
+                batch.append(item)
+                continue
+            if batch:
+                self._on_messages(batch)
+                batch = []
             if isinstance(item, bool):
-                if batch:
-                    self._on_messages(batch)
-                    batch = []
                 self._on_state(item)
             else:
-                batch.append(item)
+                assert callable(item)
+                item()
         if batch:
             self._on_messages(batch)

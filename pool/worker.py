@@ -84,6 +84,7 @@ class PoolBroker(Broker):
         self.ops = self.node.ops
         self.context.auth_failures = self.node.auth_failures
         self._store: ProcessStore | None = None
+        self._registry: PoolRegistry | None = None  # also under a cluster's registry
 
     # ----- Broker's start-up steps, pool flavoured ----------------------------------------
 
@@ -177,6 +178,7 @@ class PoolBroker(Broker):
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:
         registry = PoolRegistry(self.context, sessions, self.node, self._resume)
         self.context.registry = registry
+        self._registry = registry
         self.node.open_for_claims()
         return registry
 
@@ -282,8 +284,8 @@ class PoolBroker(Broker):
         gevent.spawn(adopted)
 
     def _rehost_from_store(self, client_id: str, adoption: int) -> None:
-        registry = self.context.registry
-        assert isinstance(registry, PoolRegistry)
+        registry = self._registry
+        assert registry is not None  # made before any worker can die
         session = None
         if client_id not in registry.sessions:
             try:

@@ -46,6 +46,7 @@ from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, Op
 from pool.frames.ownership import (
     Claim,
     ClaimRefused,
+    GiveUp,
     Granted,
     HandedOver,
     HandOver,
@@ -80,6 +81,7 @@ Frame = (
     | Release
     | HandOver
     | HandedOver
+    | GiveUp
     | Owned
     | RoutesSync
     | RoutesSynced
@@ -166,6 +168,7 @@ _KINDS: dict[type[Frame], int] = {
     DurableSnapshot: 116,
     # 120-129: listeners' connection counts across the pool.
     ListenerCounts: 120,
+    GiveUp: 130,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

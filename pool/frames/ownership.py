@@ -69,6 +69,16 @@ class HandedOver:
 
 
 @dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Cluster: to each worker of the node that held `client_id`, from a node that claimed it
+    in the cluster's registry at `revision`: a session held under an older claim is given up
+    (closed as taken over, discarded), then the answer is `HandedOver`."""
+
+    client_id: str
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class Owned:
     """To a worker whose link just came up: the ids homed at it that `owner` owns, so that a
     restarted home knows its ids' owners again (and does not restore their sessions)."""

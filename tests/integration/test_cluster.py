@@ -10,6 +10,7 @@ import contextlib
 import os
 import queue
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,19 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from mqtt.packets import ConnAck, Connect, Disconnect, PubAck, Publish
+from mqtt.reason_codes import ReasonCode
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
-from tests.support.clients import PahoCollector, unique
+from tests.support.clients import (
+    PahoCollector,
+    connect_raw,
+    expect_publish,
+    subscribe_raw,
+    unique,
+)
 from tests.support.nats_server import NATS_SERVER, NatsServer
+from tests.support.raw_client import RawClient
 
 pytestmark = pytest.mark.skipif(
     not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
@@ -235,17 +245,91 @@ def test_sys_topics_stay_on_their_node(tmp_path: Path, nats: NatsServer) -> None
         broker.stop()
 
 
-def test_a_broker_without_nats_says_so_and_keeps_serving(tmp_path: Path) -> None:
-    # NATS unreachable: the broker serves its own clients, logs what to check, retries.
-    broker = start_broker(
-        tmp_path,
-        '[cluster]\nname = "x"\nnode = "a"\nnats = ["nats://127.0.0.1:9"]\n',
-    )
-    line = wait_for_log(broker, "cluster: cannot reach NATS", timeout=10)
-    assert "Is nats-server running there" in line
-    client = PahoCollector(broker, unique("alone"))
-    client.subscribe("t", 1)
-    client.publish("t", b"local", qos=1)
-    assert client.next_message(5).payload == b"local"
-    client.close()
-    broker.stop()
+def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_on(
+    tmp_path: Path,
+) -> None:
+    # Consistency over availability: who owns a client id cannot be known without NATS, so
+    # a CONNECT is refused with Server unavailable (3.1.1: code 3, 5.0: 0x88), and logged.
+    own = NatsServer()
+    own.start()
+    try:
+        broker = start_broker(
+            tmp_path,
+            f'[cluster]\nname = "x"\nnode = "a"\nnats = ["{own.url}"]\nclaim_timeout = 1.0\n',
+        )
+        before = connect_raw(broker, unique("before"))
+        subscribe_raw(before, 1, ("t", 1))
+        own.stop()
+        for version, code in ((4, 3), (5, ReasonCode.SERVER_UNAVAILABLE)):
+            refused = RawClient(broker.host, broker.port, version=version)
+            connack = refused.connect(unique("during"))
+            assert isinstance(connack, ConnAck) and connack.reason_code == code
+            refused.close()
+        line = wait_for_log(broker, "cluster: refused CONNECT of", timeout=5)
+        assert "is NATS (with JetStream) reachable" in line
+        # The connected client's local traffic goes on.
+        before.send(Publish(topic="t", payload=b"local", qos=1, packet_id=2))
+        got = [before.expect(5) for _ in range(2)]
+        assert {type(p) for p in got} == {PubAck, Publish}
+        before.close()
+        wait_for_log(broker, "cluster: cannot reach NATS", timeout=15)
+        own.start()  # the same port: back, and CONNECTs are accepted again
+        deadline = time.monotonic() + 15
+        while True:
+            client = RawClient(broker.host, broker.port)
+            connack = client.connect(unique("after"))
+            client.close()
+            if connack.reason_code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert connack.reason_code == 0
+        broker.stop()
+    finally:
+        own.remove()
+
+
+def test_a_client_id_taken_over_on_another_node_is_closed_there(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    client_id = unique("moving")
+    first = connect_raw(cluster["a"], client_id, version=5)
+    second = connect_raw(cluster["b"], client_id, version=5)
+    # Node a closes its connection as a takeover [MQTT-3.1.4-2]: DISCONNECT 0x8E.
+    disconnect = first.expect(5)
+    assert isinstance(disconnect, Disconnect), disconnect
+    assert disconnect.reason_code == ReasonCode.SESSION_TAKEN_OVER
+    assert first.is_closed_by_broker(5)
+    # The new owner serves it, across nodes.
+    subscribe_raw(second, 1, ("moved/#", 1))
+    publisher = PahoCollector(cluster["c"], unique("pub"))
+    publisher.publish("moved/1", b"here", qos=1)
+    assert expect_publish(second).payload == b"here"
+    second.close()
+    publisher.close()
+
+
+def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    ids = [unique(f"storm{index}") for index in range(20)]
+    brokers = list(cluster.values())
+    clients: dict[str, list[RawClient]] = {client_id: [] for client_id in ids}
+
+    def connect_all(round_: int) -> None:
+        for index, client_id in enumerate(ids):
+            broker = brokers[(index + round_) % 3]
+            client = RawClient(broker.host, broker.port)
+            client.send(Connect(client_id=client_id, protocol_version=4, keepalive=60))
+            clients[client_id].append(client)
+
+    threads = [threading.Thread(target=connect_all, args=(r,)) for r in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(4)  # every claim and hand-over settled (claim_timeout is 3 s)
+    for client_id, connections in clients.items():
+        open_ = [c for c in connections if not c.is_closed_by_broker(0.05)]
+        assert len(open_) == 1, f"{client_id}: {len(open_)} of 10 connections open"
+        for client in connections:
+            client.close()

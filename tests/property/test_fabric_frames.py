@@ -45,6 +45,7 @@ from pool.frames.moves import (
 from pool.frames.ownership import (
     Claim,
     ClaimRefused,
+    GiveUp,
     Granted,
     HandedOver,
     HandOver,
@@ -162,6 +163,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Release, client_ids, worker_ids),
     st.builds(HandOver, client_ids, worker_ids, st.sampled_from([0, 1])),
     st.builds(HandedOver, client_ids),
+    st.builds(GiveUp, client_ids, st.integers(0, 2**63 - 1)),
     st.builds(Owned, worker_ids, st.lists(client_ids, max_size=5).map(tuple)),
     st.builds(RoutesSync, st.integers(0, 2**40)),
     st.builds(RoutesSynced, st.integers(0, 2**40)),
