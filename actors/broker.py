@@ -30,7 +30,7 @@ from actors.client_actor import accept_connection
 from actors.config import BrokerConfig
 from actors.context import BrokerContext, Sessions
 from actors.dispatch import Dispatcher, RemoteForwarder
-from actors.messages import CloseConnection, Reauthorize, Sync
+from actors.messages import AddRoutes, CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
 from actors.persistence import Persistence, restored_state
 from actors.retainer_actor import RetainerActor
@@ -53,8 +53,8 @@ from router.fan_out import Route
 from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
 from router.share_strategy import SharePicker, Strategy
-from store import open_store
-from store.base import DeleteSession, Snapshot, Store
+from store import ProcessStore, open_store
+from store.base import DeleteSession, Snapshot, Store, StoredSession
 from store.writer import StoreWriter
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ class Broker:
         self._http: Surface | None = None
         self.bridges: Bridges | None = None  # [[bridges]] (docs/bridges.md)
         self.cluster: ClusterPart | None = None  # [cluster] (docs/cluster.md)
+        self._session_store: Store | None = None  # read when a session moves to another node
 
     def start(self) -> None:
         """Start everything.
@@ -268,6 +269,7 @@ class Broker:
         data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         store = self._make_store()
+        self._session_store = store
         snapshot = store.load()
         seqs = [seq for s in snapshot.sessions.values() for seq, _ in s.messages]
         message_ids = [m.message_id for m in snapshot.retained] + [
@@ -289,6 +291,43 @@ class Broker:
     def _make_store(self) -> Store:
         settings = self.config.store
         return open_store(settings.kind, Path(settings.data_dir), synchronous=settings.synchronous)
+
+    # ----- sessions moving to and from other nodes of a cluster (cluster.session_moves) ---
+
+    @property
+    def stores_sessions(self) -> bool:
+        return self._session_store is not None
+
+    def stored_session(self, client_id: str) -> StoredSession | None:
+        """The stored session of `client_id`: what the store has committed (StoreError if
+        it cannot be read)."""
+        store = self._session_store
+        if store is None:
+            return None
+        if isinstance(store, ProcessStore):
+            snapshot = store.load_session(client_id, self.config.store.connect_wait)
+        else:
+            snapshot = store.load()
+        return snapshot.sessions.get(client_id)
+
+    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
+        """Start `stored` as the detached session of `client_id` (it moved in from another
+        node) and route its subscriptions; None if it had expired."""
+        context = self.context
+        meta = stored.meta
+        now = time.time()
+        gone_since = meta.disconnected_at if meta.disconnected_at is not None else now
+        if gone_since + meta.expiry_interval <= now:
+            return None
+        state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
+        session = SessionActor(state, context, meta.protocol_version).launch()
+        routes = [
+            (topic_filter, Route(session, options, persistent=True))
+            for topic_filter, options in state.subscriptions.items()
+        ]
+        if routes:
+            context.router.tell(AddRoutes(client_id, routes))
+        return session
 
     def set_forwarder(self, pool: RemoteForwarder | None) -> None:
         """Forward publishes through `pool` (a pool worker's node) and, in a cluster, to the

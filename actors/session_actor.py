@@ -491,6 +491,18 @@ class SessionActor(GeventActor):
                 RemoveRoutes(self.state.client_id, filters, session=self.actor_ref)
             )
         self._context.registry.ended(self.state.client_id, self.actor_ref)
+        self._pass_on(waiting)
+        if self._hooks.has(HookPoint.SESSION_TERMINATED):
+            self._hooks.run(
+                HookPoint.SESSION_TERMINATED,
+                SessionEvent(client_id=self.state.client_id, reason=terminate.reason),
+            )
+        self.stop()
+
+    def _pass_on(self, waiting: list[Takeover] | None) -> None:
+        """The takeovers that waited while this session ended, each to its fate: a hand-off
+        answered once what this session wrote is committed, an attach closed or reopened
+        as if this session had not been there."""
         for takeover in waiting or ():
             after = fate(_KIND[type(takeover)], self.protocol.replaced)
             if after is Fate.ANSWER:  # the claimant finds none, once the delete is in
@@ -502,12 +514,6 @@ class SessionActor(GeventActor):
                     tell_if_alive(takeover.client_ref, CloseConnection(DisconnectReason.TAKEN_OVER))
                 else:
                     self._context.registry.attach(takeover)
-        if self._hooks.has(HookPoint.SESSION_TERMINATED):
-            self._hooks.run(
-                HookPoint.SESSION_TERMINATED,
-                SessionEvent(client_id=self.state.client_id, reason=terminate.reason),
-            )
-        self.stop()
 
     def _clean_start(self, terminate: Terminate) -> None:
         """The registry replaced this session by a clean start's [MQTT-3.1.2-4]. Its stored
@@ -596,6 +602,10 @@ class SessionActor(GeventActor):
             self._context.registry.ended(self.state.client_id, self.actor_ref)
             if move is None:
                 self._leave_routes(None)
+                # Takeovers that queued behind this one (a cluster's and a pool's at once)
+                # find the session gone, as after `_terminate`.
+                waiting, self._takeovers = self._takeovers, None
+                self._pass_on(waiting)
                 self.stop()
             else:
                 self._move_out = move

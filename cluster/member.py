@@ -10,14 +10,13 @@ this worker's retained index.
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
 over the same fabric. Left to each node (docs/cluster.md "Not yet across nodes"): `$SYS`
-topics (each node reports its own), share groups, and moving a persistent session.
+topics (each node reports its own) and share groups.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import gevent
@@ -30,10 +29,11 @@ from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.registry import ClusterRegistry
+from cluster.session_moves import NodeMoves, StoredSessions
 from core.message import Message
 from pool.frames.codec import Frame
 from pool.frames.forwarding import Forward, ForwardShared, Retained
-from pool.frames.ownership import GiveUp, HandedOver
+from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.shared import is_shared
@@ -47,9 +47,16 @@ _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
 class ClusterMember:
     """This worker's side of the cluster; see the module docstring."""
 
-    def __init__(self, config: ClusterConfig, worker: int, context: BrokerContext) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        worker: int,
+        context: BrokerContext,
+        stored_sessions: StoredSessions,
+    ) -> None:
         self.config = config
         self._context = context
+        self._stored_sessions = stored_sessions
         self.fabric = NatsFabric(config, worker, self)
         loop = gevent.get_hub().loop
         fabric = self.fabric
@@ -89,6 +96,7 @@ class ClusterMember:
             peers=self.fabric,
             persistence=context.persistence,
             loss_log=context.loss_log,
+            moves=NodeMoves(self._stored_sessions, context.persistence),
         )
         return self.registry
 
@@ -116,11 +124,13 @@ class ClusterMember:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
             elif kind is GiveUp and self.registry is not None:
                 assert isinstance(frame, GiveUp)
-                answer = partial(self.fabric.send, worker, HandedOver(frame.client_id))
-                self.registry.give_up(frame, answer)
+                self.registry.give_up(worker, frame)
             elif kind is HandedOver and self.registry is not None:
                 assert isinstance(frame, HandedOver)
                 self.registry.handed_over(worker, frame)
+            elif kind is SessionHandedOver and self.registry is not None:
+                assert isinstance(frame, SessionHandedOver)
+                self.registry.session_handed_over(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     # ----- routes (the router's RouteReplication) -----------------------------------------

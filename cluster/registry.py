@@ -28,8 +28,11 @@ cut off while another took its ids finds out as soon as it hears the bucket agai
 are never deleted: a node that gives an id up leaves it named until the next claim (whose
 hand-over then finds nothing to give up).
 
-Sessions do not move between nodes yet: a persistent session taken over by another node is
-discarded (counted and logged), and the client starts afresh there.
+A persistent session taken over by a CONNECT that resumes it (clean start 0) moves: the
+worker that held it commits it, sends its stored form in the answer (`SessionHandedOver`,
+`cluster.session_moves`), and deletes its copy once the claimant says it stored it. A
+session the watch ends before the claimant's `GiveUp` arrives keeps its stored state for
+that `GiveUp`.
 """
 
 from __future__ import annotations
@@ -54,12 +57,14 @@ from actors.refs import Ref
 from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
 from cluster.nats_link import NatsLink
+from cluster.session_moves import NodeMoves
 from core.client import ClientInfo
 from mqtt.reason_codes import ReasonCode
 from net.rate_limited_log import RateLimitedLog
 from net.transport import Transport
 from pool.frames.codec import Frame
-from pool.frames.ownership import GiveUp, HandedOver
+from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
+from store.base import DeleteSession, Op
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +127,11 @@ class Bucket:
             try:
                 if entry is None or entry.value is None:
                     return None, await kv.create(key, mine)
-                if entry.value == mine:
-                    assert entry.revision is not None
-                    return None, entry.revision
+                # Written even when this node holds the id already: every claim gets a
+                # revision of its own, so a claim made elsewhere in between is ordered
+                # against it (and fences it, or is fenced by it).
                 revision = await kv.update(key, mine, last=entry.revision)
-                return entry.value.decode(), revision
+                return (None if entry.value == mine else entry.value.decode()), revision
             except KeyWrongLastSequenceError:
                 continue  # another claim came between the read and the write
         raise ClaimContendedError(f"{CLAIM_TRIES} attempts")
@@ -142,6 +147,17 @@ class Bucket:
             seen(client_id_of(entry.key), entry.value.decode(), entry.revision)
 
 
+class _GivingUp:
+    """A session of this worker being given up to another node's claim."""
+
+    __slots__ = ("after", "ended", "session")
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.ended: Callable[[], None] = lambda: None  # set once the hand-off is told
+        self.after: list[Callable[[], object]] = []  # calls waiting for it to end
+
+
 class ClusterRegistry:
     """The worker's `Sessions`: the node's own registry, each CONNECT's id claimed
     cluster-wide first (see the module docstring)."""
@@ -155,6 +171,7 @@ class ClusterRegistry:
         peers: Peers,
         persistence: Persistence,
         loss_log: RateLimitedLog,
+        moves: NodeMoves,
     ) -> None:
         self.inner = inner
         inner.fence = self._may_open
@@ -167,8 +184,8 @@ class ClusterRegistry:
         self._bucket = Bucket(config)
         self._persistence = persistence
         self._log = loss_log
-        # client id -> who waits for its session here to be given up
-        self._giving_up: dict[str, list[Callable[[], object]]] = {}
+        # client id -> its session here being given up, and who waits for that
+        self._giving_up: dict[str, _GivingUp] = {}
         # client id -> the revision of this worker's latest claim of it (the fencing token),
         # and the newest revision at which another node claimed it (kept while it matters
         # here: a claim or a session of the id on this worker)
@@ -178,7 +195,11 @@ class ClusterRegistry:
         self._turns: dict[str, deque[Callable[[], None]]] = {}
         # (client id, peer) -> then: the hand-overs this worker waits for
         self._hand_overs: dict[tuple[str, int], Callable[[], None]] = {}
-        self.taken_over = 0  # sessions discarded here because another node took their id
+        # client id -> the peer a session was sent to, until it says it stored it
+        self._moving_out: dict[str, int] = {}
+        self._moves = moves
+        self.taken_over = 0  # sessions ended here because another node took their id
+        self.moved_in = 0  # sessions that came here from another node
 
     def start(self) -> None:
         """Watch the records (fencing), from the first connection to NATS on."""
@@ -211,6 +232,11 @@ class ClusterRegistry:
 
     def ended(self, client_id: str, session: Any) -> None:
         self.inner.ended(client_id, session)
+        going = self._giving_up.get(client_id)
+        if going is not None and going.session is session:
+            # It ended, whether or not by the hand-off it was told (a takeover within the
+            # node may have ended it first, and that hand-off was then never read).
+            self._persistence.submit((), going.ended)
         if client_id not in self.inner.sessions and client_id not in self._turns:
             self._claims.pop(client_id, None)  # the next CONNECT claims afresh
             self._fences.pop(client_id, None)
@@ -237,7 +263,7 @@ class ClusterRegistry:
             if previous is None:
                 open_()
             else:
-                self._hand_over(client_id, previous, revision, open_)
+                self._hand_over(client_id, previous, revision, client.clean_start, open_)
 
         self._link.run(
             lambda nats: self._bucket.claim(nats, client_id, self._node),
@@ -280,7 +306,7 @@ class ClusterRegistry:
         tell_if_alive(client_ref, ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, why))
 
     def _hand_over(
-        self, client_id: str, previous: str, revision: int, then: Callable[[], None]
+        self, client_id: str, previous: str, revision: int, clean: bool, then: Callable[[], None]
     ) -> None:
         """Ask every linked worker of node `previous` to give `client_id` up; `then` once all
         have answered, gone down, or the claim timeout passed."""
@@ -305,7 +331,7 @@ class ClusterRegistry:
 
         for worker in workers:
             self._hand_overs[(client_id, worker)] = partial(answered, worker)
-            if not self._peers.send(worker, GiveUp(client_id, revision)):
+            if not self._peers.send(worker, GiveUp(client_id, revision, int(clean))):
                 answered(worker)
         if not done[0]:
             gevent.spawn_later(self._config.claim_timeout, answered, None)
@@ -313,46 +339,104 @@ class ClusterRegistry:
     # ----- frames from other nodes --------------------------------------------------------
 
     def handed_over(self, worker: int, frame: HandedOver) -> None:
-        then = self._hand_overs.get((frame.client_id, worker))
+        """A worker of another node answered this worker's `GiveUp`, or stored the session
+        this worker sent it (whose copy here then goes)."""
+        client_id = frame.client_id
+        then = self._hand_overs.get((client_id, worker))
         if then is not None:
             then()
+        elif self._moving_out.get(client_id) == worker:
+            del self._moving_out[client_id]
+            if client_id not in self.inner.sessions and client_id not in self._turns:
+                self._persistence.submit([DeleteSession(client_id)])
+            logger.info("cluster: session of %r moved to another node", client_id)
+
+    def session_handed_over(self, worker: int, frame: SessionHandedOver) -> None:
+        """The session a `GiveUp` of this worker asked for: stored here, started, and the
+        sender told it may delete its copy."""
+        client_id = frame.client_id
+        then = self._hand_overs.get((client_id, worker))
+        if then is None or frame.revision != self._claims.get(client_id):
+            return  # a claim that is over: the sender keeps its copy (fenced there)
+        if client_id not in self.inner.sessions:
+            session = self._moves.move_in(client_id, frame.ops)
+            if session is not None:
+                self.inner.sessions[client_id] = session
+                self.moved_in += 1
+        self._peers.send(worker, HandedOver(client_id))
+        then()
 
     def peer_down(self, worker: int) -> None:
         for key in [key for key in self._hand_overs if key[1] == worker]:
             then = self._hand_overs.get(key)
             if then is not None:
                 then()
+        for client_id in [c for c, w in self._moving_out.items() if w == worker]:
+            del self._moving_out[client_id]  # its copy stays here, fenced
 
-    def give_up(self, frame: GiveUp, answer: Callable[[], object]) -> None:
-        """Another node claimed `frame.client_id` at `frame.revision`: give up a session held
-        here under an older claim, then `answer` once that is committed."""
-        self._overtaken(frame.client_id, frame.revision, answer)
-
-    def _give_up(self, client_id: str, answer: Callable[[], object] | None) -> None:
-        """Discard the session of `client_id` held here, if any, closing its connection
-        (taken over); `answer` once what this worker wrote for the id is committed."""
-        self._claims.pop(client_id, None)
-        waiting = self._giving_up.get(client_id)
-        if waiting is not None:  # already going: answered with it
-            if answer is not None:
-                waiting.append(answer)
+    def give_up(self, worker: int, frame: GiveUp) -> None:
+        """Another node claimed `frame.client_id` at `frame.revision`: a session held here
+        under an older claim is discarded (a clean start) or sent to the claimant."""
+        client_id, revision = frame.client_id, frame.revision
+        if not self._overtaken(client_id, revision):  # this worker's claim is newer
+            self._peers.send(worker, HandedOver(client_id))
             return
+        if frame.clean or not self._moves.can_move:
+            self._end_here(client_id, revision, True, partial(self._answer, worker, client_id))
+            return
+
+        def send() -> None:
+            gevent.spawn(self._send_stored, worker, client_id, revision)
+
+        self._end_here(client_id, revision, False, send)
+
+    def _answer(self, worker: int, client_id: str) -> None:
+        self._peers.send(worker, HandedOver(client_id))
+
+    def _send_stored(self, worker: int, client_id: str, revision: int) -> None:
+        ops = self._moves.move_out(client_id)
+        if ops is None:
+            self._answer(worker, client_id)
+            return
+        self._moving_out[client_id] = worker
+        self._peers.send(worker, SessionHandedOver(client_id, revision, ops))
+
+    def _end_here(
+        self, client_id: str, revision: int, discard: bool, then: Callable[[], object]
+    ) -> None:
+        """A claim on another node at `revision` overtook this worker's: end the session of
+        `client_id` held here, if any, its connection closed as taken over and its state
+        committed to the store (`discard`: deleted there); `then` once that is committed.
+        One at a time per id: a second call waits for the first, and then ends nothing if
+        a newer claim was made here meanwhile."""
+        going = self._giving_up.get(client_id)
+        if going is not None:
+            going.after.append(partial(self._end_here, client_id, revision, discard, then))
+            return
+        if revision <= self._claims.get(client_id, 0):  # a newer claim here: it stays
+            self._persistence.submit((), then)
+            return
+        self._claims.pop(client_id, None)
         session = self.inner.sessions.get(client_id)
+        gone: list[Op] = [DeleteSession(client_id)] if discard else []
         if session is None:
-            if answer is not None:
-                self._persistence.submit((), answer)
+            self._persistence.submit(gone, then)
             return
         self.taken_over += 1
         logger.info("cluster: client id %r taken over by another node", client_id)
-        answers = self._giving_up[client_id] = [] if answer is None else [answer]
+        going = self._giving_up[client_id] = _GivingUp(session)
 
-        def given_up() -> None:
+        def ended() -> None:
+            if self._giving_up.get(client_id) is not going:
+                return  # ended already: the session's answer and its end both say so
             del self._giving_up[client_id]
-            for then in answers:
-                then()
+            then()
+            for call in going.after:
+                call()
 
-        if not tell_if_alive(session, HandOff(True, given_up, None)):
-            self._persistence.submit((), given_up)
+        going.ended = ended
+        if not tell_if_alive(session, HandOff(discard, ended, None)):
+            self._persistence.submit(gone, ended)
 
     # ----- fencing ------------------------------------------------------------------------
 
@@ -361,33 +445,27 @@ class ClusterRegistry:
             self._link.post(partial(self._seen, client_id, node, revision))
 
     def _seen(self, client_id: str, node: str, revision: int) -> None:
-        """The record of `client_id` names another node at `revision`."""
-        if (
-            client_id in self.inner.sessions
-            or client_id in self._turns
-            or client_id in self._claims
-        ):
-            if revision > self._claims.get(client_id, 0) and client_id not in self._giving_up:
-                logger.warning(
-                    "cluster: node %s holds client id %r now (record revision %d): a session "
-                    "of it here is given up",
-                    node,
-                    client_id,
-                    revision,
-                )
-            self._overtaken(client_id, revision, None)
+        """The record of `client_id` names another node at `revision`: a session here under
+        an older claim ends, its stored state kept for the claimant's `GiveUp`."""
+        relevant = self.inner.sessions, self._turns, self._claims
+        if not any(client_id in ids for ids in relevant):
+            return
+        if self._overtaken(client_id, revision) and client_id in self.inner.sessions:
+            logger.warning(
+                "cluster: node %s holds client id %r now (record revision %d): its session "
+                "here ends",
+                node,
+                client_id,
+                revision,
+            )
+            self._end_here(client_id, revision, False, lambda: None)
 
-    def _overtaken(
-        self, client_id: str, revision: int, answer: Callable[[], object] | None
-    ) -> None:
-        """A claim on another node at `revision`: a session held here under an older claim
-        is given up, and none may open under it any more (`_may_open`)."""
+    def _overtaken(self, client_id: str, revision: int) -> bool:
+        """A claim on another node at `revision`: none may open under an older claim here
+        any more (`_may_open`). Whether this worker's own claim is older."""
         if revision > self._fences.get(client_id, 0):
             self._fences[client_id] = revision
-        if revision > self._claims.get(client_id, 0):
-            self._give_up(client_id, answer)
-        elif answer is not None:  # this worker's claim is newer: it keeps the id
-            answer()
+        return revision > self._claims.get(client_id, 0)
 
     def _may_open(self, client_id: str) -> str | None:
         """Why `client_id` may not open a session here now (the node registry asks, at the

@@ -21,7 +21,6 @@ import os
 logger = logging.getLogger(__name__)
 
 
-
 def usable_cpus() -> list[int]:
     """The CPUs this process may run on, in order (all of them where Linux's affinity
     calls are missing)."""

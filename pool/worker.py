@@ -303,6 +303,9 @@ class PoolBroker(Broker):
                 logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
         self.node.settle(client_id, has_session=client_id in registry.sessions)
 
+    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
+        return self._start_stored(client_id, stored)
+
     def _start_stored(
         self, client_id: str, stored: StoredSession, adoption: int | None = None
     ) -> Any:

@@ -52,6 +52,7 @@ from pool.frames.ownership import (
     HandOver,
     Owned,
     Release,
+    SessionHandedOver,
     Settled,
 )
 from pool.frames.peers import Hello, Leaving
@@ -82,6 +83,7 @@ Frame = (
     | HandOver
     | HandedOver
     | GiveUp
+    | SessionHandedOver
     | Owned
     | RoutesSync
     | RoutesSynced
@@ -169,6 +171,7 @@ _KINDS: dict[type[Frame], int] = {
     # 120-129: listeners' connection counts across the pool.
     ListenerCounts: 120,
     GiveUp: 130,
+    SessionHandedOver: 131,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

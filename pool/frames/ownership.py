@@ -72,10 +72,23 @@ class HandedOver:
 class GiveUp:
     """Cluster: to each worker of the node that held `client_id`, from a node that claimed it
     in the cluster's registry at `revision`: a session held under an older claim is given up
-    (closed as taken over, discarded), then the answer is `HandedOver`."""
+    (its connection closed as taken over). With `clean` = 1 it is discarded and the answer is
+    `HandedOver`; else the answer is `SessionHandedOver` with the session, if it had one."""
 
     client_id: str
     revision: int
+    clean: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHandedOver:
+    """Cluster: the answer to a `GiveUp` from the worker that held the session: its stored
+    form (`store.op_codec.encode_ops` of its `PutSession` and `PutMessage` ops, base64). The
+    claimant answers `HandedOver` once it has stored it; the sender then deletes its copy."""
+
+    client_id: str
+    revision: int
+    ops: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -314,6 +314,7 @@ def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
     ids = [unique(f"storm{index}") for index in range(20)]
     brokers = list(cluster.values())
     clients: dict[str, list[RawClient]] = {client_id: [] for client_id in ids}
+    where: dict[RawClient, int] = {}
 
     def connect_all(round_: int) -> None:
         for index, client_id in enumerate(ids):
@@ -321,6 +322,7 @@ def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
             client = RawClient(broker.host, broker.port)
             client.send(Connect(client_id=client_id, protocol_version=4, keepalive=60))
             clients[client_id].append(client)
+            where[client] = broker.port
 
     threads = [threading.Thread(target=connect_all, args=(r,)) for r in range(10)]
     for thread in threads:
@@ -330,6 +332,58 @@ def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
     time.sleep(4)  # every claim and hand-over settled (claim_timeout is 3 s)
     for client_id, connections in clients.items():
         open_ = [c for c in connections if not c.is_closed_by_broker(0.05)]
-        assert len(open_) == 1, f"{client_id}: {len(open_)} of 10 connections open"
+        ports = [where[c] for c in open_]
+        assert len(open_) == 1, f"{client_id}: {len(open_)} of 10 connections open {ports}"
         for client in connections:
             client.close()
+
+
+def test_a_persistent_session_moves_to_the_node_its_client_resumes_on(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    client_id = unique("roamer")
+    first = connect_raw(cluster["a"], client_id, clean=False)
+    subscribe_raw(first, 1, ("persist/#", 1))
+    # One message in flight, never acknowledged: it goes out again on the new node.
+    publisher = PahoCollector(cluster["c"], unique("pub"))
+    publisher.publish("persist/0", b"0", qos=1)
+    assert expect_publish(first).payload == b"0"
+    first.send(Disconnect())
+    first.close()
+    time.sleep(0.3)
+    for index in range(1, 6):  # queued for the offline session, on node a
+        publisher.publish(f"persist/{index}", str(index).encode(), qos=1)
+    time.sleep(0.3)
+    second = connect_raw(cluster["b"], client_id, clean=False, session_present=True)
+    got = [expect_publish(second) for _ in range(6)]
+    assert [p.payload for p in got] == [str(i).encode() for i in range(6)]
+    assert got[0].dup  # the in-flight one, resent [MQTT-4.4.0-1]
+    for packet in got:
+        second.send(PubAck(packet.packet_id))
+    # Its routes moved too: a new publish reaches it on node b, and nothing is left on a.
+    publisher.publish("persist/after", b"after", qos=1)
+    assert expect_publish(second).payload == b"after"
+    wait_for_log(cluster["a"], f"cluster: session of {client_id!r} moved to another node")
+    line = wait_for_log(cluster["b"], f"cluster: session of {client_id!r} moved in")
+    assert "(1 subscriptions, 6 messages)" in line
+    second.expect_nothing(within=0.5)
+    second.close()
+    publisher.close()
+
+
+def test_a_clean_start_on_another_node_discards_the_session(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    client_id = unique("fresh")
+    first = connect_raw(cluster["a"], client_id, clean=False)
+    subscribe_raw(first, 1, ("old/#", 1))
+    first.send(Disconnect())
+    first.close()
+    second = connect_raw(cluster["b"], client_id, clean=True, session_present=False)
+    publisher = PahoCollector(cluster["c"], unique("pub"))
+    publisher.publish("old/1", b"x", qos=1)
+    second.expect_nothing(within=0.5)  # the old subscription went with the session
+    second.close()
+    third = connect_raw(cluster["a"], client_id, clean=False, session_present=False)
+    third.close()
+    publisher.close()

@@ -51,6 +51,7 @@ from pool.frames.ownership import (
     HandOver,
     Owned,
     Release,
+    SessionHandedOver,
     Settled,
 )
 from pool.frames.peers import Hello, Leaving
@@ -163,7 +164,8 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Release, client_ids, worker_ids),
     st.builds(HandOver, client_ids, worker_ids, st.sampled_from([0, 1])),
     st.builds(HandedOver, client_ids),
-    st.builds(GiveUp, client_ids, st.integers(0, 2**63 - 1)),
+    st.builds(GiveUp, client_ids, st.integers(0, 2**63 - 1), st.sampled_from([0, 1])),
+    st.builds(SessionHandedOver, client_ids, st.integers(0, 2**63 - 1), texts),
     st.builds(Owned, worker_ids, st.lists(client_ids, max_size=5).map(tuple)),
     st.builds(RoutesSync, st.integers(0, 2**40)),
     st.builds(RoutesSynced, st.integers(0, 2**40)),
