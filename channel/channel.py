@@ -49,7 +49,6 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, cast
 
-from channel.acks import PubackEntry, encode_pubacks
 from channel.actions import (
     Acknowledged,
     Action,
@@ -80,10 +79,10 @@ from channel.negotiation import Offer, disconnect_session_expiry, negotiate
 from channel.problems import (
     problems_allowed,
     reason_string,
-    refusal_ack,
     user_properties,
     with_properties,
 )
+from channel.pubacks import Pubacks, pubrec, refusal
 from core.client import BRIDGE_CLIENT_PREFIX, NO_LIMIT, ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
@@ -100,7 +99,7 @@ from hooks.events import (
 )
 from hooks.hook_bus import HookBus
 from hooks.hookpoints import HookPoint
-from mqtt.encoder import encode, encode_ack
+from mqtt.encoder import encode
 from mqtt.errors import MqttError, UnsupportedProtocolVersionError
 from mqtt.packets import (
     Auth,
@@ -108,7 +107,6 @@ from mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
-    PacketType,
     PingReq,
     PubAck,
     PubComp,
@@ -135,7 +133,7 @@ PINGRESP = b"\xd0\x00"
 KEEPALIVE_GRACE = 1.5  # the server closes after 1.5 x the keep-alive of silence [MQTT-3.1.2-24]
 ACK_OF_PACKET: dict[type, Ack] = {PubAck: Ack.PUBACK, PubRec: Ack.PUBREC, PubComp: Ack.PUBCOMP}
 
-_PUBACK, _PUBREC = PacketType.PUBACK, PacketType.PUBREC
+_PUBREC = PubRec.packet_type
 _CLIENT_AUTHORIZE = HookPoint.CLIENT_AUTHORIZE  # Enum member lookups cost ~0.2 µs
 _TOPIC_ALIAS = PropertyId.TOPIC_ALIAS
 _MAXIMUM_PACKET_SIZE = PropertyId.MAXIMUM_PACKET_SIZE
@@ -244,7 +242,6 @@ class Channel:
         "_session_expiry",
         "_settings",
         "_to_route",
-        "_v5_pubacks",
         "_waiting",
         "_waiting_bytes",
         "_will",
@@ -275,7 +272,7 @@ class Channel:
         self._actions: list[Action] = _IDLE  # the answer being built
         # Work collected from one batch of packets, flushed in order by `_flush_batch`.
         self._to_route: list[Message] = _IDLE
-        self._pubacks: list[bytes] = _IDLE
+        self._pubacks: Pubacks | None = None  # the batch's PUBACKs (`channel.pubacks`)
         self._qos2: list[tuple[int, Message | None, bytes]] = _IDLE
         self._acks: list[tuple[Ack, int]] = _IDLE
         self._releases: list[int] = _IDLE
@@ -286,9 +283,6 @@ class Channel:
         self._aliases: dict[int, str] | None = None  # the client's topic aliases
         self._inbound_qos2: set[int] | None = None  # this connection's QoS 2 ids awaiting PUBREL
         self._qos1_in_batch = 0  # QoS 1 PUBLISHes of this batch (their PUBACKs not yet sent)
-        # PUBACKs of a 5.0 batch: (packet id, the routed message, None) or (packet id, None,
-        # a refusal's PUBACK); 0x10 is decided once routing knows who matched (`channel.acks`).
-        self._v5_pubacks: list[PubackEntry] = _IDLE
         self._session_expiry: float | None = None  # set by a 5.0 DISCONNECT
         self._disconnect_properties: dict[int, Any] | None = None
         # The 5.0 client's Maximum Packet Size, which a Reason String must not break (from
@@ -454,10 +448,8 @@ class Channel:
         if self.phase is not Phase.CONNECTED:
             return
         self._check_acl = self._hooks.has(_CLIENT_AUTHORIZE)
-        self._to_route, self._pubacks, self._qos2, self._acks, self._releases = [], [], [], [], []
-        if self.version >= 5:
-            self._v5_pubacks = []
-            self._qos1_in_batch = 0
+        self._to_route, self._qos2, self._acks, self._releases = [], [], [], []
+        self._qos1_in_batch = 0
         for packet in packets:
             handler = _PACKET_HANDLERS.get(type(packet))
             if handler is None:
@@ -470,25 +462,20 @@ class Channel:
             if self.phase is not Phase.CONNECTED:
                 return  # DISCONNECT or a violation closed the connection
         self._flush_batch()
-        self._to_route = self._pubacks = self._qos2 = self._acks = self._releases = _IDLE
-        self._v5_pubacks = _IDLE
+        self._to_route = self._qos2 = self._acks = self._releases = _IDLE
 
     def _flush_batch(self) -> None:
         actions = self._actions
-        if self._v5_pubacks:
-            if self._to_route:
-                actions.append(Publish(self._to_route, None, self._v5_pubacks))
-            else:
-                actions.append(Send(encode_pubacks(self._v5_pubacks, ())))
-            self._to_route, self._v5_pubacks = [], []
-            self._qos1_in_batch = 0
-        elif self._to_route:
-            acks = b"".join(self._pubacks) if self._pubacks else None
-            actions.append(Publish(self._to_route, acks))
+        pubacks = self._pubacks
+        if self._to_route:
+            # The PUBACKs are written once routing is done (and durable, if it must be).
+            actions.append(Publish(self._to_route, pubacks))
             self._to_route = []
-        elif self._pubacks:
-            actions.append(Send(b"".join(self._pubacks)))
-        self._pubacks = []
+        elif pubacks is not None:
+            actions.append(Send(pubacks.routed()))  # refusals only: nothing to route
+        if pubacks is not None:
+            self._pubacks = None
+            self._qos1_in_batch = 0
         if self._qos2:
             actions.append(InboundQos2(self._qos2))
             self._qos2 = []
@@ -541,19 +528,14 @@ class Channel:
         packet_id = packet.packet_id
         assert packet_id is not None
         if qos == 1:
-            if not allowed:
-                refusal = self._refused_publish(_PUBACK, packet_id, code, topic)
-                if self.version >= 5:
-                    self._v5_pubacks.append((packet_id, None, refusal))
-                else:
-                    self._pubacks.append(refusal)
-            elif self.version >= 5:
+            pubacks = self._pubacks
+            if pubacks is None:
+                pubacks = self._pubacks = Pubacks(client)
+            if allowed:
                 self._to_route.append(message)
-                # PUBACK says 0x10 if nobody matched: decided once the batch is routed.
-                self._v5_pubacks.append((packet_id, message, None))
+                pubacks.accept(packet_id, message)
             else:
-                self._to_route.append(message)
-                self._pubacks.append(encode_ack(_PUBACK, packet_id, code, self.version))
+                pubacks.refuse(packet_id, code, topic)
         else:
             self._publish_qos2(packet_id, message if allowed else None, code, topic)
 
@@ -567,28 +549,18 @@ class Channel:
             # The session must see the batch's PUBRELs free the room this PUBLISH may take.
             self._flush_batch()
         if message is not None:
-            pubrec = encode_ack(_PUBREC, packet_id, code, self.version)
-            self._qos2.append((packet_id, message, pubrec))
+            self._qos2.append((packet_id, message, pubrec(packet_id, self.version)))
             self._awaiting = with_packet_id(self._awaiting, packet_id)
             return
-        pubrec = self._refused_publish(_PUBREC, packet_id, code, topic)
-        self._qos2.append((packet_id, None, pubrec))
+        assert self.client is not None
+        refused = refusal(_PUBREC, packet_id, code, topic, self.client)
+        self._qos2.append((packet_id, None, refused))
         if self.version < 5:  # acknowledged anyway (no reason codes): its PUBREL follows
             self._awaiting = with_packet_id(self._awaiting, packet_id)
         elif self._inbound_qos2 and packet_id not in self._awaiting:
             # A PUBREC of 0x80 or more ends the exchange: the id is new again [MQTT-4.3.3-9]
             # and no longer counts against the Receive Maximum (section 4.9).
             self._inbound_qos2.discard(packet_id)
-
-    def _refused_publish(self, packet_type: int, packet_id: int, code: int, topic: str) -> bytes:
-        """The PUBACK/PUBREC that refuses a PUBLISH, saying why to a 5.0 client that asked
-        for problem information (`channel.problems`)."""
-        assert self.client is not None
-        if code == ReasonCode.PAYLOAD_FORMAT_INVALID:
-            why = f"payload on {topic!r} is not the UTF-8 its Payload Format Indicator says"
-        else:
-            why = f"not authorised to publish to {topic!r}"
-        return refusal_ack(packet_type, packet_id, code, why, self.client)
 
     def _payload_format_invalid(self, packet: PublishPacket) -> bool:
         """With `validate_utf8_payloads`, whether a payload marked UTF-8 is not: refused with
