@@ -41,10 +41,9 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
-from channel.acks import PubackEntry, encode_pubacks
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
-from channel.store_refusal import refused_acks
+from channel.pubacks import Pubacks
 from core.client import ClientInfo
 from core.message import Message
 from core.rate_limit import RateLimiter
@@ -249,77 +248,57 @@ class ClientActor(GeventActor):
         self._out.append(action.data)
 
     def _publish(self, action: actions.Publish) -> None:
+        """Route the batch and write the PUBACKs its `acks` give for what routing found: once
+        the messages are durable for persistent subscribers (write-ahead), else at once."""
         acks = action.acks
-        v5_acks = action.v5_acks
+        messages = action.messages
         dispatcher = self._context.dispatcher
         assert dispatcher is not None
         if (
-            (acks is not None or v5_acks)
+            acks is not None
             and self._context.persistence.failing
-            and dispatcher.needs_store(action.messages)
+            and dispatcher.needs_store(messages)
         ):
-            refused = acks if v5_acks is None else encode_pubacks(v5_acks, ())
-            assert refused is not None
-            self._refuse_for_store(action.messages, refused)
+            self._refuse_for_store(messages, acks)
             return
         publisher = self._connection.intake if self._flow_controlled else None
-        if v5_acks is not None:
-            self._publish_v5(action.messages, v5_acks, publisher)
+        if acks is None:
+            dispatcher.publish(messages, None, publisher)
             return
-        on_durable = None
-        if acks is not None:
-            transport = self._transport
-            stats = self._context.stats
-
-            def on_durable() -> None:
-                stats.bytes_sent += len(acks)
-                transport.write(acks)
-
-        # PUBACK once the messages are durable for persistent subscribers (write-ahead).
-        if not dispatcher.publish(action.messages, on_durable, publisher) and acks is not None:
-            self._out.append(acks)
-
-    def _publish_v5(
-        self,
-        messages: list[Message],
-        v5_acks: list[PubackEntry],
-        publisher: Intake | None,
-    ) -> None:
-        """As `_publish`, with PUBACKs whose reason codes depend on who matched (0x10)."""
-        unmatched: set[int] = set()
+        # The ids of the messages that match nobody, if a PUBACK says so (5.0: 0x10).
+        unmatched: set[int] | None = set() if acks.waits_for_routing else None
         transport = self._transport
+        stats = self._context.stats
 
         def on_durable() -> None:
-            transport.write(encode_pubacks(v5_acks, unmatched))
+            data = acks.routed(unmatched or ())
+            stats.bytes_sent += len(data)
+            transport.write(data)
 
-        assert self._context.dispatcher is not None
-        if not self._context.dispatcher.publish(
-            messages, on_durable, publisher, unmatched=unmatched
-        ):
-            self._out.append(encode_pubacks(v5_acks, unmatched))
+        if not dispatcher.publish(messages, on_durable, publisher, unmatched=unmatched):
+            self._out.append(acks.routed(unmatched or ()))
 
-    def _refuse_for_store(self, messages: list[Message], acks: bytes) -> None:
-        """The store fails: refuse this batch's QoS 1 publishes (`channel.store_refusal`),
-        route its QoS 0 ones."""
+    def _refuse_for_store(self, messages: list[Message], acks: Pubacks) -> None:
+        """The store fails: route this batch's QoS 0 publishes, and answer its QoS 1 ones as
+        `acks` says (`channel.pubacks`: 5.0 PUBACKs 0x97, a 3.x connection closed)."""
         routed = [message for message in messages if not message.qos]
         dispatcher = self._context.dispatcher
         assert dispatcher is not None
         if routed:
             publisher = self._connection.intake if self._flow_controlled else None
             dispatcher.publish(routed, None, publisher)
-        version = self._channel.version
+        refused = acks.refused()
         self._context.throttle_log.note(
             "refused publishes (store failing)",
             len(messages) - len(routed),
             f"the store fails (see its errors): refused QoS 1/2 publishes to persistent "
             f"sessions from {self._connection.peer} "
-            + ("with PUBACK 0x97" if version >= 5 else "by closing the MQTT 3.x connection")
+            + ("with PUBACK 0x97" if refused is not None else "by closing the MQTT 3.x connection")
             + "; they are accepted again once the store commits (free disk space)",
             logging.WARNING,
         )
-        if version >= 5:
-            assert self._channel.client is not None
-            self._out.append(refused_acks(acks, self._channel.client))
+        if refused is not None:
+            self._out.append(refused)
         else:
             tell_if_alive(
                 self.actor_ref,

@@ -7,8 +7,10 @@ client's session actor, which owns the state they change.
 
 Connection actions:
 - `Send`: write these bytes to the client.
-- `Publish`: route these messages; write `acks` (the PUBACKs of the batch) once the messages
-  are durable for persistent subscribers (write-ahead), or at once if nothing needs storing.
+- `Publish`: route these messages; write the bytes `acks` (the PUBACKs of the batch,
+  `channel.pubacks`) gives for the outcome once the messages are durable for persistent
+  subscribers (write-ahead), or at once if nothing needs storing; if the store fails and
+  they would need it, write its refusals, or close a 3.x connection, as `acks` says.
 - `Drop`: a message the client sent is not routed (denied by the ACL): count, log, hook.
 - `OpenSession`: the CONNECT is accepted; open (or resume) the session for this client.
 - `SetReadTimeout`: from now on close the connection after this long without input.
@@ -35,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from channel.acks import PubackEntry
 from channel.intake import Intake
+from channel.pubacks import Pubacks
 from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason, DropReason
@@ -52,11 +54,9 @@ class Send:
 @dataclass(slots=True)
 class Publish:
     messages: list[Message]
-    acks: bytes | None = None  # written once the messages are durable
-    # A 5.0 batch's PUBACKs instead: (packet id, routed message, None) or (packet id, None,
-    # the refusal's PUBACK), made by `channel.acks.encode_pubacks` once routing tells which
-    # messages matched nobody.
-    v5_acks: list[PubackEntry] | None = None
+    # The batch's PUBACKs, in PUBLISH order; their bytes depend on what routing found
+    # (`Pubacks.routed`) or on a failing store (`Pubacks.refused`).
+    acks: Pubacks | None = None
 
 
 @dataclass(slots=True)

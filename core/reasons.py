@@ -25,7 +25,7 @@ class DisconnectReason(Enum):
     # the credentials it authenticated with expired (`AuthResult.expires_at`, a JWT's exp)
     CREDENTIALS_EXPIRED = "credentials_expired"
     STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
-    # too many QoS 2 PUBLISHes waiting for PUBRELs to free room (`channel.Channel._wait`)
+    # too many QoS 2 PUBLISHes waiting for PUBRELs to free room (`PublishIntake._wait`)
     QOS2_BACKLOG = "qos2_backlog"
 
 

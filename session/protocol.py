@@ -34,7 +34,7 @@ from typing import Any
 from channel.actions import SubscribeRequest, UnsubscribeRequest
 from channel.outbound import Outbound
 from channel.problems import refusal_ack
-from channel.store_refusal import refused_pubrec
+from channel.pubacks import refused_pubrec
 from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason

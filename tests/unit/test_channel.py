@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from channel.acks import encode_pubacks
 from channel.actions import (
     Acknowledged,
     Drop,
@@ -362,7 +361,8 @@ def test_qos1_batch_routed_once_with_all_its_pubacks() -> None:
     actions = channel.handle_in(packets, 20)
     (published,) = of_type(actions, Publish)
     assert len(published.messages) == 2
-    assert published.acks == encode_ack(PacketType.PUBACK, 1, 0, 4) + encode_ack(
+    assert published.acks is not None and not published.acks.waits_for_routing
+    assert published.acks.routed() == encode_ack(PacketType.PUBACK, 1, 0, 4) + encode_ack(
         PacketType.PUBACK, 2, 0, 4
     )
 
@@ -728,14 +728,14 @@ def test_v5_puback_waits_for_routing_to_say_0x10() -> None:
         30,
     )
     (publish,) = of_type(actions, Publish)
-    assert [m.topic for m in publish.messages] == ["a", "b"] and publish.acks is None
-    assert publish.v5_acks is not None
-    # The refusal is encoded at once, with its Reason String; the others wait for routing.
+    assert [m.topic for m in publish.messages] == ["a", "b"]
+    assert publish.acks is not None and publish.acks.waits_for_routing
+    # The refusal is decided at once, with its Reason String; the others wait for routing.
     refusal = told(PubAck(2, 0x87), "not authorised to publish to 'secret'")
-    assert [(pid, ack) for pid, _m, ack in publish.v5_acks] == [(1, None), (2, refusal), (3, None)]
+    assert publish.acks.routed() == bytes((0x40, 2, 0, 1)) + refusal + bytes((0x40, 2, 0, 3))
     # Routing found nobody for "b": its PUBACK says 0x10; order kept [MQTT-4.6.0-2].
     unmatched = {publish.messages[1].message_id}
-    assert encode_pubacks(publish.v5_acks, unmatched) == (
+    assert publish.acks.routed(unmatched) == (
         bytes((0x40, 2, 0, 1)) + refusal + bytes((0x40, 3, 0, 3, 0x10))
     )
 
@@ -822,11 +822,11 @@ def test_utf8_payload_validation_refuses_with_0x99() -> None:
     assert drop.reason is DropReason.PAYLOAD_FORMAT_INVALID
     (publish,) = of_type(actions, Publish)
     assert [m.payload for m in publish.messages] == ["ünïcode".encode(), b"\xff"]
-    assert publish.v5_acks is not None
+    assert publish.acks is not None
     refusal = told(
         PubAck(1, 0x99), "payload on 't' is not the UTF-8 its Payload Format Indicator says"
     )
-    assert [ack for _pid, _m, ack in publish.v5_acks] == [refusal, None, None]
+    assert publish.acks.routed() == refusal + bytes((0x40, 2, 0, 2, 0x40, 2, 0, 3))
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from channel.acks import encode_pubacks
 from channel.actions import InboundQos2, OpenSession, Publish, Send, SubscribeRequest
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.negotiation import Offer
@@ -244,9 +243,9 @@ def test_successful_acks_are_unchanged() -> None:
         30,
     )
     (publish,) = [a for a in actions if type(a) is Publish]
-    assert publish.v5_acks is not None
+    assert publish.acks is not None
     unmatched = {publish.messages[1].message_id}
-    assert encode_pubacks(publish.v5_acks, unmatched) == bytes((0x40, 2, 0, 1, 0x40, 3, 0, 2, 0x10))
+    assert publish.acks.routed(unmatched) == bytes((0x40, 2, 0, 1, 0x40, 3, 0, 2, 0x10))
     (inbound,) = [a for a in actions if type(a) is InboundQos2]
     assert inbound.publishes[0][2] == bytes((0x50, 2, 0, 3))
 
