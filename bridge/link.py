@@ -3,8 +3,15 @@
 `handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
 its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
 order, for the next `receive`. Writes from several greenlets never interleave mid-packet
-(one lock per link). A closed socket, a read error or bytes that break the protocol raise
-`LinkClosedError` with the reason in words.
+(one lock per link).
+
+Each packet batch costs system calls on a busy path (every message crosses two links), so
+a write is one `send` (gevent's `sendall` asks the socket its buffer size first, a second
+call), and once a read has emptied the socket the next one waits until the socket is
+readable rather than trying a `recv` that would fail (a third call, and an exception).
+
+A closed socket, a read error or bytes that break the protocol raise `LinkClosedError` with
+the reason in words.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 import gevent
 import gevent.lock
+import gevent.socket
 
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
@@ -34,6 +42,7 @@ class Link:
 
     __slots__ = (
         "_decoder",
+        "_drained",
         "_pending",
         "_sock",
         "_write_lock",
@@ -51,6 +60,9 @@ class Link:
         self._decoder = PacketDecoder(max_packet_size, protocol_version=version)
         self._pending: list[Packet] = []
         self._write_lock = gevent.lock.Semaphore()
+        # The last read emptied the socket: the next waits for data first. Only for a plain
+        # gevent socket; a TLS socket may hold decrypted bytes the kernel's buffer does not.
+        self._drained = False
         self.closed = False
         self.last_received = self.last_sent = time.monotonic()
 
@@ -59,10 +71,12 @@ class Link:
         if not packets:
             return
         version = self.version
-        data = b"".join(encode(packet, version) for packet in packets)
+        data = b"".join([encode(packet, version) for packet in packets])
         with self._write_lock:
             try:
-                self._sock.sendall(data)
+                sent = self._sock.send(data)  # waits (gevent) while the socket is full
+                while sent < len(data):
+                    sent += self._sock.send(memoryview(data)[sent:])
             except OSError as error:
                 raise LinkClosedError(f"write to {self.peer} failed: {error}") from None
         self.last_sent = time.monotonic()
@@ -72,13 +86,17 @@ class Link:
         if self._pending:
             packets, self._pending = self._pending, []
             return packets
+        sock = self._sock
         while True:
             try:
-                data = self._sock.recv(READ_SIZE)
+                if self._drained:
+                    sock._wait(sock._read_event)  # gevent: until readable (or closed)
+                data = sock.recv(READ_SIZE)
             except OSError as error:
                 raise LinkClosedError(f"read from {self.peer} failed: {error}") from None
             if not data:
                 raise LinkClosedError(f"{self.peer} closed the connection")
+            self._drained = len(data) < READ_SIZE and type(sock) is gevent.socket.socket
             self.last_received = time.monotonic()
             try:
                 packets = self._decoder.feed(data)
