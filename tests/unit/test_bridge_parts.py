@@ -13,7 +13,9 @@ from bridge.backoff import Backoff
 from bridge.config import BridgeConfigError, TopicConfig, parse_bridges
 from bridge.placement import runner_of
 from bridge.relay import Relay
+from bridge.runner import session_window
 from bridge.topics import Subscription, TopicMap
+from core.client import ClientInfo
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
 from mqtt.errors import UnsupportedProtocolVersionError
@@ -137,6 +139,32 @@ def test_configuration_reads_a_bridge_and_resolves_files() -> None:
         '[[bridges.topics]]\npattern = "t/#"\ndirection = "both"\nqos = 1\n'
     )
     assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
+
+
+def test_the_window_is_the_bridges_own_lowered_to_a_5_remotes_receive_maximum() -> None:
+    assert session_window(256, {}) == 256  # 3.1.1, or a 5.0 remote without a maximum
+    assert session_window(256, {PropertyId.RECEIVE_MAXIMUM: 20}) == 20
+    assert session_window(10, {PropertyId.RECEIVE_MAXIMUM: 20}) == 10
+    # The local session's window is its Receive Maximum, not [limits] max_inflight's bound.
+    bridge = ClientInfo(
+        client_id="$bridge/a",
+        username=None,
+        peer="bridge:a",
+        protocol_version=5,
+        clean_start=False,
+        keepalive=0,
+        receive_maximum=256,
+    )
+    other = ClientInfo(
+        client_id="a",
+        username=None,
+        peer="h:1",
+        protocol_version=5,
+        clean_start=False,
+        keepalive=0,
+        receive_maximum=256,
+    )
+    assert bridge.inflight_bound(32) == 65535 and other.inflight_bound(32) == 32
 
 
 @pytest.mark.parametrize(
