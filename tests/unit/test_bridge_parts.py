@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.backoff import Backoff
-from bridge.config import BridgeConfigError, TopicConfig, parse_bridges
+from bridge.config import (
+    QOS2_WINDOW,
+    WIDE_WINDOW,
+    BridgeConfigError,
+    TopicConfig,
+    parse_bridges,
+)
 from bridge.placement import runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
@@ -139,6 +145,28 @@ def test_configuration_reads_a_bridge_and_resolves_files() -> None:
         '[[bridges.topics]]\npattern = "t/#"\ndirection = "both"\nqos = 1\n'
     )
     assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
+
+
+@pytest.mark.parametrize(
+    ("lines", "window"),
+    [
+        ([("out", 1), ("in", 2)], WIDE_WINDOW),  # no QoS 2 goes out
+        ([("out", 1), ("out", 2)], QOS2_WINDOW),  # a Mosquitto remote's quota for QoS 2
+        ([("both", 2)], QOS2_WINDOW),
+    ],
+)
+def test_the_default_window_is_narrow_only_with_an_outgoing_qos_2_line(
+    lines: list[tuple[str, int]], window: int
+) -> None:
+    topics = "".join(
+        f'[[bridges.topics]]\npattern = "t{n}/#"\ndirection = "{d}"\nqos = {q}\n'
+        for n, (d, q) in enumerate(lines)
+    )
+    head = '[[bridges]]\nname = "a"\naddresses = ["h:1"]\n'
+    (bridge,) = _bridges(head + topics)  # type: ignore[misc]
+    assert bridge.max_inflight == window
+    (bridge,) = _bridges(head + "max_inflight = 7\n" + topics)  # type: ignore[misc]
+    assert bridge.max_inflight == 7  # as configured
 
 
 def test_the_window_is_the_bridges_own_lowered_to_a_5_remotes_receive_maximum() -> None:
