@@ -20,7 +20,7 @@ from bridge.config import (
 from bridge.placement import runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
-from bridge.topics import Subscription, TopicMap
+from bridge.topics import CACHED, Subscription, TopicMap
 from core.client import ClientInfo
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
@@ -54,6 +54,15 @@ def test_both_direction_and_shared_filters() -> None:
     assert topics.local_subscriptions() == [Subscription("t/#", 2)]  # one, at the highest QoS
     assert topics.remote_subscriptions() == [Subscription("t/#", 1)]
     assert topics.to_local("t/x") == "t/x"
+
+
+def test_renames_are_remembered_and_stay_right_past_the_bound() -> None:
+    topics = _map(TopicConfig("up/#", "both", 1, "l/", "r/"))
+    for round_ in range(2):  # the second round answers from what the first remembered
+        for index in range(CACHED + 10):  # past the bound: forgotten, then learnt again
+            assert topics.to_remote(f"l/up/{index}") == f"r/up/{index}", round_
+            assert topics.to_local(f"r/up/{index}") == f"l/up/{index}", round_
+        assert topics.to_remote("l/down") is None and topics.to_remote("l/down") is None
 
 
 levels = st.text(alphabet="abc", min_size=1, max_size=3)
