@@ -182,7 +182,9 @@ class BridgeRunner:
         return link
 
     def _connect_local(self) -> Link:
-        link = Link(self._open_local(), 5, "this broker", self._max_packet_size)
+        # Toward a 3.1.1 remote the local session's PUBLISHes are passed on as bytes.
+        raw = self.config.version < 5
+        link = Link(self._open_local(), 5, "this broker", self._max_packet_size, raw_publish=raw)
         self._links.append(link)
         connect = Connect(
             client_id=self.client_id,

@@ -17,6 +17,7 @@ from bridge.config import (
     TopicConfig,
     parse_bridges,
 )
+from bridge.frames import RawPublish, split
 from bridge.placement import runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
@@ -95,6 +96,64 @@ def test_backoff_tries_every_address_then_waits_doubling_up_to_the_cap() -> None
 def test_backoff_jitter_is_between_half_and_the_whole_wait() -> None:
     low = Backoff(("a:1",), 4.0, 60.0, rng=lambda: 0.0)
     assert low.failed() == 2.0
+
+
+publishes = st.builds(
+    Publish,
+    topic=st.sampled_from(["l/up/a", "l/up/" + "b" * 300, "l/other", "x/up/a"]),
+    payload=st.sampled_from([b"", b"p", b"q" * 200, b"r" * 20000]),
+    qos=st.integers(0, 2),
+    retain=st.booleans(),
+    dup=st.booleans(),
+    packet_id=st.integers(1, 65535),
+    properties=st.sampled_from(
+        [
+            {},
+            {PropertyId.MESSAGE_EXPIRY_INTERVAL: 60, PropertyId.CONTENT_TYPE: "t"},
+            {PropertyId.USER_PROPERTY: [("k", "v" * 150)], PropertyId.SUBSCRIPTION_IDENTIFIER: [3]},
+        ]
+    ),
+)
+
+
+@given(st.lists(publishes, min_size=1, max_size=6), st.integers(1, 97))
+def test_publishes_passed_on_as_bytes_are_what_decoding_and_encoding_make(
+    packets: list[Publish], chunk: int
+) -> None:
+    """Toward a 3.1.1 remote the local session's PUBLISHes go out from their bytes
+    (`bridge.frames`): the same bytes and acknowledgements as the decoded path, however the
+    stream is cut."""
+    packets = [
+        p if p.qos else Publish(p.topic, p.payload, 0, p.retain, p.dup, None, p.properties)
+        for p in packets
+    ]
+    wire = b"".join(encode(p, 5) for p in packets) + encode(PubRel(7), 5)
+    lines = _map(TopicConfig("up/#", "out", 2, "l/", "r/"))
+    decoded = Relay(lines, remote_version=4).from_local(
+        PacketDecoder(1 << 20, protocol_version=5).feed(wire)
+    )
+    items: list[RawPublish | PubRel] = []
+    unread = b""
+    for start in range(0, len(wire), chunk):  # as the reads of a socket would cut it
+        buf = unread + wire[start : start + chunk]
+        frames, end = split(buf, 1 << 20)
+        unread = buf[end:]
+        for frame in frames:
+            if isinstance(frame, bytes):
+                (other,) = PacketDecoder(1 << 20, protocol_version=5).feed(frame)
+                assert isinstance(other, PubRel)
+                items.append(other)
+            else:
+                items.append(frame)
+    assert unread == b""
+    raw = Relay(lines, remote_version=4).from_local(list(items))
+    assert [p if isinstance(p, bytes) else encode(p, 4) for p in raw.to_remote] == [
+        encode(p, 4) for p in decoded.to_remote if not isinstance(p, bytes)
+    ]
+    assert any(isinstance(p, bytes) for p in raw.to_remote) == any(
+        p.topic.startswith("l/up/") for p in packets
+    )
+    assert raw.to_local == decoded.to_local
 
 
 def test_relay_passes_each_qos_flow_with_the_same_packet_ids() -> None:
