@@ -339,7 +339,7 @@ class SessionActor(GeventActor):
             client,
             session_present=attach.session_present,
             connack_properties=attach.connack_properties,
-            max_inflight=self._context.limits.max_inflight,
+            max_inflight=client.inflight_bound(self._context.limits.max_inflight),
             now=time.time(),
             delivered_hook=self._hooks.has(_MESSAGE_DELIVERED),
         )

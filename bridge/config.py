@@ -19,6 +19,14 @@ PROTOCOL_VERSIONS = {"3.1.1": 4, "5.0": 5}
 NEVER_EXPIRES = 4_294_967_295  # MQTT 5.0 Session Expiry Interval 0xFFFFFFFF
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TLS_FILES = ("cafile", "certfile", "keyfile")
+# The default in-flight window toward the remote broker. Wide when no outgoing line carries
+# QoS 2: every hop of a message costs this broker a turn of its event loop, and a window of
+# 20 (Mosquitto's) spends those turns on a few messages each. Narrow with a QoS 2 line: a
+# Mosquitto remote holds each QoS 2 message it has not been released against a quota of its
+# `max_inflight_messages` (20) and drops one past it, acknowledging it all the same (to a
+# 3.1.1 client a refusing PUBREC reads as a success); QoS 1 it acknowledges at once.
+WIDE_WINDOW = 256
+QOS2_WINDOW = 20
 
 
 class BridgeConfigError(ValueError):
@@ -59,7 +67,9 @@ class BridgeConfig:
     reconnect_delay: float = 1.0  # seconds before the first retry round ...
     max_reconnect_delay: float = 60.0  # ... doubling up to this
     connect_timeout: float = 10.0  # seconds for TCP, TLS and CONNACK together
-    max_inflight: int = 20  # QoS 1/2 messages sent to the remote and not yet acknowledged
+    # QoS 1/2 messages sent to the remote and not yet acknowledged (capped by a 5.0 remote's
+    # Receive Maximum); not set: WIDE_WINDOW, QOS2_WINDOW with an outgoing QoS 2 line
+    max_inflight: int = QOS2_WINDOW
     # The store-and-forward queue: outgoing messages waiting for the remote, past which the
     # oldest are dropped (0: unbounded)
     queue_max_messages: int = 100_000
@@ -117,9 +127,17 @@ def _bridge(number: int, table: dict[str, Any], config_dir: Path) -> BridgeConfi
     for key in _TLS_FILES:
         if values.get(key):
             values[key] = str(config_dir / values[key])
+    if "max_inflight" not in values:
+        values["max_inflight"] = default_window(values.get("topics", ()))
     bridge = BridgeConfig(**values)
     _check(where, bridge)
     return bridge
+
+
+def default_window(topics: tuple[TopicConfig, ...]) -> int:
+    """The in-flight window of a bridge whose table does not set `max_inflight`."""
+    qos2_out = any(t.qos == 2 and t.direction in ("out", "both") for t in topics)
+    return QOS2_WINDOW if qos2_out else WIDE_WINDOW
 
 
 def _typed(where: str, key: str, value: Any, default: Any) -> Any:

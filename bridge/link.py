@@ -3,8 +3,17 @@
 `handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
 its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
 order, for the next `receive`. Writes from several greenlets never interleave mid-packet
-(one lock per link). A closed socket, a read error or bytes that break the protocol raise
-`LinkClosedError` with the reason in words.
+(one lock per link).
+
+Each packet batch costs system calls on a busy path (every message crosses two links), so
+a write is one `send` (gevent's `sendall` asks the socket its buffer size first, a second
+call), and once a read has emptied the socket the next one waits until the socket is
+readable rather than trying a `recv` that would fail (a third call, and an exception).
+With `raw_publish` (the local link of a bridge to a 3.1.1 remote) each PUBLISH is read as a
+`bridge.frames.RawPublish`, to be passed on as bytes, and `send` takes bytes besides packets.
+
+A closed socket, a read error or bytes that break the protocol raise `LinkClosedError` with
+the reason in words.
 """
 
 from __future__ import annotations
@@ -16,13 +25,17 @@ from typing import Any
 
 import gevent
 import gevent.lock
+import gevent.socket
 
+from bridge.frames import RawPublish, split
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
 from mqtt.errors import MqttError
 from mqtt.packets import ConnAck, Connect, Disconnect, Packet, SubAck, Subscribe
 
 READ_SIZE = 65536
+
+Received = Packet | RawPublish  # what `receive` returns: RawPublish only with `raw_publish`
 
 
 class LinkClosedError(Exception):
@@ -34,8 +47,12 @@ class Link:
 
     __slots__ = (
         "_decoder",
+        "_drained",
+        "_max_packet_size",
         "_pending",
+        "_raw",
         "_sock",
+        "_unread",
         "_write_lock",
         "closed",
         "last_received",
@@ -44,48 +61,82 @@ class Link:
         "version",
     )
 
-    def __init__(self, sock: Any, version: int, peer: str, max_packet_size: int) -> None:
+    def __init__(
+        self, sock: Any, version: int, peer: str, max_packet_size: int, *, raw_publish: bool = False
+    ) -> None:
         self._sock = sock  # a connected gevent socket (or gevent SSLSocket)
         self.version = version
         self.peer = peer
         self._decoder = PacketDecoder(max_packet_size, protocol_version=version)
-        self._pending: list[Packet] = []
+        self._max_packet_size = max_packet_size
+        self._raw = raw_publish
+        self._unread = b""  # with raw_publish: the start of an unfinished packet
+        self._pending: list[Received] = []
         self._write_lock = gevent.lock.Semaphore()
+        # The last read emptied the socket: the next waits for data first. Only for a plain
+        # gevent socket; a TLS socket may hold decrypted bytes the kernel's buffer does not.
+        self._drained = False
         self.closed = False
         self.last_received = self.last_sent = time.monotonic()
 
-    def send(self, packets: Sequence[Packet]) -> None:
-        """Write `packets` in one go. Raises LinkClosedError."""
+    def send(self, packets: Sequence[Packet | bytes]) -> None:
+        """Write `packets` (packets, or bytes already encoded) in one go. Raises
+        LinkClosedError."""
         if not packets:
             return
         version = self.version
-        data = b"".join(encode(packet, version) for packet in packets)
+        data = b"".join([p if isinstance(p, bytes) else encode(p, version) for p in packets])
         with self._write_lock:
             try:
-                self._sock.sendall(data)
+                sent = self._sock.send(data)  # waits (gevent) while the socket is full
+                while sent < len(data):
+                    sent += self._sock.send(memoryview(data)[sent:])
             except OSError as error:
                 raise LinkClosedError(f"write to {self.peer} failed: {error}") from None
         self.last_sent = time.monotonic()
 
-    def receive(self) -> list[Packet]:
+    def receive(self) -> list[Received]:
         """The next packets from the peer (at least one). Raises LinkClosedError."""
         if self._pending:
             packets, self._pending = self._pending, []
             return packets
+        sock = self._sock
         while True:
             try:
-                data = self._sock.recv(READ_SIZE)
+                if self._drained:
+                    sock._wait(sock._read_event)  # gevent: until readable (or closed)
+                data = sock.recv(READ_SIZE)
             except OSError as error:
                 raise LinkClosedError(f"read from {self.peer} failed: {error}") from None
             if not data:
                 raise LinkClosedError(f"{self.peer} closed the connection")
+            self._drained = len(data) < READ_SIZE and type(sock) is gevent.socket.socket
             self.last_received = time.monotonic()
             try:
-                packets = self._decoder.feed(data)
+                packets = self._read_raw(data) if self._raw else self._decode(data)
             except MqttError as error:
                 raise LinkClosedError(f"{self.peer} broke the protocol: {error}") from None
             if packets:
                 return packets
+
+    def _decode(self, data: bytes) -> list[Received]:
+        packets: list[Received] = []
+        packets += self._decoder.feed(data)
+        return packets
+
+    def _read_raw(self, data: bytes) -> list[Received]:
+        """The packets `data` completes, each PUBLISH as a RawPublish. Raises MqttError."""
+        buf = self._unread + data if self._unread else data
+        items, end = split(buf, self._max_packet_size)
+        self._unread = buf[end:]
+        packets: list[Received] = []
+        for item in items:
+            if type(item) is bytes:
+                packets += self._decoder.feed(item)  # a whole packet
+            else:
+                assert isinstance(item, RawPublish)
+                packets.append(item)
+        return packets
 
     def handshake(self, connect: Connect, timeout: float) -> ConnAck:
         """Send `connect`; the CONNACK. Raises LinkClosedError (also after `timeout` seconds)."""
@@ -103,8 +154,8 @@ class Link:
             if answer.packet_id == subscribe.packet_id:
                 return answer
 
-    def _await(self, kind: type, timeout: float, name: str) -> Packet:
-        kept: list[Packet] = []
+    def _await(self, kind: type, timeout: float, name: str) -> Received:
+        kept: list[Received] = []
         late = LinkClosedError(f"no {name} from {self.peer} in {timeout} s")
         try:
             with gevent.Timeout(timeout, late):

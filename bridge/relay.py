@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bridge.frames import RawPublish, for_3_1_1
 from bridge.topics import TopicMap
 from mqtt.packets import Packet, PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt.properties import PropertyId
@@ -42,7 +43,7 @@ class Relayed:
     """The packets one side's input makes: for the local session and for the remote."""
 
     to_local: list[Packet] = field(default_factory=list)
-    to_remote: list[Packet] = field(default_factory=list)
+    to_remote: list[Packet | bytes] = field(default_factory=list)  # bytes: a RawPublish's
 
 
 @dataclass(slots=True)
@@ -69,11 +70,14 @@ class Relay:
         self._refused: set[int] = set()
         self.counts = counts if counts is not None else RelayCounts()
 
-    def from_local(self, packets: list[Packet]) -> Relayed:
-        """What the local session sent the bridge (a read of its connection)."""
+    def from_local(self, packets: list[Packet | RawPublish]) -> Relayed:
+        """What the local session sent the bridge (a read of its connection); a RawPublish
+        only toward a 3.1.1 remote (`bridge.frames`)."""
         out = Relayed()
         for packet in packets:
-            if type(packet) is Publish:
+            if type(packet) is RawPublish:
+                self._outgoing_raw(packet, out)
+            elif type(packet) is Publish:
                 self._outgoing(packet, out)
             elif type(packet) is PubRel and packet.packet_id in self._refused:
                 self._refused.discard(packet.packet_id)
@@ -82,8 +86,9 @@ class Relay:
                 out.to_remote.append(_ack(packet, self._remote_version))
         return out
 
-    def from_remote(self, packets: list[Packet]) -> Relayed:
-        """What the remote broker sent the bridge."""
+    def from_remote(self, packets: list[Packet | RawPublish]) -> Relayed:
+        """What the remote broker sent the bridge (never a RawPublish: the remote's link is
+        decoded)."""
         out = Relayed()
         for packet in packets:
             if type(packet) is Publish:
@@ -107,6 +112,21 @@ class Relay:
             return
         self.counts.sent += 1
         out.to_remote.append(_renamed(packet, topic, self._remote_version))
+
+    def _outgoing_raw(self, packet: RawPublish, out: Relayed) -> None:
+        """`_outgoing` for a PUBLISH read as bytes, to a 3.1.1 remote."""
+        assert self._remote_version < 5, "a RawPublish is for a 3.1.1 remote"
+        topic = self._topics.to_remote(packet.topic)
+        if topic is None:
+            self.counts.unmapped += 1
+            ack = _unforwarded_ack_of(packet.qos, packet.packet_id)
+            if ack is not None:
+                out.to_local.append(ack)
+                if type(ack) is PubRec:
+                    self._refused.add(ack.packet_id)
+            return
+        self.counts.sent += 1
+        out.to_remote.append(for_3_1_1(packet, topic))
 
     def _incoming(self, packet: Publish, out: Relayed) -> None:
         topic = self._topics.to_local(packet.topic)
@@ -148,7 +168,10 @@ def _renamed(packet: Publish, topic: str, version: int) -> Publish:
 def _unforwarded_ack(packet: Publish) -> PubAck | PubRec | None:
     """What accepts a message no topic line forwards: PUBACK ends a QoS 1 exchange, PUBREC
     answers a QoS 2 one; QoS 0 needs nothing."""
-    packet_id = packet.packet_id or 0
-    if packet.qos == 1:
+    return _unforwarded_ack_of(packet.qos, packet.packet_id or 0)
+
+
+def _unforwarded_ack_of(qos: int, packet_id: int) -> PubAck | PubRec | None:
+    if qos == 1:
         return PubAck(packet_id)
-    return PubRec(packet_id) if packet.qos == 2 else None
+    return PubRec(packet_id) if qos == 2 else None

@@ -84,6 +84,9 @@ class BridgeRunner:
         self.status = BridgeStatus(config.name)
         self.counts = RelayCounts()  # since start, over every connection
         self._links: list[Link] = []
+        # The window toward the remote of this round: `max_inflight`, capped by the Receive
+        # Maximum of a 5.0 remote [MQTT-3.3.4-7]; the local session's Receive Maximum.
+        self._window = config.max_inflight
         self._greenlet: gevent.Greenlet[..., Any] | None = None
         self._stopping = False
 
@@ -172,13 +175,16 @@ class BridgeRunner:
                 + _reason_string(connack.properties)
                 + " (check client_id, username and password)"
             )
+        self._window = session_window(config.max_inflight, connack.properties)
         subscriptions = self._topics.remote_subscriptions()
         if subscriptions:
             self._subscribe(link, subscriptions, no_local=config.version >= 5)
         return link
 
     def _connect_local(self) -> Link:
-        link = Link(self._open_local(), 5, "this broker", self._max_packet_size)
+        # Toward a 3.1.1 remote the local session's PUBLISHes are passed on as bytes.
+        raw = self.config.version < 5
+        link = Link(self._open_local(), 5, "this broker", self._max_packet_size, raw_publish=raw)
         self._links.append(link)
         connect = Connect(
             client_id=self.client_id,
@@ -188,7 +194,7 @@ class BridgeRunner:
             username=self.config.local_username or None,
             properties={
                 PropertyId.SESSION_EXPIRY_INTERVAL: NEVER_EXPIRES,
-                PropertyId.RECEIVE_MAXIMUM: self.config.max_inflight,
+                PropertyId.RECEIVE_MAXIMUM: self._window,
             },
         )
         connack = link.handshake(connect, self.config.connect_timeout)
@@ -300,6 +306,14 @@ class BridgeRunner:
         if self.status.connected:
             self.status.connected = False
             self._report_state(self.config.name, False)
+
+
+def session_window(max_inflight: int, connack_properties: dict[int, Any]) -> int:
+    """The local session's Receive Maximum: what it may have in flight, and so the bridge
+    at the remote. `max_inflight`, lowered to a 5.0 remote's Receive Maximum [MQTT-3.3.4-7]
+    (the relay passes each PUBLISH on at once, with its packet id)."""
+    remote_maximum: int = connack_properties.get(PropertyId.RECEIVE_MAXIMUM, 65535)
+    return min(max_inflight, remote_maximum)
 
 
 def _reason_string(properties: dict[int, Any]) -> str:

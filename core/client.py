@@ -40,3 +40,10 @@ class ClientInfo:
         """Whether the session outlives the connection."""
         return self.session_expiry > 0
 
+    def inflight_bound(self, configured: int) -> int:
+        """The bound of the session's in-flight window besides its Receive Maximum: `[limits]
+        max_inflight` (`configured`), except for a bridge's session (only the broker's own
+        bridges connect with a `$bridge/` id), whose window is its bridge's own
+        `max_inflight`, sent as its Receive Maximum: the messages in flight to the remote
+        broker (docs/bridges.md)."""
+        return 65535 if self.client_id.startswith(BRIDGE_CLIENT_PREFIX) else configured

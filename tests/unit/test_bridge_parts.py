@@ -10,10 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.backoff import Backoff
-from bridge.config import BridgeConfigError, TopicConfig, parse_bridges
+from bridge.config import (
+    QOS2_WINDOW,
+    WIDE_WINDOW,
+    BridgeConfigError,
+    TopicConfig,
+    parse_bridges,
+)
+from bridge.frames import RawPublish, split
 from bridge.placement import runner_of
 from bridge.relay import Relay
-from bridge.topics import Subscription, TopicMap
+from bridge.runner import session_window
+from bridge.topics import CACHED, Subscription, TopicMap
+from core.client import ClientInfo
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
 from mqtt.errors import UnsupportedProtocolVersionError
@@ -48,6 +57,15 @@ def test_both_direction_and_shared_filters() -> None:
     assert topics.to_local("t/x") == "t/x"
 
 
+def test_renames_are_remembered_and_stay_right_past_the_bound() -> None:
+    topics = _map(TopicConfig("up/#", "both", 1, "l/", "r/"))
+    for round_ in range(2):  # the second round answers from what the first remembered
+        for index in range(CACHED + 10):  # past the bound: forgotten, then learnt again
+            assert topics.to_remote(f"l/up/{index}") == f"r/up/{index}", round_
+            assert topics.to_local(f"r/up/{index}") == f"l/up/{index}", round_
+        assert topics.to_remote("l/down") is None and topics.to_remote("l/down") is None
+
+
 levels = st.text(alphabet="abc", min_size=1, max_size=3)
 
 
@@ -78,6 +96,64 @@ def test_backoff_tries_every_address_then_waits_doubling_up_to_the_cap() -> None
 def test_backoff_jitter_is_between_half_and_the_whole_wait() -> None:
     low = Backoff(("a:1",), 4.0, 60.0, rng=lambda: 0.0)
     assert low.failed() == 2.0
+
+
+publishes = st.builds(
+    Publish,
+    topic=st.sampled_from(["l/up/a", "l/up/" + "b" * 300, "l/other", "x/up/a"]),
+    payload=st.sampled_from([b"", b"p", b"q" * 200, b"r" * 20000]),
+    qos=st.integers(0, 2),
+    retain=st.booleans(),
+    dup=st.booleans(),
+    packet_id=st.integers(1, 65535),
+    properties=st.sampled_from(
+        [
+            {},
+            {PropertyId.MESSAGE_EXPIRY_INTERVAL: 60, PropertyId.CONTENT_TYPE: "t"},
+            {PropertyId.USER_PROPERTY: [("k", "v" * 150)], PropertyId.SUBSCRIPTION_IDENTIFIER: [3]},
+        ]
+    ),
+)
+
+
+@given(st.lists(publishes, min_size=1, max_size=6), st.integers(1, 97))
+def test_publishes_passed_on_as_bytes_are_what_decoding_and_encoding_make(
+    packets: list[Publish], chunk: int
+) -> None:
+    """Toward a 3.1.1 remote the local session's PUBLISHes go out from their bytes
+    (`bridge.frames`): the same bytes and acknowledgements as the decoded path, however the
+    stream is cut."""
+    packets = [
+        p if p.qos else Publish(p.topic, p.payload, 0, p.retain, p.dup, None, p.properties)
+        for p in packets
+    ]
+    wire = b"".join(encode(p, 5) for p in packets) + encode(PubRel(7), 5)
+    lines = _map(TopicConfig("up/#", "out", 2, "l/", "r/"))
+    decoded = Relay(lines, remote_version=4).from_local(
+        PacketDecoder(1 << 20, protocol_version=5).feed(wire)
+    )
+    items: list[RawPublish | PubRel] = []
+    unread = b""
+    for start in range(0, len(wire), chunk):  # as the reads of a socket would cut it
+        buf = unread + wire[start : start + chunk]
+        frames, end = split(buf, 1 << 20)
+        unread = buf[end:]
+        for frame in frames:
+            if isinstance(frame, bytes):
+                (other,) = PacketDecoder(1 << 20, protocol_version=5).feed(frame)
+                assert isinstance(other, PubRel)
+                items.append(other)
+            else:
+                items.append(frame)
+    assert unread == b""
+    raw = Relay(lines, remote_version=4).from_local(list(items))
+    assert [p if isinstance(p, bytes) else encode(p, 4) for p in raw.to_remote] == [
+        encode(p, 4) for p in decoded.to_remote if not isinstance(p, bytes)
+    ]
+    assert any(isinstance(p, bytes) for p in raw.to_remote) == any(
+        p.topic.startswith("l/up/") for p in packets
+    )
+    assert raw.to_local == decoded.to_local
 
 
 def test_relay_passes_each_qos_flow_with_the_same_packet_ids() -> None:
@@ -137,6 +213,54 @@ def test_configuration_reads_a_bridge_and_resolves_files() -> None:
         '[[bridges.topics]]\npattern = "t/#"\ndirection = "both"\nqos = 1\n'
     )
     assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
+
+
+@pytest.mark.parametrize(
+    ("lines", "window"),
+    [
+        ([("out", 1), ("in", 2)], WIDE_WINDOW),  # no QoS 2 goes out
+        ([("out", 1), ("out", 2)], QOS2_WINDOW),  # a Mosquitto remote's quota for QoS 2
+        ([("both", 2)], QOS2_WINDOW),
+    ],
+)
+def test_the_default_window_is_narrow_only_with_an_outgoing_qos_2_line(
+    lines: list[tuple[str, int]], window: int
+) -> None:
+    topics = "".join(
+        f'[[bridges.topics]]\npattern = "t{n}/#"\ndirection = "{d}"\nqos = {q}\n'
+        for n, (d, q) in enumerate(lines)
+    )
+    head = '[[bridges]]\nname = "a"\naddresses = ["h:1"]\n'
+    (bridge,) = _bridges(head + topics)  # type: ignore[misc]
+    assert bridge.max_inflight == window
+    (bridge,) = _bridges(head + "max_inflight = 7\n" + topics)  # type: ignore[misc]
+    assert bridge.max_inflight == 7  # as configured
+
+
+def test_the_window_is_the_bridges_own_lowered_to_a_5_remotes_receive_maximum() -> None:
+    assert session_window(256, {}) == 256  # 3.1.1, or a 5.0 remote without a maximum
+    assert session_window(256, {PropertyId.RECEIVE_MAXIMUM: 20}) == 20
+    assert session_window(10, {PropertyId.RECEIVE_MAXIMUM: 20}) == 10
+    # The local session's window is its Receive Maximum, not [limits] max_inflight's bound.
+    bridge = ClientInfo(
+        client_id="$bridge/a",
+        username=None,
+        peer="bridge:a",
+        protocol_version=5,
+        clean_start=False,
+        keepalive=0,
+        receive_maximum=256,
+    )
+    other = ClientInfo(
+        client_id="a",
+        username=None,
+        peer="h:1",
+        protocol_version=5,
+        clean_start=False,
+        keepalive=0,
+        receive_maximum=256,
+    )
+    assert bridge.inflight_bound(32) == 65535 and other.inflight_bound(32) == 32
 
 
 @pytest.mark.parametrize(
