@@ -20,15 +20,16 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import pykka
 
 from actors.admission import BANS_FILE, Admission
 from actors.client_actor import accept_connection
+from actors.cluster_part import ClusterPart
 from actors.config import BrokerConfig
-from actors.context import BrokerContext, Sessions
+from actors.context import BrokerContext
 from actors.dispatch import Dispatcher, RemoteForwarder
 from actors.messages import AddRoutes, CloseConnection, Reauthorize, Sync
 from actors.overload import FlowControl
@@ -71,22 +72,6 @@ REAUTHORIZE_TIMEOUT = 10.0  # seconds a reload waits for one session's re-author
 
 class ListenError(Exception):
     """A listener could not bind its address; the message names the listener."""
-
-
-class ClusterPart(Protocol):
-    """This worker's membership of a cluster of brokers (`cluster.member.ClusterMember`,
-    given by the composition root, actors.main; docs/cluster.md): it hears the route changes
-    and forwards publishes to the other nodes, beside the pool's own."""
-
-    def joined_replication(self, pool: RouteReplication | None) -> RouteReplication: ...
-
-    def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder: ...
-
-    def joined_sessions(self, inner: Sessions) -> Sessions: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 class Broker:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from actors.cluster_part import ClusterPart
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
 from bridge.service import Bridges
@@ -57,6 +58,9 @@ class BrokerView(Protocol):
 
     @property
     def bridges(self) -> Bridges | None: ...
+
+    @property
+    def cluster(self) -> ClusterPart | None: ...
 
     def reload(self) -> None: ...
 

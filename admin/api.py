@@ -214,6 +214,16 @@ class Api:
         rows, missing = self.bridge_rows()
         return with_missing({"data": rows}, missing)
 
+    # ----- the cluster ---------------------------------------------------------------------
+
+    def cluster(self, request: Request) -> Any:
+        """The nodes of the cluster as the admin's worker sees them (docs/cluster.md);
+        without `[cluster]`, this node alone."""
+        member = self._broker.cluster
+        if member is None:
+            return {"data": [{"node": self._broker.config.node_name, "state": "this node"}]}
+        return member.describe()
+
     # ----- retained messages --------------------------------------------------------------
 
     def _retained_view(self, message: Message) -> dict[str, Any]:
@@ -382,6 +392,7 @@ def add_api_routes(router: Router, broker: BrokerView, figures: FiguresCache) ->
         ("GET", "/api/v1/subscriptions", api.subscriptions),
         ("GET", "/api/v1/routes", api.routes),
         ("GET", "/api/v1/bridges", api.bridges),
+        ("GET", "/api/v1/cluster", api.cluster),
         ("GET", "/api/v1/retained", api.retained_list),
         ("GET", "/api/v1/retained/{topic...}", api.retained_get),
         ("DELETE", "/api/v1/retained/{topic...}", api.retained_delete),

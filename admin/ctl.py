@@ -149,6 +149,7 @@ COLUMNS: dict[tuple[str, str | None], list[str]] = {
     ("ban", "list"): ["kind", "value", "until", "reason"],
     ("plugins", "list"): ["name", "reloadable"],
     ("plugins", "reload"): ["name", "reloadable"],
+    ("cluster", None): ["node", "state", "workers"],
     ("bridges", None): [
         "name",
         "connected",
@@ -162,7 +163,11 @@ COLUMNS: dict[tuple[str, str | None], list[str]] = {
 }
 
 
-PLAIN_GETS = {"status": "/api/v1/stats", "bridges": "/api/v1/bridges"}  # command -> path
+PLAIN_GETS = {  # command -> path
+    "status": "/api/v1/stats",
+    "bridges": "/api/v1/bridges",
+    "cluster": "/api/v1/cluster",
+}
 
 
 def run(args: argparse.Namespace, client: Client) -> Any:  # noqa: PLR0911 - one per command
@@ -261,6 +266,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     remove.add_argument("kind", choices=("clientid", "username", "peerhost"))
     remove.add_argument("value")
     commands.add_parser("bridges", help="the bridges to other brokers and their state")
+    commands.add_parser("cluster", help="the nodes of the cluster this broker sees")
     plugins = commands.add_parser("plugins").add_subparsers(dest="action", required=True)
     plugins.add_parser("list")
     plugins.add_parser("reload", help="as SIGHUP: plugin files, certificates, ACL re-check")

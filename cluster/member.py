@@ -166,15 +166,32 @@ class ClusterMember:
             fabric.broadcast(Retained(kept))
 
     def describe(self) -> dict[str, Any]:
-        """The cluster as this worker sees it (the admin API)."""
+        """The cluster as this worker sees it: one row per node (this one, and each other
+        one with its linked workers), and the counts of what crossed."""
         fabric = self.fabric
+        nodes: dict[str, list[int]] = {}
+        for worker in fabric.peers:
+            node, _, number = fabric.name_of(worker).rpartition(".")
+            nodes.setdefault(node, []).append(int(number))
+        rows: list[dict[str, Any]] = [
+            {"node": self.config.node, "state": "this node", "workers": []}
+        ]
+        rows += [
+            {"node": node, "state": "linked", "workers": sorted(workers)}
+            for node, workers in sorted(nodes.items())
+        ]
+        registry = self.registry
         return {
-            "name": self.config.name,
-            "node": self.config.node,
-            "nats_connected": fabric.connected,
-            "peers": sorted(fabric.name_of(worker) for worker in fabric.peers),
-            "forwarded": self.forwarded,
-            "received": self.received,
+            "data": rows,
+            "cluster": {
+                "name": self.config.name,
+                "node": self.config.node,
+                "nats_connected": fabric.connected,
+                "forwarded": self.forwarded,
+                "received": self.received,
+                "sessions_taken_over": 0 if registry is None else registry.taken_over,
+                "sessions_moved_in": 0 if registry is None else registry.moved_in,
+            },
         }
 
 

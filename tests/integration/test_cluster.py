@@ -10,6 +10,8 @@ import contextlib
 import os
 import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +22,9 @@ import pytest
 
 from mqtt.packets import ConnAck, Connect, Disconnect, PubAck, Publish
 from mqtt.reason_codes import ReasonCode
+from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
-from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
+from tests.support.broker_process import ROOT, BrokerProcess, pool_mode, start_broker
 from tests.support.clients import (
     PahoCollector,
     connect_raw,
@@ -387,3 +390,40 @@ def test_a_clean_start_on_another_node_discards_the_session(
     third = connect_raw(cluster["a"], client_id, clean=False, session_present=False)
     third.close()
     publisher.close()
+
+
+def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) -> None:
+    name = unique("o").replace("-", "")[:40]
+    port = free_port()
+    nodes = {}
+    for node in ("a", "b"):
+        directory = tmp_path / node
+        directory.mkdir()
+        extra = http_config(port) if node == "a" else ""
+        nodes[node] = start_broker(directory, cluster_config(nats, name, node) + extra)
+    linked(nodes)
+    admin = Admin(nodes["a"], port)
+    answer = admin.get("/api/v1/cluster")
+    workers = list(range(pool_mode.workers))
+    assert answer["data"] == [
+        {"node": "a", "state": "this node", "workers": []},
+        {"node": "b", "state": "linked", "workers": workers},
+    ]
+    assert answer["cluster"]["name"] == name and answer["cluster"]["nats_connected"]
+    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
+    printed = subprocess.run(
+        [sys.executable, "-m", "admin.ctl", "cluster"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "this node" in printed and "linked" in printed, printed
+    nodes["b"].stop()
+    deadline = time.monotonic() + 5
+    while len(admin.get("/api/v1/cluster")["data"]) > 1:  # b said it was leaving
+        assert time.monotonic() < deadline, "node b still listed after its clean stop"
+        time.sleep(0.1)
+    nodes["a"].stop()

@@ -1,0 +1,32 @@
+"""What a worker asks of its membership of a cluster of brokers (docs/cluster.md): the
+protocol `cluster.member.ClusterMember` satisfies. The composition root (actors.main) gives
+the broker one when the configuration has a `[cluster]` table; the actors never import the
+cluster package itself."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from actors.context import Sessions
+from actors.dispatch import RemoteForwarder
+from actors.router_actor import RouteReplication
+
+
+class ClusterPart(Protocol):
+    """This worker in the cluster: it hears the route changes, forwards publishes to the
+    other nodes beside the pool's forwarding, and claims each client id cluster-wide before
+    the node's registry opens a session."""
+
+    def joined_replication(self, pool: RouteReplication | None) -> RouteReplication: ...
+
+    def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder: ...
+
+    def joined_sessions(self, inner: Sessions) -> Sessions: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """The cluster as this worker sees it, for the admin API."""
+        ...
