@@ -57,12 +57,6 @@ def cluster_config(nats: NatsServer, name: str, node: str, extra: str = "") -> s
     )
 
 
-def start_node(tmp_path: Path, nats: NatsServer, name: str, node: str) -> BrokerProcess:
-    directory = tmp_path / node
-    directory.mkdir(exist_ok=True)
-    return start_broker(directory, cluster_config(nats, name, node))
-
-
 def linked(nodes: dict[str, BrokerProcess]) -> None:
     """Wait until every worker of every node has linked to every worker of the others."""
     workers = pool_mode.workers
@@ -73,6 +67,26 @@ def linked(nodes: dict[str, BrokerProcess]) -> None:
                     wait_for_log_lines(
                         broker, f"cluster: linked to {other}.{worker}", workers, timeout=10
                     )
+
+
+@contextlib.contextmanager
+def nodes_of(
+    tmp_path: Path, nats: NatsServer, extra: dict[str, str]
+) -> Iterator[dict[str, BrokerProcess]]:
+    """Nodes named by `extra`'s keys (each with that configuration text added) in a
+    cluster of their own, linked; stopped however the test ends."""
+    name = unique("n").replace("-", "")[:40]
+    nodes: dict[str, BrokerProcess] = {}
+    try:
+        for node, text in extra.items():
+            directory = tmp_path / node
+            directory.mkdir()
+            nodes[node] = start_broker(directory, cluster_config(nats, name, node) + text)
+        linked(nodes)
+        yield nodes
+    finally:
+        for broker in nodes.values():
+            broker.stop()
 
 
 def kill_node(broker: BrokerProcess) -> None:
@@ -92,12 +106,8 @@ def kill_node(broker: BrokerProcess) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
-    name = unique("c").replace("-", "")[:40]
-    nodes = {node: start_node(tmp_path, nats, name, node) for node in NODES}
-    linked(nodes)
-    yield nodes
-    for broker in nodes.values():
-        broker.stop()
+    with nodes_of(tmp_path, nats, dict.fromkeys(NODES, "")) as nodes:
+        yield nodes
 
 
 def drain(collector: PahoCollector, count: int, timeout: float = 10.0) -> list[paho.MQTTMessage]:
@@ -219,33 +229,23 @@ def test_a_node_that_leaves_or_dies_loses_its_routes_and_comes_back(
 
 
 def test_sys_topics_stay_on_their_node(tmp_path: Path, nats: NatsServer) -> None:
-    name = unique("s").replace("-", "")[:40]
-    nodes = {}
-    for node in ("a", "b"):
-        directory = tmp_path / node
-        directory.mkdir()
-        nodes[node] = start_broker(
-            directory,
-            cluster_config(nats, name, node) + "[sys]\ninterval = 1\n",
-        )
-    linked(nodes)
-    crowd = [PahoCollector(nodes["a"], unique("crowd")) for _ in range(5)]
-    subscriber = PahoCollector(nodes["b"], unique("sub"))
-    subscriber.subscribe("$SYS/broker/clients/connected", 0)
-    seen = []
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        with contextlib.suppress(queue.Empty):
-            seen.append(subscriber.next_message(0.5).payload)
-    # Node b's own count only (its retained 0 from before, then its one client): node a's,
-    # with 5 clients, never arrives.
-    assert b"1" in seen, seen
-    assert set(seen) <= {b"0", b"1"}
-    for client in crowd:
-        client.close()
-    subscriber.close()
-    for broker in nodes.values():
-        broker.stop()
+    sys_on = "[sys]\ninterval = 1\n"
+    with nodes_of(tmp_path, nats, {"a": sys_on, "b": sys_on}) as nodes:
+        crowd = [PahoCollector(nodes["a"], unique("crowd")) for _ in range(5)]
+        subscriber = PahoCollector(nodes["b"], unique("sub"))
+        subscriber.subscribe("$SYS/broker/clients/connected", 0)
+        seen = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                seen.append(subscriber.next_message(0.5).payload)
+        # Node b's own count only (its retained 0 from before, then its one client): node
+        # a's, with 5 clients, never arrives.
+        assert b"1" in seen, seen
+        assert set(seen) <= {b"0", b"1"}
+        for client in crowd:
+            client.close()
+        subscriber.close()
 
 
 def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_on(
@@ -255,6 +255,7 @@ def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_o
     # a CONNECT is refused with Server unavailable (3.1.1: code 3, 5.0: 0x88), and logged.
     own = NatsServer()
     own.start()
+    broker = None
     try:
         broker = start_broker(
             tmp_path,
@@ -286,8 +287,9 @@ def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_o
                 break
             time.sleep(0.3)
         assert connack.reason_code == 0
-        broker.stop()
     finally:
+        if broker is not None:
+            broker.stop()
         own.remove()
 
 
@@ -393,37 +395,29 @@ def test_a_clean_start_on_another_node_discards_the_session(
 
 
 def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) -> None:
-    name = unique("o").replace("-", "")[:40]
     port = free_port()
-    nodes = {}
-    for node in ("a", "b"):
-        directory = tmp_path / node
-        directory.mkdir()
-        extra = http_config(port) if node == "a" else ""
-        nodes[node] = start_broker(directory, cluster_config(nats, name, node) + extra)
-    linked(nodes)
-    admin = Admin(nodes["a"], port)
-    answer = admin.get("/api/v1/cluster")
-    workers = list(range(pool_mode.workers))
-    assert answer["data"] == [
-        {"node": "a", "state": "this node", "workers": []},
-        {"node": "b", "state": "linked", "workers": workers},
-    ]
-    assert answer["cluster"]["name"] == name and answer["cluster"]["nats_connected"]
-    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
-    printed = subprocess.run(
-        [sys.executable, "-m", "admin.ctl", "cluster"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    assert "this node" in printed and "linked" in printed, printed
-    nodes["b"].stop()
-    deadline = time.monotonic() + 5
-    while len(admin.get("/api/v1/cluster")["data"]) > 1:  # b said it was leaving
-        assert time.monotonic() < deadline, "node b still listed after its clean stop"
-        time.sleep(0.1)
-    nodes["a"].stop()
+    with nodes_of(tmp_path, nats, {"a": http_config(port), "b": ""}) as nodes:
+        admin = Admin(nodes["a"], port)
+        answer = admin.get("/api/v1/cluster")
+        workers = list(range(pool_mode.workers))
+        assert answer["data"] == [
+            {"node": "a", "state": "this node", "workers": []},
+            {"node": "b", "state": "linked", "workers": workers},
+        ]
+        assert answer["cluster"]["node"] == "a" and answer["cluster"]["nats_connected"]
+        env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
+        printed = subprocess.run(
+            [sys.executable, "-m", "admin.ctl", "cluster"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert "this node" in printed and "linked" in printed, printed
+        nodes["b"].stop()
+        deadline = time.monotonic() + 5
+        while len(admin.get("/api/v1/cluster")["data"]) > 1:  # b said it was leaving
+            assert time.monotonic() < deadline, "node b still listed after its clean stop"
+            time.sleep(0.1)
