@@ -495,6 +495,10 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> B
                 "overload, auth, store, http, sys, flapping, shared_subscriptions, mqtt, plugins, "
                 "bridges, cluster, node_name, log_level"
             )
+    cluster = kwargs.get("cluster")
+    if cluster is not None and "node_name" not in kwargs:
+        # In a cluster the node's name is the node name: events, $SYS and logs carry it.
+        kwargs["node_name"] = cluster.node
     config = BrokerConfig(**kwargs)
     return _check(_apply_overrides(config, overrides or {}))
 

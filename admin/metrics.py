@@ -79,13 +79,35 @@ class BridgeCollector(Collector):
         return iter([connected, queued, sent, received, dropped])
 
 
+class NodeLabelled(Collector):
+    """Another collector's families, every sample labelled `node` (a cluster's node, so one
+    Prometheus tells the nodes apart: docs/cluster.md)."""
+
+    def __init__(self, collector: Collector, node: str) -> None:
+        self._collector = collector
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._collector.collect():
+            metric.samples = [
+                sample._replace(labels={**sample.labels, "node": self._node})
+                for sample in metric.samples
+            ]
+            yield metric
+
+
 def new_registry(
-    figures: FiguresCache, bridge_rows: Callable[[], tuple[Rows, list[int]]] | None = None
+    figures: FiguresCache,
+    bridge_rows: Callable[[], tuple[Rows, list[int]]] | None = None,
+    node: str | None = None,
 ) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(figures))
+    """The registry `/metrics` renders; `node`: label every sample with it (a cluster)."""
+    collectors: list[Collector] = [BrokerCollector(figures)]
     if bridge_rows is not None:
-        registry.register(BridgeCollector(bridge_rows))
+        collectors.append(BridgeCollector(bridge_rows))
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector if node is None else NodeLabelled(collector, node))
     return registry
 
 

@@ -81,7 +81,12 @@ class AdminServer:
         self.router.add("GET", "/static/{name}", self._static)
         self._logins.add_routes(self.router)
         api = add_api_routes(self.router, broker, figures)
-        self._registry = new_registry(figures, api.bridge_rows if broker.config.bridges else None)
+        cluster = broker.config.cluster
+        self._registry = new_registry(
+            figures,
+            api.bridge_rows if broker.config.bridges else None,
+            node=None if cluster is None else cluster.node,
+        )
         self._server: AdminWSGIServer | None = None
         self.port = 0
 

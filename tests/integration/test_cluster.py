@@ -416,6 +416,10 @@ def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) 
             check=True,
         ).stdout
         assert "this node" in printed and "linked" in printed, printed
+        # Prometheus tells the nodes apart: every sample carries the node.
+        metrics = admin.request("GET", "/metrics").body.decode()
+        samples = [line for line in metrics.splitlines() if line and not line.startswith("#")]
+        assert samples and all('node="a"' in line for line in samples), samples[:5]
         nodes["b"].stop()
         deadline = time.monotonic() + 5
         while len(admin.get("/api/v1/cluster")["data"]) > 1:  # b said it was leaving

@@ -53,6 +53,12 @@ def test_the_broker_configuration_reads_the_cluster_table(tmp_path: Path) -> Non
     path.write_text('[cluster]\nname = "p"\nnode = "n1"\nnats = ["nats://127.0.0.1:4222"]\n')
     config = load_config(path)
     assert config.cluster is not None and config.cluster.node == "n1"
+    assert config.node_name == "n1"  # events, $SYS and logs carry the node's name
+    path.write_text(
+        'node_name = "edge-1@10.0.0.5"\n[cluster]\nname = "p"\nnode = "n1"\n'
+        'nats = ["nats://127.0.0.1:4222"]\n'
+    )
+    assert load_config(path).node_name == "edge-1@10.0.0.5"  # given: kept
     assert load_config(None).cluster is None  # without it: one machine, no NATS
     path.write_text('[cluster]\nname = "p"\nnode = "n1"\nnats = "localhost"\n')
     with pytest.raises(ConfigError, match="nats must list NATS servers"):
