@@ -107,6 +107,7 @@ _CLOSE_CODES: dict[DisconnectReason, int] = {
     DisconnectReason.SERVER_ERROR: ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR,
     DisconnectReason.ADMINISTRATIVE_ACTION: ReasonCode.ADMINISTRATIVE_ACTION,
     DisconnectReason.CREDENTIALS_EXPIRED: ReasonCode.NOT_AUTHORIZED,
+    DisconnectReason.CLUSTER_UNREACHABLE: ReasonCode.USE_ANOTHER_SERVER,
 }
 
 # The Reason String of a server close (with the close's detail, if any, after a colon).
@@ -118,6 +119,7 @@ _CLOSE_TEXTS: dict[DisconnectReason, str] = {
     DisconnectReason.SERVER_ERROR: "server error",
     DisconnectReason.ADMINISTRATIVE_ACTION: "administrative action",
     DisconnectReason.CREDENTIALS_EXPIRED: "credentials expired",
+    DisconnectReason.CLUSTER_UNREACHABLE: "this node lost its cluster: use another server",
 }
 
 

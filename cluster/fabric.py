@@ -90,6 +90,7 @@ class NatsFabric:
         )
         self._ticker: gevent.Greenlet[..., Any] | None = None
         self.connected = False
+        self.on_link_state: Callable[[bool], None] | None = None  # told of each up and down
 
     # ----- the Fabric ---------------------------------------------------------------------
 
@@ -193,6 +194,8 @@ class NatsFabric:
 
     def _link_state(self, up: bool) -> None:
         self.connected = up
+        if self.on_link_state is not None:
+            self.on_link_state(up)
         if up:
             self._queue.append((_BROADCAST, Hello(self.worker, self.epoch)))
             self._flush()

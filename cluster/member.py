@@ -16,6 +16,7 @@ topics (each node reports its own) and share groups.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,14 +24,16 @@ import gevent
 
 from actors.context import BrokerContext, Sessions
 from actors.dispatch import RemoteForwarder
-from actors.messages import StoreRetained
+from actors.messages import CloseConnection, StoreRetained
 from actors.router_actor import RouteReplication
+from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
 from core.message import Message
+from core.reasons import DisconnectReason
 from pool.frames.codec import Frame
 from pool.frames.forwarding import Forward, ForwardShared, Retained
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
@@ -65,10 +68,16 @@ class ClusterMember:
         )
         self._outbox = ForwardOutbox()
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
+        # The lease: NATS lost since this monotonic time (None: linked), and whether the
+        # lease ran out, so this worker's clients were closed and CONNECTs are refused.
+        self._lost_at: float | None = time.monotonic()  # not linked before the first time
+        self.fenced = False
+        fabric.on_link_state = self._link_state
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
 
     def start(self) -> None:
+        gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
         if self.registry is not None:
             self.registry.start()
@@ -97,8 +106,41 @@ class ClusterMember:
             persistence=context.persistence,
             loss_log=context.loss_log,
             moves=NodeMoves(self._stored_sessions, context.persistence),
+            fenced=lambda: self.fenced,
         )
         return self.registry
+
+    # ----- the lease -----------------------------------------------------------------------
+
+    def _link_state(self, up: bool) -> None:
+        if up:
+            self._lost_at = None
+            if self.fenced:
+                self.fenced = False
+                logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
+            return
+        self._lost_at = time.monotonic()
+        gevent.spawn_later(self.config.peer_timeout, self._lease_check)
+
+    def _lease_check(self) -> None:
+        """The other nodes take this one for gone after `peer_timeout` of silence: so does it,
+        closing its clients (5.0: DISCONNECT 0x9C Use another server) so they reconnect to
+        a node that is in the cluster, and refusing CONNECTs until NATS is back."""
+        lost = self._lost_at
+        if lost is None or self.fenced or time.monotonic() - lost < self.config.peer_timeout:
+            return
+        self.fenced = True
+        clients = list(self._context.live_clients)
+        logger.error(
+            "cluster: no NATS for %.1f s ([cluster] peer_timeout): the other nodes take this "
+            "one for gone, so its %d clients are closed (use another server) and CONNECTs "
+            "refused until NATS is back; check the NATS servers %s and the network to them",
+            time.monotonic() - lost,
+            len(clients),
+            ", ".join(self.config.nats),
+        )
+        for client in clients:
+            tell_if_alive(client, CloseConnection(DisconnectReason.CLUSTER_UNREACHABLE))
 
     # ----- the fabric's handler -----------------------------------------------------------
 

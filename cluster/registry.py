@@ -172,6 +172,7 @@ class ClusterRegistry:
         persistence: Persistence,
         loss_log: RateLimitedLog,
         moves: NodeMoves,
+        fenced: Callable[[], bool],
     ) -> None:
         self.inner = inner
         inner.fence = self._may_open
@@ -198,6 +199,7 @@ class ClusterRegistry:
         # client id -> the peer a session was sent to, until it says it stored it
         self._moving_out: dict[str, int] = {}
         self._moves = moves
+        self._fenced = fenced  # the node's lease ran out: CONNECTs are refused at once
         self.taken_over = 0  # sessions ended here because another node took their id
         self.moved_in = 0  # sessions that came here from another node
 
@@ -251,6 +253,10 @@ class ClusterRegistry:
         connack_properties: dict[int, Any],
     ) -> None:
         client_id = client.client_id
+        if self._fenced():
+            self._refuse(client, client_ref, ConnectionError("this node lost NATS"))
+            self._next_turn(client_id)
+            return
 
         def claimed(result: tuple[str | None, int] | None, error: BaseException | None) -> None:
             if result is None:

@@ -27,6 +27,8 @@ class DisconnectReason(Enum):
     STORE_FAILING = "store_failing"  # a 3.x QoS 1/2 publisher while the store fails
     # too many QoS 2 PUBLISHes waiting for PUBRELs to free room (`PublishIntake._wait`)
     QOS2_BACKLOG = "qos2_backlog"
+    # a cluster's node that lost NATS for longer than its lease (docs/cluster.md)
+    CLUSTER_UNREACHABLE = "cluster_unreachable"
 
 
 class DropReason(Enum):

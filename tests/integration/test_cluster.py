@@ -248,22 +248,28 @@ def test_sys_topics_stay_on_their_node(tmp_path: Path, nats: NatsServer) -> None
         subscriber.close()
 
 
-def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_on(
+def test_without_nats_connects_are_refused_and_past_the_lease_clients_are_closed(
     tmp_path: Path,
 ) -> None:
     # Consistency over availability: who owns a client id cannot be known without NATS, so
     # a CONNECT is refused with Server unavailable (3.1.1: code 3, 5.0: 0x88), and logged.
+    # Connected clients carry on until the node's lease (its peer_timeout, after which the
+    # other nodes take it for gone) runs out; then they are closed, 5.0 with DISCONNECT 0x9C
+    # Use another server, to reconnect to a node still in the cluster.
     own = NatsServer()
     own.start()
     broker = None
     try:
         broker = start_broker(
             tmp_path,
-            f'[cluster]\nname = "x"\nnode = "a"\nnats = ["{own.url}"]\nclaim_timeout = 1.0\n',
+            f'[cluster]\nname = "x"\nnode = "a"\nnats = ["{own.url}"]\nclaim_timeout = 1.0\n'
+            "heartbeat = 0.5\npeer_timeout = 4.0\n",
         )
         before = connect_raw(broker, unique("before"))
         subscribe_raw(before, 1, ("t", 1))
+        watcher = connect_raw(broker, unique("watcher"), version=5)
         own.stop()
+        lost = time.monotonic()
         for version, code in ((4, 3), (5, ReasonCode.SERVER_UNAVAILABLE)):
             refused = RawClient(broker.host, broker.port, version=version)
             connack = refused.connect(unique("during"))
@@ -271,12 +277,19 @@ def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_o
             refused.close()
         line = wait_for_log(broker, "cluster: refused CONNECT of", timeout=5)
         assert "is NATS (with JetStream) reachable" in line
-        # The connected client's local traffic goes on.
+        # Within the lease the connected client's local traffic goes on.
         before.send(Publish(topic="t", payload=b"local", qos=1, packet_id=2))
         got = [before.expect(5) for _ in range(2)]
         assert {type(p) for p in got} == {PubAck, Publish}
-        before.close()
-        wait_for_log(broker, "cluster: cannot reach NATS", timeout=15)
+        assert time.monotonic() - lost < 4.0, "too slow to check before the lease ran out"
+        # Past it, the node closes its clients.
+        disconnect = watcher.expect(10)
+        assert isinstance(disconnect, Disconnect), disconnect
+        assert disconnect.reason_code == ReasonCode.USE_ANOTHER_SERVER
+        assert time.monotonic() - lost >= 4.0
+        assert before.is_closed_by_broker(5)
+        line = wait_for_log(broker, "cluster: no NATS for", timeout=5)
+        assert "clients are closed (use another server)" in line
         own.start()  # the same port: back, and CONNECTs are accepted again
         deadline = time.monotonic() + 15
         while True:
@@ -287,6 +300,7 @@ def test_without_the_registry_a_connect_is_refused_and_connected_clients_carry_o
                 break
             time.sleep(0.3)
         assert connack.reason_code == 0
+        wait_for_log(broker, "cluster: NATS is back: this node accepts CONNECTs again")
     finally:
         if broker is not None:
             broker.stop()
