@@ -222,7 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         broker.node.ops.answer = partial(local_rows, broker)  # the other workers' questions
     if config.cluster is not None:
-        broker.cluster = ClusterMember(config.cluster, broker.worker_id, broker.context, broker)
+        broker.cluster = ClusterMember(
+            config.cluster,
+            broker.worker_id,
+            broker.context,
+            broker,
+            retained=lambda: broker.retained_index,
+        )
     broker.admin = AdminServer
     status = _start(broker)
     if status:

@@ -35,11 +35,13 @@ from cluster.session_moves import NodeMoves, StoredSessions
 from core.message import Message
 from core.reasons import DisconnectReason
 from pool.frames.codec import Frame
-from pool.frames.forwarding import Forward, ForwardShared, Retained
+from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
+from router.retained_index import RetainedIndex
 from router.shared import is_shared
+from store.base import DeleteRetained, PutRetained
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +58,12 @@ class ClusterMember:
         worker: int,
         context: BrokerContext,
         stored_sessions: StoredSessions,
+        retained: Callable[[], RetainedIndex[Message] | None],
     ) -> None:
         self.config = config
         self._context = context
         self._stored_sessions = stored_sessions
+        self._retained = retained  # this worker's retained index (the retainer's)
         self.fabric = NatsFabric(config, worker, self)
         loop = gevent.get_hub().loop
         fabric = self.fabric
@@ -146,6 +150,40 @@ class ClusterMember:
 
     def peer_up(self, worker: int, epoch: int) -> None:
         self.routes.peer_up(worker)
+        if self.fabric.worker == 0:  # one worker per node answers for the node
+            self._send_retained(worker)
+
+    def _send_retained(self, worker: int) -> None:
+        """A worker of another node came up (started, restarted, or back): it gets the
+        retained messages this node knows, to keep those it has not got or has older."""
+        index = self._retained()
+        if index is None:
+            return
+        kept = tuple(m for _topic, m in index.items() if not m.topic.startswith(_LOCAL_ONLY))
+        for part in split_payloads(kept) if kept else ():
+            self.fabric.send(worker, RetainedSnapshot(part))
+
+    def _retained_received(self, messages: tuple[Message, ...], merge: bool) -> None:
+        """Retained messages another node set or cleared (`merge`: of its snapshot, kept
+        only where newer than this worker's): into this worker's index, and worker 0 keeps
+        them in the node's store, so they outlive the node they were published on."""
+        if merge:
+            index = self._retained()
+            messages = tuple(
+                m
+                for m in messages
+                if index is None
+                or (current := index.get(m.topic)) is None
+                or current.timestamp < m.timestamp
+            )
+            if not messages:
+                return
+        self._context.retainer.tell(StoreRetained(list(messages)))
+        persistence = self._context.persistence
+        if self.fabric.worker == 0 and persistence.enabled:
+            persistence.submit(
+                [PutRetained(m) if m.payload else DeleteRetained(m.topic) for m in messages]
+            )
 
     def peer_down(self, worker: int) -> None:
         self.routes.peer_down(worker)
@@ -159,9 +197,9 @@ class ClusterMember:
                 assert isinstance(frame, Forward | ForwardShared)
                 self.received += len(frame.messages)
                 self._context.dispatcher.publish_forwarded(frame.messages)
-            elif kind is Retained:
-                assert isinstance(frame, Retained)
-                self._context.retainer.tell(StoreRetained(list(frame.messages)))
+            elif kind is Retained or kind is RetainedSnapshot:
+                assert isinstance(frame, Retained | RetainedSnapshot)
+                self._retained_received(frame.messages, merge=kind is RetainedSnapshot)
             elif kind in ROUTE_FRAMES:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
             elif kind is GiveUp and self.registry is not None:

@@ -32,7 +32,14 @@ from pool.frames.admission import (
     ListenerCounts,
 )
 from pool.frames.flow import FlowHold, FlowRelease
-from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Retained,
+    RetainedSnapshot,
+)
 from pool.frames.messages import DECODERS, ENCODERS
 from pool.frames.moves import (
     Adopted,
@@ -84,6 +91,7 @@ Frame = (
     | HandedOver
     | GiveUp
     | SessionHandedOver
+    | RetainedSnapshot
     | Owned
     | RoutesSync
     | RoutesSynced
@@ -172,6 +180,7 @@ _KINDS: dict[type[Frame], int] = {
     ListenerCounts: 120,
     GiveUp: 130,
     SessionHandedOver: 131,
+    RetainedSnapshot: 132,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

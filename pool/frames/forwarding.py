@@ -43,6 +43,14 @@ class Retained:
 
 
 @dataclass(frozen=True, slots=True)
+class RetainedSnapshot:
+    """Cluster: the sender's retained messages, for a worker of another node that came up;
+    each is kept unless the receiver holds a newer one for its topic."""
+
+    messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CommitSync:
     """Sent after a `Forward` with QoS 1/2 messages: answer `Committed(token)` once the store
     ops of everything received before are committed (the publisher's PUBACK waits)."""

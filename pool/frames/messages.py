@@ -1,6 +1,6 @@
 """The bodies of the frames that carry messages (`Forward`, `ForwardShared`, `Retained`,
-`Orphans`, `MovingOut`, `MovedDeliveries`): encoded and decoded here, checked as they are
-decoded.
+`RetainedSnapshot`, `Orphans`, `MovingOut`, `MovedDeliveries`): encoded and decoded here,
+checked as they are decoded.
 
 Their message part is the message count and the size of the string table (two 4-byte
 lengths), the string table (an orjson list: `null`, then each distinct topic, client id and
@@ -34,7 +34,7 @@ from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
-from pool.frames.forwarding import Forward, ForwardShared, Retained
+from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
 from pool.frames.moves import MovedDeliveries, MovingOut, Orphans
 from pool.frames.validation import (
     FrameError,
@@ -58,7 +58,9 @@ _INFINITY = float("inf")
 _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
 
-MessageFrame = Forward | ForwardShared | Retained | Orphans | MovingOut | MovedDeliveries
+MessageFrame = (
+    Forward | ForwardShared | Retained | RetainedSnapshot | Orphans | MovingOut | MovedDeliveries
+)
 
 
 def _encode_forward_shared(frame: ForwardShared) -> bytes:
@@ -80,7 +82,7 @@ def _encode_orphans(frame: Orphans) -> bytes:
     return _U32x2.pack(frame.dead, frame.round) + _encode_messages(frame.messages)
 
 
-def _encode_retained(frame: Retained) -> bytes:
+def _encode_retained(frame: Retained | RetainedSnapshot) -> bytes:
     return _encode_messages(frame.messages)
 
 
@@ -256,12 +258,17 @@ def _decode_retained(body: bytes) -> Retained:
     return Retained(_decode_messages(body))
 
 
+def _decode_retained_snapshot(body: bytes) -> RetainedSnapshot:
+    return RetainedSnapshot(_decode_messages(body))
+
+
 # How each message-carrying frame's body is encoded and decoded (keyed by `type[object]`
 # so that the codec looks any frame's class up; each encoder takes its own class).
 ENCODERS: dict[type[object], Callable[[Any], bytes]] = {
     ForwardShared: _encode_forward_shared,
     Forward: _encode_forward,
     Retained: _encode_retained,
+    RetainedSnapshot: _encode_retained,
     Orphans: _encode_orphans,
     MovingOut: _encode_deliveries,
     MovedDeliveries: _encode_deliveries,
@@ -270,6 +277,7 @@ DECODERS: dict[type[object], Callable[[bytes], MessageFrame]] = {
     ForwardShared: _decode_forward_shared,
     Forward: _decode_forward,
     Retained: _decode_retained,
+    RetainedSnapshot: _decode_retained_snapshot,
     Orphans: _decode_orphans,
     MovingOut: _decode_moving_out,
     MovedDeliveries: _decode_moved_deliveries,

@@ -439,3 +439,32 @@ def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) 
         while len(admin.get("/api/v1/cluster")["data"]) > 1:  # b said it was leaving
             assert time.monotonic() < deadline, "node b still listed after its clean stop"
             time.sleep(0.1)
+
+
+def test_retained_messages_outlive_their_node_and_reach_a_node_that_was_down(
+    cluster: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+    topic = f"kept/{unique('t')}"
+    cluster["c"].stop()  # down while the next one is set
+    setter = PahoCollector(cluster["a"], unique("pub"))
+    setter.publish(topic, b"from-a", qos=1, retain=True)
+    setter.close()
+    time.sleep(0.5)
+    kill_node(cluster["a"])  # the node it was published on is lost
+    # Node b restarts from its own store: it kept the message.
+    cluster["b"].stop()
+    cluster["b"] = start_broker(tmp_path / "b", config.replace('node = "a"', 'node = "b"'))
+    reader = PahoCollector(cluster["b"], unique("late"))
+    reader.subscribe(topic, 1)
+    assert reader.next_message(5).payload == b"from-a"
+    reader.close()
+    # Node c, down when it was set, gets it from node b when it comes back.
+    cluster["c"] = start_broker(tmp_path / "c", config.replace('node = "a"', 'node = "c"'))
+    wait_for_log(cluster["c"], "cluster: linked to b.0", timeout=10)
+    time.sleep(0.5)
+    reader = PahoCollector(cluster["c"], unique("late"))
+    reader.subscribe(topic, 1)
+    message = reader.next_message(5)
+    assert (message.payload, message.retain) == (b"from-a", True)
+    reader.close()

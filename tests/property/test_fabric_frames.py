@@ -33,7 +33,14 @@ from pool.frames.admission import (
 )
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.frames.flow import FLOW_REASONS, FlowHold, FlowRelease
-from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Retained,
+    RetainedSnapshot,
+)
 from pool.frames.moves import (
     Adopted,
     MovedDeliveries,
@@ -156,6 +163,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(FlowHold, st.integers(1, 2**40), flow_reasons),
     st.builds(FlowRelease, st.integers(1, 2**40), flow_reasons),
     st.builds(Retained, message_batches),
+    st.builds(RetainedSnapshot, message_batches),
     st.builds(Claim, client_ids, worker_ids),
     st.builds(Granted, client_ids, worker_ids, st.none() | worker_ids),
     st.builds(ClaimRefused, client_ids, st.text(max_size=40)),
