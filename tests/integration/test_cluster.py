@@ -20,7 +20,16 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from mqtt.packets import ConnAck, Connect, Disconnect, PubAck, Publish
+from mqtt.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PubAck,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+)
 from mqtt.reason_codes import ReasonCode
 from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
@@ -89,14 +98,20 @@ def nodes_of(
             broker.stop()
 
 
-def kill_node(broker: BrokerProcess) -> None:
-    """SIGKILL every process of a node at once (its machine died): stopped first, so no
-    worker sees another die and leaves cleanly."""
+def node_pids(broker: BrokerProcess) -> list[int]:
+    """Every process of a node: the broker and all its descendants."""
     pids = [broker.process.pid]
     for pid in pids:  # grows as it goes: the whole tree
         children = Path(f"/proc/{pid}/task/{pid}/children")
         if children.exists():
             pids += [int(child) for child in children.read_text().split()]
+    return pids
+
+
+def kill_node(broker: BrokerProcess) -> None:
+    """SIGKILL every process of a node at once (its machine died): stopped first, so no
+    worker sees another die and leaves cleanly."""
+    pids = node_pids(broker)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -468,3 +483,26 @@ def test_retained_messages_outlive_their_node_and_reach_a_node_that_was_down(
     message = reader.next_message(5)
     assert (message.payload, message.retain) == (b"from-a", True)
     reader.close()
+
+
+def test_a_paused_node_finds_its_client_ids_taken_and_closes_them_when_it_resumes(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    client_id = unique("paused")
+    first = connect_raw(cluster["a"], client_id)
+    pids = node_pids(cluster["a"])
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for_log(cluster["b"], "cluster: no word from a.0", timeout=5)
+        second = connect_raw(cluster["b"], client_id)  # node a is gone for b: not waited for
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    # Node a hears the bucket again: the id is node b's, so a closes its connection.
+    assert first.is_closed_by_broker(10)
+    line = wait_for_log(cluster["a"], f"cluster: node b holds client id {client_id!r} now")
+    assert "its session here ends" in line
+    second.send(Subscribe(1, [Subscription("still/here", 1)]))
+    assert isinstance(second.expect(5), SubAck)  # the new owner's connection is untouched
+    second.close()
