@@ -374,6 +374,7 @@ class Broker:
         """
         logger.info("reloading plugins")
         reload_plugins(self.plugins)
+        self.context.hooks.decisions_changed()  # publish decisions kept by connections go
         # The ACL may have changed: which clients have each delivery checked, and the
         # answers cached for them, are made again before the next message is routed.
         self.context.dispatcher.read_checks.reset()

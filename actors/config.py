@@ -136,6 +136,10 @@ class StoreConfig:
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     allow_anonymous: bool = True  # used when no authentication plugin decides
+    # Seconds a connection keeps each publish decision of the ACL plugins, by topic and
+    # QoS (channel.publish_acl; at most 32 per connection, all forgotten on SIGHUP); 0:
+    # every PUBLISH asks them.
+    acl_cache_ttl: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

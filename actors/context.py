@@ -164,4 +164,5 @@ class BrokerContext:
             max_waiting_bytes=limits.max_unprocessed_bytes,
             admit=self.admission.check if self.admission is not None else None,
             offer=offer,
+            acl_cache_ttl=self.config.auth.acl_cache_ttl,
         )

@@ -40,6 +40,7 @@ from channel.problems import (
     with_properties,
 )
 from channel.pubacks import Pubacks
+from channel.publish_acl import PublishAcl
 from core.client import NO_LIMIT, ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason, DropReason
@@ -99,6 +100,9 @@ class ChannelSettings:
     # trusted without authentication, and the only one that may use a client id under
     # `BRIDGE_CLIENT_PREFIX`.
     internal: bool = False
+    # `[auth] acl_cache_ttl` and the clock its entries expire by (channel.publish_acl).
+    acl_cache_ttl: float = 0.0
+    clock: Callable[[], float] = time.monotonic
 
 
 class ChannelBase:
@@ -121,6 +125,7 @@ class ChannelBase:
         "_packet_limit",
         "_pauses",
         "_pubacks",
+        "_publish_acl",
         "_qos1_in_batch",
         "_qos2",
         "_releases",
@@ -162,6 +167,7 @@ class ChannelBase:
         self._acks: list[tuple[Ack, int]] = _IDLE
         self._releases: list[int] = _IDLE
         self._check_acl = False  # whether a client.authorize callback exists (per batch)
+        self._publish_acl: PublishAcl | None = None  # made at the first PUBLISH it checks
         self._auth: AuthExchange | None = None  # MQTT 5.0 enhanced authentication, if used
         self._bridge = False  # a 3.x broker's bridge (the bridge bit of its CONNECT)
         # MQTT 5 only, created when first used:

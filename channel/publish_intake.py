@@ -19,9 +19,10 @@ from collections import deque
 from typing import cast
 
 from channel.actions import Drop
-from channel.authorization import may_publish
 from channel.base import ChannelBase, Phase
 from channel.pubacks import Pubacks, pubrec, refusal
+from channel.publish_acl import PublishAcl
+from core.client import ClientInfo
 from core.message import Message, new_message
 from core.reasons import DisconnectReason, DropReason
 from core.session_state import Ack, with_packet_id, without_packet_id
@@ -79,8 +80,8 @@ class PublishIntake(ChannelBase):
             packet.wire,
         )
         # Without an ACL plugin only a `$` topic needs asking ($SYS is the broker's).
-        allowed = not (self._check_acl or topic.startswith("$")) or may_publish(
-            self._hooks, client, topic, packet.qos
+        allowed = not (self._check_acl or topic.startswith("$")) or self._may_publish(
+            client, topic, packet.qos
         )
         if allowed:
             code = _SUCCESS
@@ -132,6 +133,15 @@ class PublishIntake(ChannelBase):
             # A PUBREC of 0x80 or more ends the exchange: the id is new again [MQTT-4.3.3-9]
             # and no longer counts against the Receive Maximum (section 4.9).
             self._inbound_qos2.discard(packet_id)
+
+    def _may_publish(self, client: ClientInfo, topic: str, qos: int) -> bool:
+        """The ACL's answer for a PUBLISH, kept by this connection for a while."""
+        acl = self._publish_acl
+        if acl is None:
+            settings = self._settings
+            acl = PublishAcl(self._hooks, settings.acl_cache_ttl, settings.clock)
+            self._publish_acl = acl
+        return acl.allows(client, topic, qos)
 
     def _payload_format_invalid(self, packet: PublishPacket) -> bool:
         """With `validate_utf8_payloads`, whether a payload marked UTF-8 is not: refused with

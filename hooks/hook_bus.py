@@ -102,6 +102,10 @@ class HookBus:
         self._sequence = itertools.count()
         # Seconds per run of a chain, by hook point value (the admin's /metrics reads it).
         self.latency: dict[str, LatencyHistogram] = {}
+        # Changes whenever the plugins' decisions may have changed (a callback registered or
+        # gone, plugins reloaded): answers kept from before it are stale
+        # (channel.publish_acl).
+        self.decisions_epoch = 0
 
     # -- registration -------------------------------------------------------------------
 
@@ -120,6 +124,7 @@ class HookBus:
         chain = (*self._chains.get(key, ()), entry)
         self._chains[key] = tuple(sorted(chain, key=lambda r: (-r.priority, r.sequence)))
         self._active.add(key)
+        self.decisions_epoch += 1
 
     def unregister(self, owner: str) -> None:
         """Remove every callback registered with `owner` (a plugin being closed)."""
@@ -130,6 +135,11 @@ class HookBus:
             else:
                 del self._chains[key]
                 self._active.discard(key)
+        self.decisions_epoch += 1
+
+    def decisions_changed(self) -> None:
+        """The plugins' decisions may be other than before (they reloaded their rules)."""
+        self.decisions_epoch += 1
 
     def has(self, point: HookPoint) -> bool:
         """True if at least one callback is registered on `point` (one set lookup)."""

@@ -167,3 +167,25 @@ def test_sighup_reloads_users_and_rules_keeping_connections(tmp_path: Path) -> N
         assert "closing client 'alice" not in broker.log()
         carol.close()
         alice.close()
+
+
+def test_a_publish_decision_a_connection_kept_goes_with_a_sighup(tmp_path: Path) -> None:
+    # Each connection keeps its publish decisions ([auth] acl_cache_ttl, 60 s by default):
+    # a SIGHUP that changes the rules applies to the very next PUBLISH all the same.
+    add_user(tmp_path / "passwd", "alice", "alice-pw")
+    (tmp_path / "acl").write_text("user alice\ntopic readwrite alice/#\n", encoding="utf-8")
+    with running_broker(tmp_path, RELOAD_CONFIG) as broker:
+        alice = connect_raw(
+            broker, unique("alice"), username="alice", password=b"alice-pw", version=5
+        )
+        for packet_id in (1, 2):  # the second answer is the kept one
+            alice.send(Publish("alice/x", b"kept", qos=1, packet_id=packet_id))
+            accepted = alice.expect()  # accepted; nobody subscribes: 0x10
+            assert accepted == PubAck(packet_id, 0x10), accepted
+        replace_file(tmp_path / "acl", "user alice\ntopic read alice/#\n")
+        broker.process.send_signal(signal.SIGHUP)
+        wait_for_log(broker, "plugin plugins.acl_file reloaded")
+        alice.send(Publish("alice/x", b"denied now", qos=1, packet_id=3))
+        answer = alice.expect()
+        assert isinstance(answer, PubAck) and answer.reason_code == 0x87, answer  # [MQTT-3.4.2.1]
+        alice.close()
