@@ -155,11 +155,27 @@ class ClientActor(GeventActor):
         self.actor_ref.tell(HandleArrived(message.session, read=True))
 
     def after_drain(self) -> None:
+        order = self._channel.ack_order
+        if order is not None and order.ready:
+            # The acknowledgements released meanwhile (`channel.ack_order`), first.
+            self._out.insert(0, order.take())
         if self._out:
             data = b"".join(self._out)
             self._context.stats.bytes_sent += len(data)
             self._transport.write(data)
             self._out.clear()
+
+    def _write_acks(self) -> None:
+        """Write the acknowledgements released so far (`channel.ack_order`) now: called where
+        a commit completes, or by the session actor once it filled its PUBRECs' slot. They
+        are all the released ones, in order, so nothing overtakes what was released before."""
+        order = self._channel.ack_order
+        if order is None:
+            return
+        data = order.take()
+        if data:
+            self._context.stats.bytes_sent += len(data)
+            self._transport.write(data)
 
     def on_failure(self, *_exc_info: Any) -> None:
         # pykka has logged the traceback and stopped the actor; the connection still ends
@@ -207,6 +223,7 @@ class ClientActor(GeventActor):
                 if type(action) is actions.InboundQos2:
                     if self._flow_controlled:
                         action.publisher = self._connection.intake
+                    action.write_acks = self._write_acks
                 elif isinstance(action, actions.SubscribeRequest | actions.UnsubscribeRequest):
                     self._route_now(action)
                 # The session may have stopped (taken over, terminated): then these go
@@ -245,11 +262,15 @@ class ClientActor(GeventActor):
         request.routed = True
 
     def _send(self, action: actions.Send) -> None:
-        self._out.append(action.data)
+        if action.slot is None:
+            self._out.append(action.data)
+        else:
+            action.slot.fill(action.data)  # released ones leave with `after_drain`
 
     def _publish(self, action: actions.Publish) -> None:
         """Route the batch and write the PUBACKs its `acks` give for what routing found: once
-        the messages are durable for persistent subscribers (write-ahead), else at once."""
+        the messages are durable for persistent subscribers (write-ahead), else at once; in
+        either case only after the acknowledgements of every earlier batch (`acks.slot`)."""
         acks = action.acks
         messages = action.messages
         dispatcher = self._context.dispatcher
@@ -267,16 +288,15 @@ class ClientActor(GeventActor):
             return
         # The ids of the messages that match nobody, if a PUBACK says so (5.0: 0x10).
         unmatched: set[int] | None = set() if acks.waits_for_routing else None
-        transport = self._transport
-        stats = self._context.stats
+        slot = acks.slot
+        assert slot is not None
 
         def on_durable() -> None:
-            data = acks.routed(unmatched or ())
-            stats.bytes_sent += len(data)
-            transport.write(data)
+            if slot.fill(acks.routed(unmatched or ())):
+                self._write_acks()
 
         if not dispatcher.publish(messages, on_durable, publisher, unmatched=unmatched):
-            self._out.append(acks.routed(unmatched or ()))
+            slot.fill(acks.routed(unmatched or ()))  # released ones leave with `after_drain`
 
     def _refuse_for_store(self, messages: list[Message], acks: Pubacks) -> None:
         """The store fails: route this batch's QoS 0 publishes, and answer its QoS 1 ones as
@@ -298,8 +318,12 @@ class ClientActor(GeventActor):
             logging.WARNING,
         )
         if refused is not None:
-            self._out.append(refused)
+            assert acks.slot is not None
+            acks.slot.fill(refused)  # after the earlier batches' acknowledgements
         else:
+            # Its slot stays unfilled: no acknowledgement of a later PUBLISH overtakes the
+            # ones this connection never gets (docs/channel.md, "Acknowledgements in
+            # PUBLISH order").
             tell_if_alive(
                 self.actor_ref,
                 CloseConnection(DisconnectReason.STORE_FAILING, "the store fails"),

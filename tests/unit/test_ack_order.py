@@ -8,6 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from channel.ack_order import AckOrder
+from channel.actions import InboundQos2, Publish, Send
+from channel.channel import Channel
+from mqtt.encoder import encode_ack
+from mqtt.packets import PacketType
+from mqtt.packets import Publish as PublishPacket
+from tests.unit.test_channel import acl, connected, of_type
 
 
 def _answer(number: int) -> bytes:
@@ -73,3 +79,41 @@ def test_a_slot_is_filled_once() -> None:
     with pytest.raises(ValueError):
         first.fill(b"1")
     assert order.take() == b"12"
+
+
+def _puback(packet_id: int, version: int = 4) -> bytes:
+    return encode_ack(PacketType.PUBACK, packet_id, 0, version)
+
+
+def _batch(channel: Channel, *packets: PublishPacket) -> list[object]:
+    return channel.handle_in(list(packets), 10 * len(packets))
+
+
+def test_the_channel_gives_each_batch_its_slot_in_publish_order() -> None:
+    # QoS 1 batches, a refusal-only batch and a QoS 2 batch share one order: a later
+    # batch's acknowledgements, though known first, wait for every earlier batch's.
+    channel = connected(hooks=acl({"secret"}))
+    (first,) = of_type(_batch(channel, PublishPacket("t", b"x", qos=1, packet_id=1)), Publish)
+    (refused,) = of_type(_batch(channel, PublishPacket("secret", b"x", qos=1, packet_id=2)), Send)
+    (qos2,) = of_type(_batch(channel, PublishPacket("t", b"x", qos=2, packet_id=3)), InboundQos2)
+    (last,) = of_type(_batch(channel, PublishPacket("t", b"x", qos=1, packet_id=4)), Publish)
+    order = channel.ack_order
+    assert order is not None and order.waiting == 4
+    assert refused.data == _puback(2)  # 3.1.1: a denied publish is acknowledged anyway
+    assert (first.acks.slot.number, refused.slot.number) == (0, 1)
+    assert (qos2.slot.number, last.acks.slot.number) == (2, 3)
+    # The last batch needed no store, the refusal is known: both wait for the first
+    # batch's commit and for the session's PUBREC.
+    assert not last.acks.slot.fill(last.acks.routed())
+    assert not refused.slot.fill(refused.data)
+    assert order.take() == b""
+    assert first.acks.slot.fill(first.acks.routed())  # the commit came
+    assert order.take() == _puback(1) + _puback(2)
+    assert qos2.slot.fill(encode_ack(PacketType.PUBREC, 3, 0, 4))
+    assert order.take() == encode_ack(PacketType.PUBREC, 3, 0, 4) + _puback(4)
+
+
+def test_qos0_publishes_take_no_slot() -> None:
+    channel = connected()
+    _batch(channel, PublishPacket("t", b"x"))
+    assert channel.ack_order is None
