@@ -317,13 +317,14 @@ class ClientActor(GeventActor):
             + "; they are accepted again once the store commits (free disk space)",
             logging.WARNING,
         )
+        assert acks.slot is not None
         if refused is not None:
-            assert acks.slot is not None
             acks.slot.fill(refused)  # after the earlier batches' acknowledgements
         else:
-            # Its slot stays unfilled: no acknowledgement of a later PUBLISH overtakes the
-            # ones this connection never gets (docs/channel.md, "Acknowledgements in
-            # PUBLISH order").
+            # The last of this connection: no later PUBLISH is acknowledged before the close,
+            # ahead of these that never are (docs/channel.md, "Acknowledgements in PUBLISH
+            # order").
+            acks.slot.fill(b"", last=True)
             tell_if_alive(
                 self.actor_ref,
                 CloseConnection(DisconnectReason.STORE_FAILING, "the store fails"),

@@ -118,6 +118,7 @@ from net.transport import Transport
 from router.fan_out import Route
 from router.shared import inner_filter
 from session.actions import (
+    Close,
     DeleteRecord,
     Forget,
     MarkSent,
@@ -848,6 +849,9 @@ class SessionActor(GeventActor):
         pubrecs = answer.pubrecs
         transport = self._transport
         slot, write_acks = inbound.slot, inbound.write_acks
+        # The connection is closed after these (3.x refused while the store fails, too many
+        # awaiting PUBREL): no later PUBLISH of it is acknowledged (`channel.ack_order`).
+        last = any(type(report) is Close for report in answer.reports)
 
         def routed() -> None:
             data = b"".join(pubrecs)  # as amended below for 0x10
@@ -856,7 +860,7 @@ class SessionActor(GeventActor):
                     transport.write(data)
             # In their place among the connection's acknowledgements (`channel.ack_order`);
             # filled even if empty, so the ones after them are not held.
-            elif slot.fill(data) and write_acks is not None:
+            elif slot.fill(data, last=last) and write_acks is not None:
                 write_acks()
 
         unmatched: set[int] = set()

@@ -117,3 +117,19 @@ def test_qos0_publishes_take_no_slot() -> None:
     channel = connected()
     _batch(channel, PublishPacket("t", b"x"))
     assert channel.ack_order is None
+
+
+@given(st.data(), st.integers(min_value=1, max_value=20))
+def test_nothing_after_the_last_slot_is_ever_released(data: st.DataObject, count: int) -> None:
+    # A 3.x client refused while the store fails is closed instead of answered: the answers
+    # before its slot still leave, in order; none after it, whenever they complete.
+    order = AckOrder()
+    slots = [order.reserve() for _ in range(count)]
+    last = data.draw(st.integers(min_value=0, max_value=count - 1))
+    written = b""
+    for number in data.draw(st.permutations(range(count))):
+        slots[number].fill(bytes((number,)), last=number == last)
+        written += order.take()
+    assert written == bytes(range(last + 1))
+    assert not order.reserve().fill(b"later")
+    assert (order.take(), order.held) == (b"", 0)
