@@ -41,6 +41,7 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
+from channel.ack_order import AckSlot
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
 from channel.pubacks import Pubacks
@@ -155,27 +156,27 @@ class ClientActor(GeventActor):
         self.actor_ref.tell(HandleArrived(message.session, read=True))
 
     def after_drain(self) -> None:
-        order = self._channel.ack_order
-        if order is not None and order.ready:
-            # The acknowledgements released meanwhile (`channel.ack_order`), first.
-            self._out.insert(0, order.take())
         if self._out:
             data = b"".join(self._out)
             self._context.stats.bytes_sent += len(data)
             self._transport.write(data)
             self._out.clear()
 
+    def _take_acks(self, slot: AckSlot, data: bytes) -> None:
+        """Fill `slot` with `data` while handling a read: what that releases leaves with the
+        read's other bytes (`after_drain`)."""
+        if slot.fill(data):
+            self._out.append(slot.order.take())
+
     def _write_acks(self) -> None:
         """Write the acknowledgements released so far (`channel.ack_order`) now: called where
-        a commit completes, or by the session actor once it filled its PUBRECs' slot. They
-        are all the released ones, in order, so nothing overtakes what was released before."""
+        a commit completes, or by the session actor once it filled its PUBRECs' slot. The
+        bytes waiting for `after_drain` go first: acknowledgements released before are among
+        them, so nothing overtakes them."""
         order = self._channel.ack_order
-        if order is None:
-            return
-        data = order.take()
-        if data:
-            self._context.stats.bytes_sent += len(data)
-            self._transport.write(data)
+        if order is not None:
+            self._out.append(order.take())
+        self.after_drain()
 
     def on_failure(self, *_exc_info: Any) -> None:
         # pykka has logged the traceback and stopped the actor; the connection still ends
@@ -265,7 +266,7 @@ class ClientActor(GeventActor):
         if action.slot is None:
             self._out.append(action.data)
         else:
-            action.slot.fill(action.data)  # released ones leave with `after_drain`
+            self._take_acks(action.slot, action.data)
 
     def _publish(self, action: actions.Publish) -> None:
         """Route the batch and write the PUBACKs its `acks` give for what routing found: once
@@ -296,7 +297,7 @@ class ClientActor(GeventActor):
                 self._write_acks()
 
         if not dispatcher.publish(messages, on_durable, publisher, unmatched=unmatched):
-            slot.fill(acks.routed(unmatched or ()))  # released ones leave with `after_drain`
+            self._take_acks(slot, acks.routed(unmatched or ()))
 
     def _refuse_for_store(self, messages: list[Message], acks: Pubacks) -> None:
         """The store fails: route this batch's QoS 0 publishes, and answer its QoS 1 ones as
@@ -319,7 +320,7 @@ class ClientActor(GeventActor):
         )
         assert acks.slot is not None
         if refused is not None:
-            acks.slot.fill(refused)  # after the earlier batches' acknowledgements
+            self._take_acks(acks.slot, refused)  # after the earlier batches' ones
         else:
             # The last of this connection: no later PUBLISH is acknowledged before the close,
             # ahead of these that never are (docs/channel.md, "Acknowledgements in PUBLISH
