@@ -880,6 +880,7 @@ class SessionActor(GeventActor):
             # Once the packet ids' write (submitted above) is committed.
             self._persistence.submit([], routed)
         else:
+            self.after_drain()  # earlier bytes go first (a PUBCOMP of a PUBREL before them)
             routed()
 
     def _released(self, released: Released) -> None:
