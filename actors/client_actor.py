@@ -41,6 +41,7 @@ from actors.messages import (
 )
 from actors.runtime import GeventActor, tell_if_alive
 from channel import actions
+from channel.ack_order import AckSlot
 from channel.channel import Channel, ChannelSettings, Phase
 from channel.intake import Intake
 from channel.pubacks import Pubacks
@@ -161,6 +162,22 @@ class ClientActor(GeventActor):
             self._transport.write(data)
             self._out.clear()
 
+    def _take_acks(self, slot: AckSlot, data: bytes) -> None:
+        """Fill `slot` with `data` while handling a read: what that releases leaves with the
+        read's other bytes (`after_drain`)."""
+        if slot.fill(data):
+            self._out.append(slot.order.take())
+
+    def _write_acks(self) -> None:
+        """Write the acknowledgements released so far (`channel.ack_order`) now: called where
+        a commit completes, or by the session actor once it filled its PUBRECs' slot. The
+        bytes waiting for `after_drain` go first: acknowledgements released before are among
+        them, so nothing overtakes them."""
+        order = self._channel.ack_order
+        if order is not None:
+            self._out.append(order.take())
+        self.after_drain()
+
     def on_failure(self, *_exc_info: Any) -> None:
         # pykka has logged the traceback and stopped the actor; the connection still ends
         # the way every connection does (will, session, hook, counters).
@@ -207,6 +224,7 @@ class ClientActor(GeventActor):
                 if type(action) is actions.InboundQos2:
                     if self._flow_controlled:
                         action.publisher = self._connection.intake
+                    action.write_acks = self._write_acks
                 elif isinstance(action, actions.SubscribeRequest | actions.UnsubscribeRequest):
                     self._route_now(action)
                 # The session may have stopped (taken over, terminated): then these go
@@ -245,11 +263,15 @@ class ClientActor(GeventActor):
         request.routed = True
 
     def _send(self, action: actions.Send) -> None:
-        self._out.append(action.data)
+        if action.slot is None:
+            self._out.append(action.data)
+        else:
+            self._take_acks(action.slot, action.data)
 
     def _publish(self, action: actions.Publish) -> None:
         """Route the batch and write the PUBACKs its `acks` give for what routing found: once
-        the messages are durable for persistent subscribers (write-ahead), else at once."""
+        the messages are durable for persistent subscribers (write-ahead), else at once; in
+        either case only after the acknowledgements of every earlier batch (`acks.slot`)."""
         acks = action.acks
         messages = action.messages
         dispatcher = self._context.dispatcher
@@ -267,16 +289,15 @@ class ClientActor(GeventActor):
             return
         # The ids of the messages that match nobody, if a PUBACK says so (5.0: 0x10).
         unmatched: set[int] | None = set() if acks.waits_for_routing else None
-        transport = self._transport
-        stats = self._context.stats
+        slot = acks.slot
+        assert slot is not None
 
         def on_durable() -> None:
-            data = acks.routed(unmatched or ())
-            stats.bytes_sent += len(data)
-            transport.write(data)
+            if slot.fill(acks.routed(unmatched or ())):
+                self._write_acks()
 
         if not dispatcher.publish(messages, on_durable, publisher, unmatched=unmatched):
-            self._out.append(acks.routed(unmatched or ()))
+            self._take_acks(slot, acks.routed(unmatched or ()))
 
     def _refuse_for_store(self, messages: list[Message], acks: Pubacks) -> None:
         """The store fails: route this batch's QoS 0 publishes, and answer its QoS 1 ones as
@@ -297,9 +318,14 @@ class ClientActor(GeventActor):
             + "; they are accepted again once the store commits (free disk space)",
             logging.WARNING,
         )
+        assert acks.slot is not None
         if refused is not None:
-            self._out.append(refused)
+            self._take_acks(acks.slot, refused)  # after the earlier batches' ones
         else:
+            # The last of this connection: no later PUBLISH is acknowledged before the close,
+            # ahead of these that never are (docs/channel.md, "Acknowledgements in PUBLISH
+            # order").
+            acks.slot.fill(b"", last=True)
             tell_if_alive(
                 self.actor_ref,
                 CloseConnection(DisconnectReason.STORE_FAILING, "the store fails"),

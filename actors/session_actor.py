@@ -118,6 +118,7 @@ from net.transport import Transport
 from router.fan_out import Route
 from router.shared import inner_filter
 from session.actions import (
+    Close,
     DeleteRecord,
     Forget,
     MarkSent,
@@ -847,18 +848,40 @@ class SessionActor(GeventActor):
             self._persistence.submit(self._ops(answer.writes))
         pubrecs = answer.pubrecs
         transport = self._transport
+        slot, write_acks = inbound.slot, inbound.write_acks
+        # The connection is closed after these (3.x refused while the store fails, too many
+        # awaiting PUBREL): no later PUBLISH of it is acknowledged (`channel.ack_order`).
+        last = any(type(report) is Close for report in answer.reports)
 
         def routed() -> None:
-            if transport is not None:
-                transport.write(b"".join(pubrecs))  # as amended below for 0x10
+            data = b"".join(pubrecs)  # as amended below for 0x10
+            if slot is None:
+                if transport is not None:
+                    transport.write(data)
+            # In their place among the connection's acknowledgements (`channel.ack_order`);
+            # filled even if empty, so the ones after them are not held.
+            elif slot.fill(data, last=last) and write_acks is not None:
+                write_acks()
 
         unmatched: set[int] = set()
         routed_durably = bool(answer.to_route) and dispatcher.publish(
-            answer.to_route, routed if pubrecs else None, inbound.publisher, unmatched=unmatched
+            answer.to_route,
+            routed if pubrecs or slot is not None else None,
+            inbound.publisher,
+            unmatched=unmatched,
         )
         protocol.mark_unmatched(publishes, answer, unmatched)
-        if pubrecs and not routed_durably:
-            self._reply(Reply(b"".join(pubrecs), [] if answer.writes else None))
+        if routed_durably:
+            return
+        if slot is None:
+            if pubrecs:
+                self._reply(Reply(b"".join(pubrecs), [] if answer.writes else None))
+        elif answer.writes and self._persistence.enabled:
+            # Once the packet ids' write (submitted above) is committed.
+            self._persistence.submit([], routed)
+        else:
+            self.after_drain()  # earlier bytes go first (a PUBCOMP of a PUBREL before them)
+            routed()
 
     def _released(self, released: Released) -> None:
         self._reply(self.protocol.release(released.packet_ids))

@@ -6,11 +6,13 @@ returns a list of these, in the order they must happen. The client actor carries
 client's session actor, which owns the state they change.
 
 Connection actions:
-- `Send`: write these bytes to the client.
+- `Send`: write these bytes to the client (acknowledgements with a `slot`: in their place
+  among the connection's, `channel.ack_order`).
 - `Publish`: route these messages; write the bytes `acks` (the PUBACKs of the batch,
   `channel.pubacks`) gives for the outcome once the messages are durable for persistent
   subscribers (write-ahead), or at once if nothing needs storing; if the store fails and
-  they would need it, write its refusals, or close a 3.x connection, as `acks` says.
+  they would need it, write its refusals, or close a 3.x connection, as `acks` says. The
+  bytes go in their place among the connection's acknowledgements (`acks.slot`).
 - `Drop`: a message the client sent is not routed (denied by the ACL): count, log, hook.
 - `OpenSession`: the CONNECT is accepted; open (or resume) the session for this client.
 - `SetReadTimeout`: from now on close the connection after this long without input.
@@ -24,7 +26,8 @@ Connection actions:
 
 Session inputs (told to the session actor):
 - `InboundQos2`: QoS 2 PUBLISH packets, each with its message (None if denied) and its
-  PUBREC, which the session sends once it knows the packet id is recorded [MQTT-4.3.3-2].
+  PUBREC, which the session sends once it knows the packet id is recorded [MQTT-4.3.3-2],
+  in their place among the connection's acknowledgements (`slot`).
 - `Acknowledged`: PUBACK/PUBREC/PUBCOMP for messages the session delivered.
 - `Released`: PUBREL packet ids, answered with PUBCOMP once the release is recorded.
 - `SubscribeRequest` / `UnsubscribeRequest`: the filters, with what the channel refused (and
@@ -34,9 +37,11 @@ Session inputs (told to the session actor):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from channel.ack_order import AckSlot
 from channel.intake import Intake
 from channel.pubacks import Pubacks
 from core.client import ClientInfo
@@ -49,6 +54,9 @@ from mqtt.packets import Subscription
 @dataclass(slots=True)
 class Send:
     data: bytes
+    # Acknowledgements (a batch's refused PUBACKs): written in their place among the
+    # connection's (`channel.ack_order`), not before an earlier batch's.
+    slot: AckSlot | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -108,6 +116,11 @@ class InboundQos2(SessionInput):
     publishes: list[tuple[int, Message | None, bytes]]
     # The publishing connection's intake, set by the client actor: flow control holds it.
     publisher: Intake | None = None
+    # The PUBRECs' place among the connection's acknowledgements (`channel.ack_order`): the
+    # session fills it with them (b"" if none) and calls `write_acks` (set by the client
+    # actor), which writes what that released to the connection.
+    slot: AckSlot | None = field(default=None, compare=False)
+    write_acks: Callable[[], object] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from channel.ack_order import AckOrder, AckSlot
 from channel.actions import (
     Acknowledged,
     Action,
@@ -135,6 +136,7 @@ class ChannelBase:
         "_waiting",
         "_waiting_bytes",
         "_will",
+        "ack_order",
         "client",
         "peer",
         "phase",
@@ -163,6 +165,9 @@ class ChannelBase:
         # Work collected from one batch of packets, flushed in order by `_flush_batch`.
         self._to_route: list[Message] = _IDLE
         self._pubacks: Pubacks | None = None  # the batch's PUBACKs (`channel.pubacks`)
+        # The order the acknowledgements of the batches leave in (`channel.ack_order`),
+        # from the first QoS 1/2 PUBLISH on; the client actor writes what it releases.
+        self.ack_order: AckOrder | None = None
         self._qos2: list[tuple[int, Message | None, bytes]] = _IDLE
         self._acks: list[tuple[Ack, int]] = _IDLE
         self._releases: list[int] = _IDLE
@@ -196,17 +201,23 @@ class ChannelBase:
         messages to route with the PUBACKs, then the session inputs."""
         actions = self._actions
         pubacks = self._pubacks
+        if pubacks is not None:
+            # Its PUBACKs leave after every earlier batch's acknowledgements, and before every
+            # later one's, whenever they are known (`channel.ack_order`).
+            pubacks.slot = self._ack_slot()
         if self._to_route:
             # The PUBACKs are written once routing is done (and durable, if it must be).
             actions.append(Publish(self._to_route, pubacks))
             self._to_route = []
         elif pubacks is not None:
-            actions.append(Send(pubacks.routed()))  # refusals only: nothing to route
+            # Refusals only: nothing to route, the bytes are known now.
+            actions.append(Send(pubacks.routed(), pubacks.slot))
         if pubacks is not None:
             self._pubacks = None
             self._qos1_in_batch = 0
         if self._qos2:
-            actions.append(InboundQos2(self._qos2))
+            # The PUBRECs, in the same order: the session fills the slot once it knows them.
+            actions.append(InboundQos2(self._qos2, slot=self._ack_slot()))
             self._qos2 = []
         if self._acks:
             actions.append(Acknowledged(self._acks))
@@ -214,6 +225,13 @@ class ChannelBase:
         if self._releases:
             actions.append(Released(self._releases))
             self._releases = []
+
+    def _ack_slot(self) -> AckSlot:
+        """The place of a batch's acknowledgements, after those of every batch before it."""
+        order = self.ack_order
+        if order is None:
+            order = self.ack_order = AckOrder()
+        return order.reserve()
 
     def _refuse(self, reason_code: int, why: str, pairs: tuple[tuple[str, str], ...] = ()) -> None:
         """CONNACK `reason_code` and close. A 5.0 client is told `why` in a Reason String,

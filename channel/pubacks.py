@@ -23,18 +23,20 @@ as it handles the PUBLISHes, the client actor writes the bytes they give it.
   carry no reason code, is disconnected instead (`Pubacks.refused` answers None), so it
   sends the message again on its next connection [MQTT-4.4.0-1].
 - **Order**: a batch's PUBACKs are one `Pubacks`, in the order of their PUBLISHes
-  [MQTT-4.6.0-2], whatever each one's code.
+  [MQTT-4.6.0-2], whatever each one's code; the batches' acknowledgements leave in the order
+  of the batches (`slot`, `channel.ack_order`), whichever is decided first.
 
 Whether a batch's messages needed the store, whether the store fails, and which messages
 matched nobody are known only where they are routed (`actors.dispatch`): the client actor
-asks `Pubacks` for the bytes of that outcome and writes them (once the store committed, if
-it had to), and decides none of the codes itself.
+asks `Pubacks` for the bytes of that outcome and fills its `slot` with them (once the store
+committed, if it had to), writes what that releases, and decides none of the codes itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
+from channel.ack_order import AckSlot
 from channel.problems import refusal_ack
 from core.client import ClientInfo
 from core.message import Message
@@ -56,7 +58,7 @@ PubackEntry = tuple[int, Message | None, bytes | None]
 class Pubacks:
     """The PUBACKs of one batch's QoS 1 PUBLISHes, in the order of the PUBLISHes."""
 
-    __slots__ = ("_client", "_entries", "waits_for_routing")
+    __slots__ = ("_client", "_entries", "slot", "waits_for_routing")
 
     def __init__(self, client: ClientInfo) -> None:
         self._client = client
@@ -64,6 +66,9 @@ class Pubacks:
         # Whether a PUBACK's code depends on routing (a 5.0 accepted message: 0x10 if it
         # matched nobody); the router then collects the unmatched ids for `routed`.
         self.waits_for_routing = False
+        # Its place among the connection's acknowledgements (`channel.ack_order`), given when
+        # the batch is complete: whoever learns its outcome fills it with the bytes.
+        self.slot: AckSlot | None = None
 
     def __len__(self) -> int:
         return len(self._entries)

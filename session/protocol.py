@@ -398,12 +398,14 @@ class SessionProtocol:
         if self.version < 5:
             answer.reports.append(Close(DisconnectReason.STORE_FAILING, "store fails"))
             return answer
+        # In `pubrecs`, like accepted ones: they leave in their place among the connection's
+        # acknowledgements (`channel.ack_order`).
         for packet_id, _message, pubrec in publishes:
             if packet_id in self.state.awaiting_rel:
-                self.out.append(pubrec)  # accepted before the store failed: still true
+                answer.pubrecs.append(pubrec)  # accepted before the store failed: still true
             else:
                 assert self.client is not None
-                self.out.append(refused_pubrec(packet_id, self.client))
+                answer.pubrecs.append(refused_pubrec(packet_id, self.client))
         return answer
 
     def mark_unmatched(

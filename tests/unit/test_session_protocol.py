@@ -237,8 +237,11 @@ def test_qos2_from_the_client_while_the_store_fails() -> None:
     protocol = SessionProtocol(SessionState("c1", persistent=True), 5, store_enabled=True)
     attached(protocol, client(version=5), present=False)
     sent(protocol)
-    protocol.inbound_qos2([(3, message(b"m", 2), pubrec)], store_failing=True)
-    (refused,) = sent(protocol)
+    answer = protocol.inbound_qos2([(3, message(b"m", 2), pubrec)], store_failing=True)
+    assert (answer.to_route, answer.writes, answer.reports, sent(protocol)) == ([], [], [], [])
+    # In the answer's PUBRECs: the session writes them in their place (`channel.ack_order`).
+    decoder = PacketDecoder(max_packet_size=1 << 20, protocol_version=5)
+    (refused,) = decoder.feed(b"".join(answer.pubrecs))
     assert isinstance(refused, PubRec)
     assert refused.reason_code == ReasonCode.QUOTA_EXCEEDED
 
