@@ -78,7 +78,22 @@ def test_a_hash_accepts_its_password_and_no_other(
 ) -> None:
     stored = hash_password(spec, password, salt)
     assert check_password(spec, password, stored, salt)
-    assert check_password(spec, other, stored, salt) == (other == password)
+    same = other == password or (spec is PBKDF2 and hmac_key(other) == hmac_key(password))
+    assert check_password(spec, other, stored, salt) == same
+
+
+def hmac_key(password: bytes) -> bytes:
+    """The key HMAC-SHA256 (PBKDF2's PRF) really uses for `password` (RFC 2104): hashed if
+    longer than the 64-byte block, then padded with zeros to it. Passwords with the same
+    key, such as b"" and b"\0", are one password to PBKDF2, in EMQX as here."""
+    key = hashlib.sha256(password).digest() if len(password) > 64 else password
+    return key.ljust(64, b"\0")
+
+
+def test_pbkdf2_takes_passwords_that_differ_by_trailing_zero_bytes_for_one() -> None:
+    stored = hash_password(PBKDF2, b"secret", "salt")
+    assert check_password(PBKDF2, b"secret\0", stored, "salt")  # the PRF's key padding
+    assert not check_password(PBKDF2, b"secret\1", stored, "salt")
 
 
 @given(password=passwords, other=passwords)
