@@ -283,8 +283,8 @@ def test_without_nats_connects_are_refused_and_past_the_lease_clients_are_closed
         before = connect_raw(broker, unique("before"))
         subscribe_raw(before, 1, ("t", 1))
         watcher = connect_raw(broker, unique("watcher"), version=5)
+        lost = time.monotonic()  # before the stop: the node cannot lose NATS earlier
         own.stop()
-        lost = time.monotonic()
         for version, code in ((4, 3), (5, ReasonCode.SERVER_UNAVAILABLE)):
             refused = RawClient(broker.host, broker.port, version=version)
             connack = refused.connect(unique("during"))
