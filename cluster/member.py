@@ -21,10 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+import gevent.event
 
 from actors.context import BrokerContext, Sessions
 from actors.dispatch import RemoteForwarder
-from actors.messages import CloseConnection, StoreRetained
+from actors.messages import CloseConnection, StoreRetained, Sync
 from actors.router_actor import RouteReplication
 from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
@@ -45,6 +46,7 @@ from store.base import DeleteRetained, PutRetained
 
 logger = logging.getLogger(__name__)
 
+ROUTES_TIMEOUT = 5.0  # seconds a moved-in session's CONNACK waits for its routes to be known
 FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
 
@@ -72,6 +74,7 @@ class ClusterMember:
         )
         self._outbox = ForwardOutbox()
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
+        self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
         # lease ran out, so this worker's clients were closed and CONNECTs are refused.
         self._lost_at: float | None = time.monotonic()  # not linked before the first time
@@ -91,7 +94,24 @@ class ClusterMember:
 
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication:
         """What the router tells: the pool's replication (if any) and this member."""
-        return JoinedReplication(pool, self)
+        self._replication = JoinedReplication(pool, self)
+        return self._replication
+
+    def _after_routes(self, then: Callable[[], object]) -> None:
+        """`then`, in a greenlet, once the routes added so far are known to the node's other
+        workers and the other nodes (a session that moved in: its CONNACK waits, as a
+        SUBACK does, so a publish anywhere after it reaches the session)."""
+
+        def wait() -> None:
+            try:
+                self._context.router.ask(Sync(), timeout=ROUTES_TIMEOUT)
+                known = gevent.event.Event()
+                self._replication.when_routes_known(known.set)
+                known.wait(ROUTES_TIMEOUT)
+            finally:
+                then()
+
+        gevent.spawn(wait)
 
     def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder:
         """What the dispatcher forwards through: the pool's forwarder (if any) and this
@@ -110,6 +130,7 @@ class ClusterMember:
             persistence=context.persistence,
             loss_log=context.loss_log,
             moves=NodeMoves(self._stored_sessions, context.persistence),
+            after_routes=self._after_routes,
             fenced=lambda: self.fenced,
         )
         return self.registry

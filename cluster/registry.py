@@ -173,6 +173,7 @@ class ClusterRegistry:
         loss_log: RateLimitedLog,
         moves: NodeMoves,
         fenced: Callable[[], bool],
+        after_routes: Callable[[Callable[[], object]], None],
     ) -> None:
         self.inner = inner
         inner.fence = self._may_open
@@ -200,6 +201,7 @@ class ClusterRegistry:
         self._moving_out: dict[str, int] = {}
         self._moves = moves
         self._fenced = fenced  # the node's lease ran out: CONNECTs are refused at once
+        self._after_routes = after_routes  # calls back once the routes added are known
         self.taken_over = 0  # sessions ended here because another node took their id
         self.moved_in = 0  # sessions that came here from another node
 
@@ -364,13 +366,17 @@ class ClusterRegistry:
         then = self._hand_overs.get((client_id, worker))
         if then is None or frame.revision != self._claims.get(client_id):
             return  # a claim that is over: the sender keeps its copy (fenced there)
+        session = None
         if client_id not in self.inner.sessions:
             session = self._moves.move_in(client_id, frame.ops)
             if session is not None:
                 self.inner.sessions[client_id] = session
                 self.moved_in += 1
         self._peers.send(worker, HandedOver(client_id))
-        then()
+        if session is None:
+            then()
+        else:  # its CONNACK once its routes are known everywhere, as after a SUBACK
+            self._after_routes(then)
 
     def peer_down(self, worker: int) -> None:
         for key in [key for key in self._hand_overs if key[1] == worker]:
