@@ -18,7 +18,12 @@ pool and leave `/api/v1/health` unanswered while they are held. Here:
   closed for a newcomer (they wait in the accept backlog instead);
 - a malformed request (over 100 headers, a header line over 64 KiB, a bad request line) is
   answered 431 or 400 and logged as one INFO line, without a traceback;
-- the rest of a body a request did not read is not read at all: the connection is closed;
+- the rest of a body a request did not read (a 413, a 401 before the body) is not parsed:
+  after the answer the connection is shut for sending, and what the client still sends is
+  read and dropped for up to LINGER_SECONDS (and LINGER_BYTES) before it is closed. Closing
+  with unread bytes would make the kernel answer with a reset, which reaches a client still
+  writing its body before it reads the answer (http.client, `requests`): it saw a broken
+  pipe instead of the 413. This is Apache's and nginx's lingering close;
 - answers are sent without Nagle's delay (TCP_NODELAY).
 """
 
@@ -38,6 +43,8 @@ from gevent import pywsgi
 logger = logging.getLogger(__name__)
 
 CAP_WARNING_INTERVAL = 60.0  # seconds between two "at the cap" warnings
+LINGER_SECONDS = 2.0  # reading and dropping an unread body after the answer, at most
+LINGER_BYTES = 16 * 1_048_576  # and at most this much of it
 
 
 class _TooSlow(BaseException):
@@ -184,7 +191,26 @@ class AdminHandler(pywsgi.WSGIHandler):
         if body is None:
             return
         if body.chunked_input or body.position < (body.content_length or 0):
-            self.close_connection = True  # what is left of the body is not read
+            self.close_connection = True
+            self._linger()
+
+    def _linger(self) -> None:
+        """Drop what the client still sends of a body nobody read, then let pywsgi close: the
+        answer is already sent, and the shutdown tells the client no more comes."""
+        dropped = 0
+        with contextlib.suppress(OSError, _TooSlow), gevent.Timeout(LINGER_SECONDS, _TooSlow):
+            self.socket.shutdown(socket.SHUT_WR)
+            while dropped < LINGER_BYTES:
+                chunk = self.rfile.read1(65536)
+                if not chunk:
+                    return
+                dropped += len(chunk)
+        logger.debug(
+            "admin HTTP: closing the connection from %s with its body unread (%d bytes "
+            "dropped after the answer)",
+            self._peer,
+            dropped,
+        )
 
     def _handle_client_error(self, ex: BaseException) -> Any:
         if self._evicted:
