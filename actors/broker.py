@@ -51,6 +51,7 @@ from net.listener import Listener, bind_unix
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
 from router.fan_out import Route
+from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
 from router.route_table import RouteTable
 from router.share_strategy import SharePicker, Strategy
@@ -100,6 +101,8 @@ class Broker:
         self.ready = False  # store restored and listeners open (GET /api/v1/ready)
         self.store_writer: StoreWriter | None = None
         self.retained_index: RetainedIndex[Message] | None = None  # the retainer's, read-only
+        # The clears the retainer remembers, in a cluster only (router.retained_clears).
+        self.retained_clears: RetainedClears | None = None
         self._sys: SysPublisher | None = None
         # The admin HTTP server (`admin.server.AdminServer`), given by the composition root
         # (actors.main) and made over this broker's view once it is ready.
@@ -140,7 +143,9 @@ class Broker:
         for message in snapshot.retained:
             retained.set(message.topic, message)
         self.retained_index = retained
-        context.retainer = RetainerActor.start(retained)
+        if self.config.cluster is not None:
+            self.retained_clears = RetainedClears()
+        context.retainer = RetainerActor.start(retained, self.retained_clears)
         context.dispatcher = Dispatcher(
             context.route_table,
             context.retainer,

@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             broker.context,
             broker,
             retained=lambda: broker.retained_index,
+            clears=lambda: broker.retained_clears,
         )
     broker.admin = AdminServer
     status = _start(broker)

@@ -6,6 +6,9 @@ subscription the matching messages go to the session with RETAIN=1 and QoS cappe
 granted QoS [MQTT-3.3.1-8]. A retained message whose MQTT 5 Message Expiry Interval has
 passed is forgotten instead of sent [MQTT-3.3.2-5]; the others go with the time they have
 left (`channel.outbound`).
+
+In a cluster the retainer also remembers the clears it applies (`router.retained_clears`),
+so a node coming back with an old message cannot bring back what another node cleared.
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ from actors.messages import DeliverRetained, SendRetained, StoreRetained
 from actors.runtime import GeventActor, tell_if_alive
 from core.message import Message, is_expired
 from core.session_state import Delivery
+from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
 
 
 class RetainerActor(GeventActor):
-    def __init__(self, index: RetainedIndex[Message] | None = None) -> None:
+    def __init__(
+        self, index: RetainedIndex[Message] | None = None, clears: RetainedClears | None = None
+    ) -> None:
         super().__init__()
         self.index = index if index is not None else RetainedIndex()
+        self.clears = clears
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, StoreRetained):
@@ -32,11 +39,16 @@ class RetainerActor(GeventActor):
             self._send(message)
 
     def _store(self, request: StoreRetained) -> None:
+        clears = self.clears
         for message in request.messages:
             if message.payload:
                 self.index.set(message.topic, message)
+                if clears is not None:
+                    clears.retained(message.topic, message.timestamp)
             else:
                 self.index.delete(message.topic)
+                if clears is not None:
+                    clears.cleared(message.topic, message.timestamp, time.time())
 
     def _send(self, request: SendRetained) -> None:
         deliveries = []

@@ -40,6 +40,7 @@ from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSna
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
+from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
 from router.shared import is_shared
 from store.base import DeleteRetained, PutRetained
@@ -60,12 +61,15 @@ class ClusterMember:
         worker: int,
         context: BrokerContext,
         stored_sessions: StoredSessions,
+        *,
         retained: Callable[[], RetainedIndex[Message] | None],
+        clears: Callable[[], RetainedClears | None],
     ) -> None:
         self.config = config
         self._context = context
         self._stored_sessions = stored_sessions
         self._retained = retained  # this worker's retained index (the retainer's)
+        self._clears = clears  # and the clears its retainer remembers
         self.fabric = NatsFabric(config, worker, self)
         loop = gevent.get_hub().loop
         fabric = self.fabric
@@ -176,26 +180,37 @@ class ClusterMember:
 
     def _send_retained(self, worker: int) -> None:
         """A worker of another node came up (started, restarted, or back): it gets the
-        retained messages this node knows, to keep those it has not got or has older."""
+        retained messages this node knows, to keep those it has not got or has older, and
+        the clears it remembers (as empty messages), to drop what was cleared meanwhile."""
         index = self._retained()
         if index is None:
             return
         kept = tuple(m for _topic, m in index.items() if not m.topic.startswith(_LOCAL_ONLY))
+        clears = self._clears()
+        if clears is not None:
+            kept += tuple(
+                Message(topic=topic, payload=b"", retain=True, timestamp=timestamp)
+                for topic, timestamp in clears.items(time.time())
+            )
         for part in split_payloads(kept) if kept else ():
             self.fabric.send(worker, RetainedSnapshot(part))
 
     def _retained_received(self, messages: tuple[Message, ...], merge: bool) -> None:
         """Retained messages another node set or cleared (`merge`: of its snapshot, kept
-        only where newer than this worker's): into this worker's index, and worker 0 keeps
-        them in the node's store, so they outlive the node they were published on."""
+        only where newer than this worker's message and than a clear it remembers): into
+        this worker's index, and worker 0 keeps them in the node's store, so they outlive
+        the node they were published on."""
         if merge:
-            index = self._retained()
+            index, clears = self._retained(), self._clears()
             messages = tuple(
                 m
                 for m in messages
-                if index is None
-                or (current := index.get(m.topic)) is None
-                or current.timestamp < m.timestamp
+                if (
+                    index is None
+                    or (current := index.get(m.topic)) is None
+                    or current.timestamp < m.timestamp
+                )
+                and (clears is None or not clears.overrides(m.topic, m.timestamp))
             )
             if not messages:
                 return

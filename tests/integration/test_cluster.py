@@ -418,6 +418,33 @@ def test_retained_messages_outlive_their_node_and_reach_a_node_that_was_down(
     reader.close()
 
 
+def test_a_retained_message_cleared_while_a_node_was_down_stays_cleared_everywhere(
+    cluster: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    # Node c keeps the message in its store while it is down; the clear it missed must win
+    # over it when it comes back, on c and on the nodes it sends its snapshot to.
+    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+    topic = f"kept/{unique('t')}"
+    setter = PahoCollector(cluster["a"], unique("pub"))
+    setter.publish(topic, b"soon-cleared", qos=1, retain=True)
+    reader = PahoCollector(cluster["c"], unique("first"))
+    reader.subscribe(topic, 1)
+    assert reader.next_message(5).payload == b"soon-cleared"  # c has it
+    reader.close()
+    cluster["c"].stop()
+    setter.publish(topic, b"", qos=1, retain=True)  # cleared while c is down
+    setter.close()
+    cluster["c"] = start_broker(tmp_path / "c", config.replace('node = "a"', 'node = "c"'))
+    for other in ("a", "b"):
+        wait_for_log(cluster["c"], f"cluster: linked to {other}.0", timeout=10)
+    time.sleep(0.5)  # the snapshots cross
+    for node, broker in cluster.items():
+        reader = PahoCollector(broker, unique(f"late-{node}"))
+        reader.subscribe(topic, 1)
+        reader.assert_no_message(within=0.5)
+        reader.close()
+
+
 def test_a_paused_node_finds_its_client_ids_taken_and_closes_them_when_it_resumes(
     cluster: dict[str, BrokerProcess],
 ) -> None:
