@@ -49,6 +49,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 NODES = ("a", "b", "c")
+CONNECTION_LOGGER = '[[plugins]]\nmodule = "plugins.examples.connection_logger"\n'
 
 
 @pytest.fixture(scope="module")
@@ -275,9 +276,23 @@ def test_a_client_id_taken_over_on_another_node_is_closed_there(
     publisher.close()
 
 
+def hook_counts(nodes: dict[str, BrokerProcess], client_id: str) -> tuple[int, int]:
+    """The client.connected and client.disconnected hooks `client_id` ran on every node, as
+    the connection logger plugin logged them."""
+    logs = [broker.log() for broker in nodes.values()]
+    connected = sum(log.count(f"client {client_id} connected from") for log in logs)
+    disconnected = sum(log.count(f"client {client_id} disconnected from") for log in logs)
+    return connected, disconnected
+
+
 def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
-    cluster: dict[str, BrokerProcess],
+    tmp_path: Path, nats: NatsServer
 ) -> None:
+    with nodes_of(tmp_path, nats, dict.fromkeys(NODES, CONNECTION_LOGGER)) as cluster:
+        connect_storm(cluster)
+
+
+def connect_storm(cluster: dict[str, BrokerProcess]) -> None:
     ids = [unique(f"storm{index}") for index in range(20)]
     brokers = list(cluster.values())
     clients: dict[str, list[RawClient]] = {client_id: [] for client_id in ids}
@@ -303,6 +318,13 @@ def test_a_connect_storm_over_three_nodes_ends_with_one_connection_per_id(
         assert len(open_) == 1, f"{client_id}: {len(open_)} of 10 connections open {ports}"
         for client in connections:
             client.close()
+    # Every connection that ran client.connected ran client.disconnected, on whichever node.
+    deadline = time.monotonic() + 10
+    for client_id in ids:
+        while (counts := hook_counts(cluster, client_id))[0] != counts[1]:
+            assert time.monotonic() < deadline, f"{client_id}: connected, disconnected {counts}"
+            time.sleep(0.1)
+        assert counts[0] >= 1, client_id
 
 
 def test_a_persistent_session_moves_to_the_node_its_client_resumes_on(
