@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from mqtt.packets import (
     SubAck,
     Subscribe,
     Subscription,
+    Will,
 )
+from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
 from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log
@@ -49,6 +52,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 NODES = ("a", "b", "c")
+MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
+MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
 CONNECTION_LOGGER = '[[plugins]]\nmodule = "plugins.examples.connection_logger"\n'
 
 
@@ -99,6 +104,62 @@ def test_a_subscription_is_in_force_on_every_node_once_its_suback_is_in(
         assert subscriber.next_message(5).topic == f"fresh/{round_}"
         subscriber.close()
     publisher.close()
+
+
+def test_wills_mqtt5_properties_and_mosquitto_clients_work_across_nodes(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    base = unique("x")
+    watcher = connect_raw(cluster["c"], unique("watch"), version=5)
+    subscribe_raw(watcher, 1, (f"{base}/#", 1))
+    # A will set on node a reaches node c with its properties when a's client drops.
+    will_props = {PropertyId.CONTENT_TYPE: "text/plain", PropertyId.USER_PROPERTY: [("k", "v")]}
+    dying = connect_raw(
+        cluster["a"],
+        unique("dying"),
+        version=5,
+        will=Will(f"{base}/will", b"gone", 1, False, will_props),
+    )
+    dying.sock.close()  # no DISCONNECT: the will is published [MQTT-3.1.2-8]
+    will = expect_publish(watcher)
+    assert (will.topic, will.payload) == (f"{base}/will", b"gone")
+    assert will.properties[PropertyId.CONTENT_TYPE] == "text/plain"
+    assert will.properties[PropertyId.USER_PROPERTY] == [("k", "v")]
+    watcher.send(PubAck(will.packet_id))
+    # A 5.0 PUBLISH's properties cross from node b to node c unchanged [MQTT-3.3.2-17/18].
+    props = {
+        PropertyId.USER_PROPERTY: [("a", "1"), ("a", "2")],
+        PropertyId.RESPONSE_TOPIC: f"{base}/reply",
+        PropertyId.CORRELATION_DATA: b"\x00\x01",
+        PropertyId.PAYLOAD_FORMAT_INDICATOR: 1,
+    }
+    sender = connect_raw(cluster["b"], unique("props"), version=5)
+    sender.send(Publish(f"{base}/props", b"p", 1, packet_id=7, properties=props))
+    assert isinstance(sender.expect(), PubAck)
+    got = expect_publish(watcher)
+    assert got.topic == f"{base}/props"
+    assert {k: got.properties[k] for k in props} == props
+    watcher.send(PubAck(got.packet_id))
+    # Debian's mosquitto clients: published on node a, received on node b.
+    subscribe = [MOSQUITTO_SUB, "-h", "127.0.0.1", "-p", str(cluster["b"].port)]
+    receiver = subprocess.Popen(
+        [*subscribe, "-t", f"{base}/mosq", "-q", "1", "-C", "1", "-W", "10", "-V", "mqttv311"],
+        stdout=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 10
+    while receiver.poll() is None and time.monotonic() < deadline:
+        publish = [MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(cluster["a"].port)]
+        subprocess.run(
+            [*publish, "-t", f"{base}/mosq", "-m", "from-mosquitto_pub", "-q", "1", "-V", "5"],
+            check=True,
+            timeout=10,
+        )
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            receiver.wait(timeout=0.5)  # until mosquitto_sub's subscription is in
+    out, _ = receiver.communicate(timeout=10)
+    assert out == b"from-mosquitto_pub\n"
+    for client in (watcher, sender):
+        client.close()
 
 
 def test_an_unsubscribed_node_gets_nothing_more(cluster: dict[str, BrokerProcess]) -> None:
