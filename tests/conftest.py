@@ -1,4 +1,5 @@
-"""Shared fixtures: a broker subprocess on a free port (per module, and one-off per test).
+"""Shared fixtures: a broker subprocess on a free port (per module, and one-off per test), and
+a NATS server per module for the cluster's tests (`nats`).
 
 `workers` is the pool mode of a module's brokers: every integration test runs with 1 (one
 process) and with 2 worker processes (tests/integration/conftest.py).
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import settings
 
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
+from tests.support.nats_server import NatsServer
 
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
@@ -53,3 +55,12 @@ def broker_factory(tmp_path: Path, workers: int) -> Iterator[Callable[..., Broke
     for process in started:
         if process.process.poll() is None:
             process.stop()
+
+
+@pytest.fixture(scope="module")
+def nats() -> Iterator[NatsServer]:
+    """A NATS server with JetStream on a free loopback port, for one test module."""
+    server = NatsServer()
+    server.start()
+    yield server
+    server.remove()

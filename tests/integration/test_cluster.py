@@ -57,14 +57,6 @@ MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
 CONNECTION_LOGGER = '[[plugins]]\nmodule = "plugins.examples.connection_logger"\n'
 
 
-@pytest.fixture(scope="module")
-def nats() -> Iterator[NatsServer]:
-    server = NatsServer()
-    server.start()
-    yield server
-    server.remove()
-
-
 @pytest.fixture
 def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
     with nodes_of(tmp_path, nats, dict.fromkeys(NODES, "")) as nodes:

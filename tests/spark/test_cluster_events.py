@@ -11,7 +11,6 @@ subscriber's node), and the moving client's two connects and two disconnects onc
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,14 +39,6 @@ pytestmark = [
 ]
 
 MESSAGES = 20
-
-
-@pytest.fixture(scope="module")
-def nats() -> Iterator[NatsServer]:
-    server = NatsServer()
-    server.start()
-    yield server
-    server.remove()
 
 
 def sink_config(events: Path) -> str:
