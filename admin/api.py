@@ -79,7 +79,7 @@ def with_missing(answer: dict[str, Any], missing: list[int]) -> dict[str, Any]:
     return answer
 
 
-class Gathered(NamedTuple):
+class GatheredParts(NamedTuple):
     """An operation's parts from every worker (of every node, in a cluster) that answered,
     and who did not: this node's workers, the other nodes."""
 
@@ -174,7 +174,7 @@ class Api:
         answers, missing = ops.gather(op, query, timeout)
         return parts + [answers[worker] for worker in sorted(answers)], missing
 
-    def _gather_nodes(self, op: str, query: dict[str, str]) -> Gathered:
+    def _gather_nodes(self, op: str, query: dict[str, str]) -> GatheredParts:
         """`_gather`'s parts and, in a cluster, every other node's, asked at the same time
         (one timeout in all); the workers of this node and the other nodes left out."""
         cluster = self._broker.cluster
@@ -183,10 +183,10 @@ class Api:
         )
         parts, missing = self._gather(op, query)
         if asking is None:
-            return Gathered(parts, missing, [])
+            return GatheredParts(parts, missing, [])
         others, missing_nodes = asking.get()
         parts += [part for node in sorted(others) for part in others[node]]
-        return Gathered(parts, missing, missing_nodes)
+        return GatheredParts(parts, missing, missing_nodes)
 
     def _table(self, request: Request, op: str, filters: tuple[str, ...], *keys: str) -> Any:
         """One page of a cluster-wide table: each worker of each node sends its count and
