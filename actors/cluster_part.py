@@ -11,6 +11,10 @@ from actors.context import Sessions
 from actors.dispatch import RemoteForwarder
 from actors.router_actor import RouteReplication
 
+# The other nodes' answers to an operation: each node's parts (one per worker that answered,
+# its rows), and the nodes left out (not linked, or silent past the timeout).
+NodesGathered = tuple[dict[str, list[list[dict[str, Any]]]], list[str]]
+
 
 class ClusterPart(Protocol):
     """This worker in the cluster: it hears the route changes, forwards publishes to the
@@ -26,6 +30,10 @@ class ClusterPart(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
+
+    def gather(self, op: str, args: dict[str, Any], timeout: float) -> NodesGathered:
+        """Every other node's rows for `op` (`admin.tables`), and the nodes left out."""
+        ...
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this worker sees it, for the admin API."""

@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             retained=lambda: broker.retained_index,
             clears=lambda: broker.retained_clears,
         )
+        broker.cluster.ops.answer = partial(local_rows, broker)  # the other nodes' questions
     broker.admin = AdminServer
     status = _start(broker)
     if status:

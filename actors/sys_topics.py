@@ -11,6 +11,11 @@ is the ACL's business (docs/security.md); the broker alone writes there [MQTT-4.
 In a pool, worker 0 alone publishes the `$SYS/broker/...` tree, with the pool's figures
 (`read_pool_figures`); like presence events, which each worker publishes for its own
 clients, they are forwarded to the subscribers and retained-message replicas of every worker.
+
+In a cluster (docs/cluster.md) `$SYS` stays on its node (nodes do not forward `$SYS`
+topics to each other): each node's worker 0 publishes its own `$SYS/broker/...` tree and,
+with it, `$SYS/cluster/...`: its figures added to the counts every worker of the other
+nodes answers (`cluster_values`); a node that does not answer in time is counted out.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 LOAD_PERIODS = (("1min", 60.0), ("5min", 300.0), ("15min", 900.0))
 SYS_OWNER = "$sys"  # the owner of the presence hooks on the hook bus
+CLUSTER_TIMEOUT = 2.0  # seconds an update waits for the other nodes' counts
 
 
 def broker_version() -> str:
@@ -107,6 +113,24 @@ def sys_values(
     return [(f"$SYS/broker/{topic}", str(value)) for topic, value in values.items()]
 
 
+def cluster_values(
+    own: tuple[int, int], others: dict[str, list[list[dict[str, Any]]]]
+) -> list[tuple[str, str]]:
+    """The `$SYS/cluster/...` topics and their payloads: this node's connected clients and
+    sessions (`own`) added to the `counts` rows of the other nodes that answered, and how
+    many nodes that is, this one included (pure)."""
+    rows = [row for parts in others.values() for part in parts for row in part]
+    connected = own[0] + sum(int(row["connected"]) for row in rows)
+    sessions = own[1] + sum(int(row["sessions"]) for row in rows)
+    values = {
+        "nodes": 1 + len(others),
+        "clients/connected": connected,
+        "clients/disconnected": sessions - connected,
+        "clients/total": sessions,
+    }
+    return [(f"$SYS/cluster/{topic}", str(value)) for topic, value in values.items()]
+
+
 class SysPublisher:
     """Publishes the `$SYS` tree every `interval` seconds and, if asked, presence events."""
 
@@ -140,6 +164,10 @@ class SysPublisher:
         self._loads.update(load_counters(figures), elapsed)
         heap_bytes = sum(usage.heap_bytes for usage in figures.usage)
         values = sys_values(figures, self._loads, self._version, heap_bytes)
+        cluster = self._broker.cluster
+        if cluster is not None:  # the nodes that answered; the gathering logs the others
+            others, _missing_nodes = cluster.gather("counts", {}, CLUSTER_TIMEOUT)
+            values += cluster_values((figures.connections, figures.sessions), others)
         self._publish([(topic, payload.encode()) for topic, payload in values])
 
     def _run(self) -> None:

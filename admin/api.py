@@ -9,7 +9,10 @@ event loop between two yields, like any actor) and change things only by telling
 In a pool (docs/pool.md) the clients, sessions, subscriptions, routes, figures, kicks and
 reloads are pool-wide: `admin.tables` builds each worker's rows, this worker gathers the
 others' over the fabric (`pool.ops`) and merges them before paging; an answer that
-leaves a silent worker out says so in `missing_workers`. Bans are replicated by the
+leaves a silent worker out says so in `missing_workers`. In a cluster (docs/cluster.md) the
+clients, sessions, subscriptions and a client's detail or kick are cluster-wide: every
+worker of every other node is asked too (`cluster.ops`), each row carries its `node`, and
+an answer that leaves a node out says so in `missing_nodes`. Bans are replicated by the
 admission table itself; retained messages are in every worker's replica.
 """
 
@@ -19,8 +22,9 @@ import base64
 import binascii
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import gevent
 import orjson
 
 from admin.figures_cache import FiguresCache
@@ -75,16 +79,34 @@ def with_missing(answer: dict[str, Any], missing: list[int]) -> dict[str, Any]:
     return answer
 
 
-def _not_found(client_id: str, missing: list[int]) -> ApiError:
-    """404 if no worker has the client; 503 if the workers that did not answer might (a
-    kick reaches such a worker anyway, and is done there when it reads it)."""
-    if missing:
-        return ApiError(
-            503,
-            f"client {client_id!r} is not connected to the workers that answered; workers "
-            f"{missing} did not answer in time",
-        )
-    return ApiError(404, f"client {client_id!r} is not connected")
+class GatheredParts(NamedTuple):
+    """An operation's parts from every worker (of every node, in a cluster) that answered,
+    and who did not: this node's workers, the other nodes."""
+
+    parts: list[Rows]
+    missing: list[int]
+    missing_nodes: list[str]
+
+    def said(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """`answer`, saying which workers of this node (`missing_workers`) and which other
+        nodes (`missing_nodes`) it leaves out."""
+        with_missing(answer, self.missing)
+        if self.missing_nodes:
+            answer["missing_nodes"] = self.missing_nodes
+        return answer
+
+    def not_found(self, client_id: str) -> ApiError:
+        """404 if no worker has the client; 503 if those that did not answer might (a kick
+        reaches such a worker anyway if it is linked, and is done there when it reads it)."""
+        if self.missing or self.missing_nodes:
+            left_out = [f"workers {self.missing}"] if self.missing else []
+            left_out += [f"nodes {self.missing_nodes}"] if self.missing_nodes else []
+            return ApiError(
+                503,
+                f"client {client_id!r} is not connected to the workers that answered; "
+                f"{' and '.join(left_out)} did not answer in time",
+            )
+        return ApiError(404, f"client {client_id!r} is not connected")
 
 
 def payload_fields(payload: bytes) -> dict[str, Any]:
@@ -152,43 +174,60 @@ class Api:
         answers, missing = ops.gather(op, query, timeout)
         return parts + [answers[worker] for worker in sorted(answers)], missing
 
+    def _gather_nodes(self, op: str, query: dict[str, str]) -> GatheredParts:
+        """`_gather`'s parts and, in a cluster, every other node's, asked at the same time
+        (one timeout in all); the workers of this node and the other nodes left out."""
+        cluster = self._broker.cluster
+        asking = (
+            None if cluster is None else gevent.spawn(cluster.gather, op, query, GATHER_TIMEOUT)
+        )
+        parts, missing = self._gather(op, query)
+        if asking is None:
+            return GatheredParts(parts, missing, [])
+        others, missing_nodes = asking.get()
+        parts += [part for node in sorted(others) for part in others[node]]
+        return GatheredParts(parts, missing, missing_nodes)
+
     def _table(self, request: Request, op: str, filters: tuple[str, ...], *keys: str) -> Any:
-        """One page of a pool-wide table: each worker sends its count and its first rows
-        up to the page's end (no more), merged in `keys` order, then the page is cut."""
+        """One page of a cluster-wide table: each worker of each node sends its count and
+        its first rows up to the page's end (no more), merged in `keys` order, then the page
+        is cut."""
         page, limit = page_bounds(request)
         query = {name: request.query[name] for name in filters if name in request.query}
         query["upto"] = str(page * limit)
-        parts, missing = self._gather(op, query)
-        count, rows = merge_counted(parts, *keys)
+        gathered = self._gather_nodes(op, query)
+        count, rows = merge_counted(gathered.parts, *keys)
         start = (page - 1) * limit
-        return with_missing(page_of(page, limit, rows[start : start + limit], count), missing)
+        return gathered.said(page_of(page, limit, rows[start : start + limit], count))
 
     def clients(self, request: Request) -> Any:
         filters = ("clientid", "username", "listener", "proto_ver")
-        return self._table(request, "clients", filters, "clientid")
+        return self._table(request, "clients", filters, "clientid", "node")
 
     def client(self, request: Request) -> Any:
         client_id = request.params["clientid"]
-        parts, missing = self._gather("client", {"clientid": client_id})
-        found = [row for part in parts for row in part]
+        gathered = self._gather_nodes("client", {"clientid": client_id})
+        found = [row for part in gathered.parts for row in part]
         if not found:
-            raise _not_found(client_id, missing)
+            raise gathered.not_found(client_id)
         return found[0]
 
     def kick(self, request: Request) -> Any:
-        """Close the client's connection on whichever worker has it: DISCONNECT 0x98 to a
-        5.0 client, its will fires."""
+        """Close the client's connection on whichever worker of whichever node has it:
+        DISCONNECT 0x98 to a 5.0 client, its will fires."""
         client_id = request.params["clientid"]
-        parts, missing = self._gather("kick", {"clientid": client_id})
-        if not any(parts):
-            raise _not_found(client_id, missing)
+        gathered = self._gather_nodes("kick", {"clientid": client_id})
+        if not any(gathered.parts):
+            raise gathered.not_found(client_id)
         return None
 
     def sessions(self, request: Request) -> Any:
-        return self._table(request, "sessions", ("clientid", "connected"), "clientid")
+        return self._table(request, "sessions", ("clientid", "connected"), "clientid", "node")
 
     def subscriptions(self, request: Request) -> Any:
-        return self._table(request, "subscriptions", ("clientid", "topic"), "clientid", "topic")
+        return self._table(
+            request, "subscriptions", ("clientid", "topic"), "clientid", "node", "topic"
+        )
 
     def routes(self, request: Request) -> Any:
         """Topic filters and how many sessions subscribe to each."""

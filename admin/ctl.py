@@ -113,12 +113,25 @@ def _render(args: argparse.Namespace, result: Any) -> str:
         if isinstance(result, dict) and "meta" in result:
             meta = result["meta"]
             text += f"\n({len(rows)} of {meta['count']}, page {meta['page']})"
-        return text
+        return text + left_out(result)
     if args.command == "status":
         return _status_text(result)
     if isinstance(result, dict):
         return "\n".join(f"{key}: {value}" for key, value in result.items())
     return "ok" if result is None else str(result)
+
+
+def left_out(result: Any) -> str:
+    """A line naming the workers of the node and the other nodes of a cluster that did not
+    answer in time (the table leaves their rows out), or nothing."""
+    if not isinstance(result, dict):
+        return ""
+    left_out = []
+    if result.get("missing_workers"):
+        left_out.append(f"workers {result['missing_workers']}")
+    if result.get("missing_nodes"):
+        left_out.append(f"nodes {', '.join(result['missing_nodes'])}")
+    return f"\nleft out (no answer in time): {'; '.join(left_out)}" if left_out else ""
 
 
 def _status_text(stats: dict[str, Any]) -> str:
@@ -142,9 +155,17 @@ def _status_text(stats: dict[str, Any]) -> str:
 
 
 COLUMNS: dict[tuple[str, str | None], list[str]] = {
-    ("clients", "list"): ["clientid", "username", "peer", "proto_ver", "keepalive", "queue"],
-    ("sessions", "list"): ["clientid", "connected", "persistent", "subscriptions", "queue"],
-    ("subscriptions", "list"): ["clientid", "topic", "qos"],
+    ("clients", "list"): [
+        "clientid",
+        "node",
+        "username",
+        "peer",
+        "proto_ver",
+        "keepalive",
+        "queue",
+    ],
+    ("sessions", "list"): ["clientid", "node", "connected", "persistent", "subscriptions", "queue"],
+    ("subscriptions", "list"): ["clientid", "node", "topic", "qos"],
     ("retained", "list"): ["topic", "qos", "size", "payload"],
     ("ban", "list"): ["kind", "value", "until", "reason"],
     ("plugins", "list"): ["name", "reloadable"],

@@ -2,7 +2,9 @@
 
 `local_rows(broker, op, args)` answers an operation for this worker alone: its connected
 clients, its sessions, its subscriptions and routes (filtered by `args`, the request's
-query), one client's detail, a kick, its figures, a reload. The worker that serves the API
+query), one client's detail, a kick, its figures, a reload. A row of a client, session or
+subscription carries its `node` (`node_name`), so tables gathered from several nodes of a
+cluster (`cluster.ops`) say where each row lives. The worker that serves the API
 runs it for itself; in a pool every other worker runs it for an `OpsRequest`
 (`pool.ops`), so the rows are built where the tables are and only they travel.
 
@@ -44,11 +46,12 @@ def counted(items: list[T], query: dict[str, Any], view: Callable[[T], dict[str,
     return [{"count": len(items)}, *(view(item) for item in items[:upto])]
 
 
-def client_view(entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
+def client_view(node: str, entry: ConnectedClient, detail: bool = False) -> dict[str, Any]:
     client = entry.client
     state = session_state(entry.session)
     view: dict[str, Any] = {
         "clientid": client.client_id,
+        "node": node,
         "username": client.username,
         "peer": client.peer,
         "listener": entry.listener,
@@ -78,13 +81,14 @@ def clients(broker: BrokerView, query: dict[str, Any]) -> Rows:
         and query.get("proto_ver", str(entry.client.protocol_version))
         == str(entry.client.protocol_version)
     ]
-    return counted(entries, query, client_view)
+    node = broker.config.node_name
+    return counted(entries, query, lambda entry: client_view(node, entry))
 
 
 def client(broker: BrokerView, query: dict[str, Any]) -> Rows:
     """The connected client `clientid`, with its subscriptions (none: not here)."""
     entry = broker.context.clients.get(query.get("clientid", ""))
-    return [] if entry is None else [client_view(entry, detail=True)]
+    return [] if entry is None else [client_view(broker.config.node_name, entry, detail=True)]
 
 
 def kick(broker: BrokerView, query: dict[str, Any]) -> Rows:
@@ -97,7 +101,7 @@ def kick(broker: BrokerView, query: dict[str, Any]) -> Rows:
         entry.client_ref,
         CloseConnection(DisconnectReason.ADMINISTRATIVE_ACTION, "(kicked by an operator)"),
     )
-    return [{"clientid": entry.client.client_id}]
+    return [{"clientid": entry.client.client_id, "node": broker.config.node_name}]
 
 
 def _sessions(broker: BrokerView) -> dict[str, Any]:
@@ -122,6 +126,7 @@ def sessions(broker: BrokerView, query: dict[str, Any]) -> Rows:
         rows.append(
             {
                 "clientid": client_id,
+                "node": context.config.node_name,
                 "connected": is_connected,
                 "persistent": state.persistent,
                 "subscriptions": len(state.subscriptions),
@@ -138,6 +143,7 @@ def subscriptions(broker: BrokerView, query: dict[str, Any]) -> Rows:
     (counted)."""
     client_filter = query.get("clientid")
     topic = query.get("topic")
+    node = broker.config.node_name
     rows = []
     for client_id, session in sorted(_sessions(broker).items()):
         if client_filter is not None and client_id != client_filter:
@@ -148,7 +154,9 @@ def subscriptions(broker: BrokerView, query: dict[str, Any]) -> Rows:
         for topic_filter, options in sorted(state.subscriptions.items()):
             if topic is not None and not matches(topic_filter, topic):
                 continue
-            rows.append({"clientid": client_id, "topic": topic_filter, "qos": options.qos})
+            rows.append(
+                {"clientid": client_id, "node": node, "topic": topic_filter, "qos": options.qos}
+            )
     return counted(rows, query, _as_it_is)
 
 
@@ -164,6 +172,16 @@ def routes(broker: BrokerView, _query: dict[str, Any]) -> Rows:
 
 def figures(broker: BrokerView, _query: dict[str, Any]) -> Rows:
     return [figures_to_wire(read_figures(broker))]
+
+
+def counts(broker: BrokerView, _query: dict[str, Any]) -> Rows:
+    """This worker's connected clients and sessions, which `$SYS/cluster/...` adds up."""
+    return [
+        {
+            "connected": broker.context.stats.connections,
+            "sessions": len(_sessions(broker)),
+        }
+    ]
 
 
 def top_topics(broker: BrokerView, query: dict[str, Any]) -> Rows:
@@ -232,6 +250,7 @@ OPS: dict[str, Callable[[BrokerView, dict[str, Any]], Rows]] = {
     "subscriptions": subscriptions,
     "routes": routes,
     "figures": figures,
+    "counts": counts,
     "top_topics": top_topics,
     "reload": reload,
     "sync": synced,

@@ -130,6 +130,10 @@ class NatsFabric:
         prefix = f"{node}."
         return [p.number for name, p in self._peers.items() if p.up and name.startswith(prefix)]
 
+    def heard_of(self) -> dict[int, str]:
+        """Every peer heard of since this worker started, linked or not: number -> name."""
+        return dict(self._names)
+
     def name_of(self, worker: int) -> str:
         """The `<node>.<worker>` name of peer number `worker`."""
         return self._names[worker]

@@ -9,8 +9,10 @@ this worker's retained index.
 
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
-over the same fabric. Left to each node (docs/cluster.md "Not yet across nodes"): `$SYS`
-topics (each node reports its own) and share groups.
+over the same fabric, as do the admin API's questions to the other nodes (`cluster.ops`).
+Left to each node (docs/cluster.md "Not guaranteed yet"): its `$SYS/broker/...` tree (each
+node reports its own figures, and adds up the other nodes' counts under `$SYS/cluster/...`)
+and share groups.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import gevent
 import gevent.event
 
+from actors.cluster_part import NodesGathered
 from actors.context import BrokerContext, Sessions
 from actors.dispatch import RemoteForwarder
 from actors.messages import CloseConnection, StoreRetained, Sync
@@ -31,12 +34,14 @@ from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
+from cluster.ops import ClusterOps
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
 from core.message import Message
 from core.reasons import DisconnectReason
 from pool.frames.codec import Frame
 from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
+from pool.frames.operations import OpsReply, OpsRequest
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
@@ -77,6 +82,7 @@ class ClusterMember:
             fabric.send, fabric.broadcast, lambda: fabric.peers, loop.run_callback
         )
         self._outbox = ForwardOutbox()
+        self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
@@ -223,6 +229,7 @@ class ClusterMember:
 
     def peer_down(self, worker: int) -> None:
         self.routes.peer_down(worker)
+        self.ops.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
@@ -247,6 +254,9 @@ class ClusterMember:
             elif kind is SessionHandedOver and self.registry is not None:
                 assert isinstance(frame, SessionHandedOver)
                 self.registry.session_handed_over(worker, frame)
+            elif kind is OpsRequest or kind is OpsReply:  # the admin API's, `cluster.ops`
+                assert isinstance(frame, OpsRequest | OpsReply)
+                self.ops.frame_received(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     # ----- routes (the router's RouteReplication) -----------------------------------------
@@ -280,6 +290,10 @@ class ClusterMember:
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
             fabric.broadcast(Retained(kept))
+
+    def gather(self, op: str, args: dict[str, Any], timeout: float) -> NodesGathered:
+        """Every other node's rows for `op`, and the nodes left out (`cluster.ops`)."""
+        return self.ops.gather(op, args, timeout)
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this worker sees it: one row per node (this one, and each other

@@ -36,8 +36,9 @@ GATHER_TIMEOUT = 2.0  # seconds the admin API waits for the other workers' parts
 Answer = Callable[[str, dict[str, Any]], list[dict[str, Any]]]
 
 
-class _Gathering:
-    """One `gather`: the workers still to answer, and what the others answered."""
+class Gathering:
+    """One gathering: the workers still to answer, and what the others answered (the
+    pool's `gather`, and the cluster's over its peers, `cluster.ops`)."""
 
     __slots__ = ("done", "remaining", "rows")
 
@@ -74,7 +75,7 @@ class PoolOps:
         self._send = send
         self._broadcast = broadcast
         self._token = 0
-        self._gatherings: dict[int, _Gathering] = {}
+        self._gatherings: dict[int, Gathering] = {}
         self.answer: Answer | None = None  # set by the pool worker
         self.admission: Admission | None = None  # set by the pool worker, replicated here
 
@@ -90,7 +91,7 @@ class PoolOps:
         token = self._token
         others = [w for w in range(self.workers) if w != self.worker]
         asked = {w for w in others if self._send(w, OpsRequest(token, op, args))}
-        gathering = _Gathering(asked)
+        gathering = Gathering(asked)
         self._gatherings[token] = gathering
         try:
             gathering.done.wait(timeout)

@@ -150,11 +150,13 @@ async function refreshClients() {
     button.textContent = "kick";
     button.dataset.clientid = c.clientid;
     button.addEventListener("click", () => kick(c.clientid).catch(showError));
-    return row([c.clientid, c.username, c.peer, c.listener, c.proto_ver, c.keepalive,
+    return row([c.clientid, c.node, c.username, c.peer, c.listener, c.proto_ver, c.keepalive,
       c.inflight, c.queue, c.subscriptions, button]);
   }));
+  const missingNodes = page.missing_nodes || [];  // a cluster's nodes that did not answer
+  const left = missingNodes.length ? ` (nodes ${missingNodes.join(", ")} not answering)` : "";
   document.getElementById("clients-count").textContent =
-    `${page.data.length} of ${page.meta.count} connected clients`;
+    `${page.data.length} of ${page.meta.count} connected clients${left}`;
 }
 
 async function refreshRetained() {

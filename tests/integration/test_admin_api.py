@@ -263,10 +263,12 @@ def test_sessions_include_offline_ones_and_subscriptions_are_listed(
     client.send(Disconnect())
     client.close()
     wait_until(lambda: client_id not in connected_ids(admin))
+    node = admin.get("/api/v1/config")["node_name"]
     sessions = admin.get(f"/api/v1/sessions?clientid={client_id}")["data"]
     assert sessions == [
         {
             "clientid": client_id,
+            "node": node,
             "connected": False,
             "persistent": True,
             "subscriptions": 2,
@@ -277,8 +279,8 @@ def test_sessions_include_offline_ones_and_subscriptions_are_listed(
     ]
     rows = admin.get(f"/api/v1/subscriptions?clientid={client_id}")["data"]
     assert rows == [
-        {"clientid": client_id, "topic": f"{client_id}/a/+", "qos": 1},
-        {"clientid": client_id, "topic": f"{client_id}/b", "qos": 0},
+        {"clientid": client_id, "node": node, "topic": f"{client_id}/a/+", "qos": 1},
+        {"clientid": client_id, "node": node, "topic": f"{client_id}/b", "qos": 0},
     ]
     matching = admin.get(f"/api/v1/subscriptions?topic={client_id}/a/x")["data"]
     assert [row["topic"] for row in matching] == [f"{client_id}/a/+"]

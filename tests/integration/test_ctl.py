@@ -56,8 +56,9 @@ def test_clients_list_and_kick(admin: Admin, workers: int) -> None:
     listed = ctl(admin, "clients", "list", "--search", client_id)
     assert listed.returncode == 0, listed.stderr
     header, row, count = listed.stdout.splitlines()
-    assert header.split()[:2] == ["CLIENTID", "USERNAME"]
-    assert row.split()[0] == client_id and "42" in row.split()
+    assert header.split()[:3] == ["CLIENTID", "NODE", "USERNAME"]
+    node = admin.get("/api/v1/config")["node_name"]
+    assert row.split()[:2] == [client_id, node] and "42" in row.split()
     assert count == "(1 of 1, page 1)"
     as_json = orjson.loads(ctl(admin, "--json", "clients", "list", "--search", client_id).stdout)
     assert [c["clientid"] for c in as_json["data"]] == [client_id]
