@@ -3,9 +3,10 @@ the router each keep talking to one object (docs/cluster.md "Inside a node").
 
 A publish goes to this node's other workers through the pool (`PoolNode`, absent with one
 worker) and to the other nodes' workers through the cluster (`ClusterMember`): each wanting
-it gets it once. A route change is told to both; a SUBACK waits for both rounds. What only
-the pool does across workers (share groups, persistent routes, the commits a QoS 1/2
-acknowledgement waits for) stays with the pool.
+it gets it once. A share group's stand-in picked goes to the side its share id names (other
+nodes' workers from `PEER_SHARE_IDS` on, cluster.shares). A route change is told to both; a
+SUBACK waits for both rounds. What only the pool does across workers (persistent routes,
+the commits a QoS 1/2 acknowledgement waits for) stays with the pool.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from actors.router_actor import RouteReplication
 from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
-from router.share_replica import RemoteShares
+from router.share_replica import PEER_SHARE_IDS, RemoteShares
 
 
 class Member(Protocol):
     """What the joined objects ask of the cluster (cluster.member.ClusterMember)."""
 
     def add(self, message: Message) -> bool: ...
+
+    def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None: ...
 
     def flush(self, retained: list[Message]) -> None: ...
 
@@ -53,7 +56,10 @@ class JoinedForwarder:
         return self._pool is not None and self._pool.needs_store(topic)
 
     def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
-        assert self._pool is not None  # share stand-ins exist in a pool only
+        if worker >= PEER_SHARE_IDS:
+            self._member.add_share(worker - PEER_SHARE_IDS, message, share)
+            return
+        assert self._pool is not None  # a stand-in for this node's workers: a pool's
         self._pool.add_share(worker, message, share)
 
     def flush(

@@ -10,9 +10,11 @@ this worker's retained index.
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
 over the same fabric, as do the admin API's questions to the other nodes (`cluster.ops`).
-Left to each node (docs/cluster.md "Not guaranteed yet"): its `$SYS/broker/...` tree (each
-node reports its own figures, and adds up the other nodes' counts under `$SYS/cluster/...`)
-and share groups.
+Share groups span the nodes (`cluster.shares`): `PoolRoutes` announces this worker's member
+counts, the other nodes' join the dispatcher's stand-ins, and a message whose pick is another
+node's worker goes to it in a `ForwardShared`. Left to each node (docs/cluster.md "Not
+guaranteed yet"): its `$SYS/broker/...` tree (each node reports its own figures, and adds up
+the other nodes' counts under `$SYS/cluster/...`).
 """
 
 from __future__ import annotations
@@ -37,17 +39,19 @@ from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.ops import ClusterOps
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
+from cluster.shares import ClusterShares
 from core.message import Message
 from core.reasons import DisconnectReason
+from core.share_origin import ShareOrigin
 from pool.frames.codec import Frame
 from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
 from pool.frames.operations import OpsReply, OpsRequest
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
+from pool.frames.routes import SharesChanged, SharesSnapshot
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
-from router.shared import is_shared
 from store.base import DeleteRetained, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -83,6 +87,7 @@ class ClusterMember:
         )
         self._outbox = ForwardOutbox()
         self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
+        self.shares = ClusterShares(config.node, fabric)
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
@@ -126,7 +131,9 @@ class ClusterMember:
     def joined_forwarder(self, pool: RemoteForwarder | None) -> RemoteForwarder:
         """What the dispatcher forwards through: the pool's forwarder (if any) and this
         member."""
-        return JoinedForwarder(pool, self)
+        forwarder = JoinedForwarder(pool, self)
+        self.shares.use(forwarder.shares)
+        return forwarder
 
     def joined_sessions(self, inner: Sessions) -> Sessions:
         """The node's registry (one process's, or the pool's), each id claimed cluster-wide
@@ -230,19 +237,28 @@ class ClusterMember:
     def peer_down(self, worker: int) -> None:
         self.routes.peer_down(worker)
         self.ops.peer_down(worker)
+        self.shares.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:
             kind = type(frame)
-            if kind is Forward or kind is ForwardShared:
-                assert isinstance(frame, Forward | ForwardShared)
+            if kind is Forward:
+                assert isinstance(frame, Forward)
                 self.received += len(frame.messages)
                 self._context.dispatcher.publish_forwarded(frame.messages)
+            elif kind is ForwardShared:
+                assert isinstance(frame, ForwardShared)
+                self.received += len(frame.messages)
+                marks = self.shares.incoming(frame.marks)
+                self._context.dispatcher.publish_forwarded(frame.messages, marks)
             elif kind is Retained or kind is RetainedSnapshot:
                 assert isinstance(frame, Retained | RetainedSnapshot)
                 self._retained_received(frame.messages, merge=kind is RetainedSnapshot)
+            elif kind is SharesChanged or kind is SharesSnapshot:
+                assert isinstance(frame, SharesChanged | SharesSnapshot)
+                self.shares.frame_received(worker, frame)
             elif kind in ROUTE_FRAMES:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
             elif kind is GiveUp and self.registry is not None:
@@ -262,8 +278,7 @@ class ClusterMember:
     # ----- routes (the router's RouteReplication) -----------------------------------------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
-        if not is_shared(topic_filter):  # share groups stay on their node
-            self.routes.route_changed(topic_filter, added)
+        self.routes.route_changed(topic_filter, added)
 
     def when_routes_known(self, then: Callable[[], object]) -> None:
         self.routes.when_routes_known(then)
@@ -278,15 +293,27 @@ class ClusterMember:
         self._outbox.add(workers, message)
         return True
 
+    def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None:
+        """`message` goes (at `flush`) to `peer`, another node's worker the dispatcher picked
+        for the group `share` names."""
+        self._outbox.add_share(peer, message, self.shares.outgoing(share))
+
     def flush(self, retained: list[Message]) -> None:
         """Send what `add` collected, one frame per peer (split past FORWARD_BYTES), and the
         batch's retained messages to every peer."""
         fabric = self.fabric
         if self._outbox:
             for worker, frame in self._outbox.frames():
+                marks = frame.marks if isinstance(frame, ForwardShared) else None
+                start = 0
                 for part in split_payloads(frame.messages):
                     self.forwarded += len(part)
-                    fabric.send(worker, Forward(part))
+                    if marks is None:
+                        fabric.send(worker, Forward(part))
+                    else:
+                        end = start + len(part)
+                        fabric.send(worker, ForwardShared(part, marks[start:end]))
+                        start = end
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
             fabric.broadcast(Retained(kept))

@@ -27,6 +27,7 @@ the level of workers: the others need to know that worker 2 has 3 members of
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import NamedTuple
 
 from mqtt.topics import TopicError
@@ -41,11 +42,20 @@ class GroupCounts(NamedTuple):
     filters: tuple[str, ...]
     counts: tuple[int, ...]
 
+
 logger = logging.getLogger(__name__)
 
 MAX_CACHED_TOPICS = 100_000  # pool-wide plans remembered; past that the cache starts over
 
 GroupKey = tuple[str, str]  # (share name, inner topic filter)
+# Share ids from this one on are the workers of other nodes of a cluster (cluster.shares),
+# above any pool's worker ids.
+PEER_SHARE_IDS = 1 << 16
+
+
+def by_worker(worker: int) -> tuple[str, int]:
+    """A pool's order of its workers' members: by worker id."""
+    return "", worker
 
 
 def stand_in(worker: int) -> str:
@@ -108,9 +118,12 @@ class ShareAnnouncer:
 class RemoteShares:
     """The other workers' members of each share group, merged with this worker's on demand."""
 
-    __slots__ = ("_by_worker", "_cache", "_cached_at", "_table")
+    __slots__ = ("_by_worker", "_cache", "_cached_at", "_table", "order")
 
     def __init__(self) -> None:
+        # The place of each worker's members in a group, the same on every worker (a
+        # cluster orders them by node, then worker: cluster.shares).
+        self.order: Callable[[int], tuple[str, int]] = by_worker
         self._table: RouteTable[tuple[str, int], int] = RouteTable()
         self._by_worker: dict[int, dict[str, GroupKey]] = {}  # worker -> its shared filters
         self._cache: dict[str, tuple[ShareGroup, ...]] = {}  # topic -> pool-wide groups
@@ -178,8 +191,8 @@ class RemoteShares:
         if not counts:
             return local
         if local is None:
-            return ShareGroup(group, topic_filter, _stand_ins(counts))
-        return local._replace(members=_in_worker_order(local.members, counts))
+            return ShareGroup(group, topic_filter, _stand_ins(counts, self.order))
+        return local._replace(members=_in_worker_order(local.members, counts, self.order))
 
     def _merge(self, topic: str, local: tuple[ShareGroup, ...]) -> tuple[ShareGroup, ...]:
         remote: dict[GroupKey, dict[int, int]] = {}
@@ -192,9 +205,11 @@ class RemoteShares:
             if counts is None:
                 merged.append(share_group)
             else:
-                members = _in_worker_order(share_group.members, counts)
+                members = _in_worker_order(share_group.members, counts, self.order)
                 merged.append(share_group._replace(members=members))
-        merged.extend(ShareGroup(g, f, _stand_ins(counts)) for (g, f), counts in remote.items())
+        merged.extend(
+            ShareGroup(g, f, _stand_ins(counts, self.order)) for (g, f), counts in remote.items()
+        )
         return tuple(merged)
 
     def _parse(self, worker: int, shared_filter: str) -> GroupKey | None:
@@ -212,18 +227,22 @@ class RemoteShares:
 
 
 def _in_worker_order(
-    local: tuple[ShareMember, ...], counts: dict[int, int]
+    local: tuple[ShareMember, ...],
+    counts: dict[int, int],
+    order: Callable[[int], tuple[str, int]],
 ) -> tuple[ShareMember, ...]:
-    """This worker's members (all on one worker) and the others' stand-ins, by worker."""
-    here = local[0].worker
-    before = _stand_ins({w: n for w, n in counts.items() if w < here})
-    after = _stand_ins({w: n for w, n in counts.items() if w > here})
+    """This worker's members (all on one worker) and the others' stand-ins, in `order`."""
+    here = order(local[0].worker)
+    before = _stand_ins({w: n for w, n in counts.items() if order(w) < here}, order)
+    after = _stand_ins({w: n for w, n in counts.items() if order(w) > here}, order)
     return before + local + after
 
 
-def _stand_ins(counts: dict[int, int]) -> tuple[ShareMember, ...]:
+def _stand_ins(
+    counts: dict[int, int], order: Callable[[int], tuple[str, int]]
+) -> tuple[ShareMember, ...]:
     return tuple(
         ShareMember(stand_in(worker), None, worker)
-        for worker in sorted(counts)
+        for worker in sorted(counts, key=order)
         for _ in range(counts[worker])
     )

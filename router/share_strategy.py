@@ -14,11 +14,13 @@ sticky choice of each group (at most `MAX_REMEMBERED_GROUPS`), plus a seeded
 - `sticky`: the member chosen first keeps getting the group's messages until it leaves (or
   is avoided), then another is chosen at random and sticks;
 - `local`: members on this worker first (`ShareMember.worker == local_worker`), in turn;
-  members on other workers only when no local one can take it. With one process every
-  member is local, so it behaves as `round_robin`.
+  then, in a cluster, the members on this node's other workers; members on other workers
+  (nodes) only when no nearer one can take it. With one process every member is local, so
+  it behaves as `round_robin`.
 
-In a process pool the members of a group include stand-ins for the other workers' members
-(`router.share_replica`): the picker treats them as members, and the dispatcher forwards a
+In a process pool (and a cluster) the members of a group include stand-ins for the other
+workers' members (`router.share_replica`; another node's workers have ids from
+`PEER_SHARE_IDS` on): the picker treats them as members, and the dispatcher forwards a
 message whose pick is a stand-in to that worker, which picks among its own members.
 
 `avoid` holds client ids that must not get the message unless no one else can: the members
@@ -32,6 +34,7 @@ import random
 import zlib
 from enum import Enum
 
+from router.share_replica import PEER_SHARE_IDS
 from router.shared import ShareGroup, ShareMember
 
 
@@ -100,6 +103,8 @@ class SharePicker:
             self._sticky[key] = member.client_id
             return member
         local = tuple(m for m in members if m.worker == self._local_worker)
+        if not local:
+            local = tuple(m for m in members if m.worker < PEER_SHARE_IDS)
         return self._in_turn(key, local or members)
 
     def _in_turn(self, key: GroupKey, members: tuple[ShareMember, ...]) -> ShareMember:
