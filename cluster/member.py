@@ -3,9 +3,12 @@ replicated, and publishes forwarded to the workers that want them (docs/cluster.
 
 `ClusterMember` is the `FabricHandler` of this worker's `NatsFabric` and reuses the pool's
 pure parts over it: `PoolRoutes` for the routes (filter -> peer, the `RoutesSync` round a
-SUBACK waits for) and `ForwardOutbox` for one `Forward` per peer per publish batch. A
-`Forward` received goes to this worker's subscribers only, never onwards; a `Retained` into
-this worker's retained index.
+SUBACK waits for; the `durable` replica of persistent sessions' filters) and `ForwardOutbox`
+for one `Forward` per peer per publish batch. A batch with QoS 1/2 messages for persistent
+sessions of a peer is numbered, kept until that peer has stored it and awaited by the
+publisher's acknowledgement (`cluster.durable_forwarding`). A `Forward` received goes to
+this worker's subscribers only, never onwards; a `Retained` into this worker's retained
+index.
 
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
@@ -29,6 +32,7 @@ from actors.messages import CloseConnection, StoreRetained, Sync
 from actors.router_actor import RouteReplication
 from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
+from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.registry import ClusterRegistry
@@ -36,7 +40,15 @@ from cluster.session_moves import NodeMoves, StoredSessions
 from core.message import Message
 from core.reasons import DisconnectReason
 from pool.frames.codec import Frame
-from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Numbered,
+    Retained,
+    RetainedSnapshot,
+)
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
@@ -77,6 +89,9 @@ class ClusterMember:
             fabric.send, fabric.broadcast, lambda: fabric.peers, loop.run_callback
         )
         self._outbox = ForwardOutbox()
+        self.durable = DurableForwarding(
+            config, fabric, self.routes.durable, context.persistence, split_payloads
+        )
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
@@ -90,10 +105,12 @@ class ClusterMember:
     def start(self) -> None:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
+        self.durable.start()
         if self.registry is not None:
             self.registry.start()
 
     def stop(self) -> None:
+        self.durable.stop()
         self.fabric.stop()
 
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication:
@@ -144,6 +161,7 @@ class ClusterMember:
     def _link_state(self, up: bool) -> None:
         if up:
             self._lost_at = None
+            self.durable.link_up()
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
@@ -175,6 +193,7 @@ class ClusterMember:
 
     def peer_up(self, worker: int, epoch: int) -> None:
         self.routes.peer_up(worker)
+        self.durable.peer_up(worker, epoch)
         if self.fabric.worker == 0:  # one worker per node answers for the node
             self._send_retained(worker)
 
@@ -223,6 +242,7 @@ class ClusterMember:
 
     def peer_down(self, worker: int) -> None:
         self.routes.peer_down(worker)
+        self.durable.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
@@ -231,8 +251,18 @@ class ClusterMember:
             kind = type(frame)
             if kind is Forward or kind is ForwardShared:
                 assert isinstance(frame, Forward | ForwardShared)
-                self.received += len(frame.messages)
-                self._context.dispatcher.publish_forwarded(frame.messages)
+                if self.durable.takes(worker):
+                    self.received += len(frame.messages)
+                    self._context.dispatcher.publish_forwarded(frame.messages)
+            elif kind is Numbered:
+                assert isinstance(frame, Numbered)
+                self.durable.numbered(worker, frame)
+            elif kind is CommitSync:
+                assert isinstance(frame, CommitSync)
+                self.durable.commit_sync(worker, frame)
+            elif kind is Committed:
+                assert isinstance(frame, Committed)
+                self.durable.committed(worker, frame)
             elif kind is Retained or kind is RetainedSnapshot:
                 assert isinstance(frame, Retained | RetainedSnapshot)
                 self._retained_received(frame.messages, merge=kind is RetainedSnapshot)
@@ -255,6 +285,11 @@ class ClusterMember:
         if not is_shared(topic_filter):  # share groups stay on their node
             self.routes.route_changed(topic_filter, added)
 
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None:
+        """A persistent session's route appeared / went: the other nodes' publishers then
+        wait for this worker's commit of what they forward to it."""
+        self.routes.durable_route_changed(topic_filter, added)
+
     def when_routes_known(self, then: Callable[[], object]) -> None:
         self.routes.when_routes_known(then)
 
@@ -266,20 +301,28 @@ class ClusterMember:
         if not workers or message.topic.startswith(_LOCAL_ONLY):
             return False
         self._outbox.add(workers, message)
+        self.durable.add(message)
         return True
 
-    def flush(self, retained: list[Message]) -> None:
+    def flush(
+        self, retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> Callable[[], None] | None:
         """Send what `add` collected, one frame per peer (split past FORWARD_BYTES), and the
-        batch's retained messages to every peer."""
-        fabric = self.fabric
+        batch's retained messages to every peer. If QoS 1/2 messages went to persistent
+        sessions of other nodes and `on_durable` is given, it waits for their commits: the
+        callback returned is then to be called once this node's part is committed."""
+        local_part = None
         if self._outbox:
+            frames: list[tuple[int, Forward]] = []
             for worker, frame in self._outbox.frames():
-                for part in split_payloads(frame.messages):
-                    self.forwarded += len(part)
-                    fabric.send(worker, Forward(part))
+                assert isinstance(frame, Forward)  # share groups stay on their node
+                frames.append((worker, frame))
+                self.forwarded += len(frame.messages)
+            local_part = self.durable.send(frames, on_durable)
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
-            fabric.broadcast(Retained(kept))
+            self.fabric.broadcast(Retained(kept))
+        return local_part
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this worker sees it: one row per node (this one, and each other
@@ -304,6 +347,7 @@ class ClusterMember:
                 "node": self.config.node,
                 "nats_connected": fabric.connected,
                 "forwarded": self.forwarded,
+                "resent_batches": self.durable.resent,
                 "received": self.received,
                 "sessions_taken_over": 0 if registry is None else registry.taken_over,
                 "sessions_moved_in": 0 if registry is None else registry.moved_in,

@@ -51,6 +51,20 @@ class RetainedSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Numbered:
+    """Cluster: the `Forward` frames and the `CommitSync` that follow are the sender's batch
+    `seq` for the receiver (numbered 1, 2, ... per receiver), addressed to the receiver's
+    life `epoch`. `first` is the sender's oldest batch not confirmed yet: it never sends
+    an older one again. The receiver takes each number once and in order (cluster.commits):
+    a resent batch it has is skipped (its `CommitSync` still answered), one after a missing
+    batch waits for the resend (not answered)."""
+
+    seq: int
+    first: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommitSync:
     """Sent after a `Forward` with QoS 1/2 messages: answer `Committed(token)` once the store
     ops of everything received before are committed (the publisher's PUBACK waits)."""
