@@ -285,6 +285,11 @@ class ClusterMember:
         if not is_shared(topic_filter):  # share groups stay on their node
             self.routes.route_changed(topic_filter, added)
 
+    def restored_route(self, topic_filter: str) -> None:
+        if not is_shared(topic_filter):
+            self.routes.route_changed(topic_filter, True)
+            self.routes.durable_route_changed(topic_filter, True)
+
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
         """A persistent session's route appeared / went: the other nodes' publishers then
         wait for this worker's commit of what they forward to it."""

@@ -61,7 +61,7 @@ def test_every_acknowledged_message_survives_the_subscribers_node_dying_right_af
     # sessions, so b killed right after the last PUBACK still has every one when it
     # restarts. Ten sessions make b's work ten times a's: without that wait, a acknowledges
     # well before b has stored the tail of the burst.
-    topic, count = f"acks/{unique('t')}", 1000
+    topic, count = f"acks/{unique('t')}", 600
     client_ids = [unique("keeper") for _ in range(10)]
     for client_id in client_ids:
         persistent_subscriber(cluster["b"], client_id, topic, 1)
@@ -75,6 +75,29 @@ def test_every_acknowledged_message_survives_the_subscribers_node_dying_right_af
         subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
         got = {int(subscriber.next_message(10).payload) for _ in range(count)}
         assert got == set(range(count)), client_id
+        subscriber.close()
+
+
+def test_the_sessions_a_node_restores_from_its_store_are_subscribed_on_the_others(
+    cluster: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    # Node b restarts with offline persistent sessions: it tells the other nodes their
+    # routes, so what is published on a before their clients return is stored on b.
+    topic = f"restored/{unique('t')}"
+    client_ids = [unique("keeper") for _ in range(3)]
+    for client_id in client_ids:
+        persistent_subscriber(cluster["b"], client_id, topic, 1)
+    cluster["b"].stop()
+    config = (tmp_path / "b" / "broker.toml").read_text(encoding="utf-8")
+    cluster["b"] = start_broker(tmp_path / "b", config)
+    linked(cluster)
+    time.sleep(0.5)  # b's routes, sent when it linked to a, reach a
+    publisher = burst_publisher(cluster["a"], 10)
+    publish_burst(publisher, topic, 10, qos=1)
+    publisher.close()
+    for client_id in client_ids:
+        subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+        assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10)), client_id
         subscriber.close()
 
 
