@@ -68,7 +68,6 @@ class DurableForwarding:
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
         self._ticker: gevent.Greenlet[..., Any] | None = None
-        self.resent = 0  # batches sent again
 
     def start(self) -> None:
         self._ticker = gevent.spawn(self._tick)
@@ -144,7 +143,6 @@ class DurableForwarding:
         for batch in batches:
             if not self._send_batch(worker, batch):
                 return
-            self.resent += 1
 
     def link_up(self) -> None:
         """This worker's NATS connection is back: what was sent meanwhile may be lost."""

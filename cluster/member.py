@@ -352,7 +352,6 @@ class ClusterMember:
                 "node": self.config.node,
                 "nats_connected": fabric.connected,
                 "forwarded": self.forwarded,
-                "resent_batches": self.durable.resent,
                 "received": self.received,
                 "sessions_taken_over": 0 if registry is None else registry.taken_over,
                 "sessions_moved_in": 0 if registry is None else registry.moved_in,

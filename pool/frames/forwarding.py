@@ -1,7 +1,8 @@
 """The frames that carry messages to other workers: a publish batch's `Forward` (or
-`ForwardShared`, for share groups), retained messages, and the `CommitSync` round a QoS 1/2
-acknowledgement waits for (docs/pool.md "Publishing across workers"). Their bodies are the
-binary message part of pool.frames.messages."""
+`ForwardShared`, for share groups), retained messages, the `CommitSync` round a QoS 1/2
+acknowledgement waits for (docs/pool.md "Publishing across workers"), and the cluster's
+numbered batches (`Numbered`, docs/cluster.md "Forwarding a QoS 1/2 message"). The bodies
+of those that carry messages are the binary message part of pool.frames.messages."""
 
 from __future__ import annotations
 
