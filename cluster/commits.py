@@ -15,11 +15,11 @@ store has committed what it got before. The sender keeps:
   a peer taken for gone is not waited for any more.
 
 The receiver keeps `ReceivedBatches`: per sender, its life (epoch) and the next number it
-expects. A batch with that number is taken; an older one is a resend of a batch it has
-(skipped, but its `CommitSync` answered, so the sender learns it is stored); a newer one
-follows a batch lost on the way and is dropped unanswered until the sender resends from the
-missing one; a batch addressed to another life of the receiver (it restarted since) is
-dropped unanswered.
+expects. A batch with that number is taken once it has arrived whole (its `CommitSync`:
+`taken`); an older one is a resend of a batch it has (skipped, but its `CommitSync`
+answered, so the sender learns it is stored); a newer one follows a batch lost on the way
+and is dropped unanswered until the sender resends from the missing one; a batch addressed
+to another life of the receiver (it restarted since) is dropped unanswered.
 """
 
 from __future__ import annotations
@@ -199,11 +199,17 @@ class ReceivedBatches:
 
     def batch(self, sender: int, epoch: int, seq: int, first: int) -> Verdict:
         """What to do with batch `seq` of `sender` (in its life `epoch`), which will not
-        send a batch older than `first` again; a new life numbers from scratch."""
+        send a batch older than `first` again; a new life numbers from scratch. A batch to
+        take counts as taken once `taken` says it arrived whole."""
         known = self._expected.get(sender)
         expected = first if known is None or known[0] != epoch else max(known[1], first)
-        if seq == expected:
-            self._expected[sender] = (epoch, expected + 1)
-            return Verdict.TAKE
         self._expected[sender] = (epoch, expected)
+        if seq == expected:
+            return Verdict.TAKE
         return Verdict.HAVE if seq < expected else Verdict.DROP
+
+    def taken(self, sender: int) -> None:
+        """The batch `batch` said to take arrived whole (its `CommitSync`): the next one is
+        expected."""
+        epoch, expected = self._expected[sender]
+        self._expected[sender] = (epoch, expected + 1)

@@ -10,7 +10,7 @@ acknowledgement waits for it (`AckWaits`) as the pool's waits for its workers' c
 batches are sent again, in order, to a peer that has not confirmed the oldest of them for
 `peer_timeout` seconds, to every peer a heartbeat after this worker's NATS connection comes
 back, and to a peer that is linked again in the same life; the receiver takes each number
-once (`ReceivedBatches`).
+once, delivering a batch when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
 
 A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
 the acknowledgements go. What it had not confirmed is sent again if it comes back in the
@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 # Splits a batch's messages into runs that each make one `Forward` (cluster.member's).
 Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
+# Delivers messages another node's worker forwarded to this worker's subscribers.
+Deliver = Callable[[tuple[Message, ...]], None]
 
 
 class DurableForwarding:
@@ -49,8 +51,9 @@ class DurableForwarding:
         fabric: NatsFabric,
         durable: RemoteRoutes,
         persistence: Persistence,
-        split: Split,
         *,
+        split: Split,
+        deliver: Deliver,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
@@ -58,6 +61,7 @@ class DurableForwarding:
         self._durable = durable  # the other nodes' workers' persistent sessions' filters
         self._persistence = persistence
         self._split = split
+        self._deliver = deliver
         self._clock = clock
         self._to: set[int] = set()  # peers with persistent sessions wanting this batch
         self._token = 0
@@ -65,6 +69,7 @@ class DurableForwarding:
         self._acks = AckWaits()
         self._received = ReceivedBatches()
         self._verdicts: dict[int, Verdict] = {}  # per sender: its current batch's
+        self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
         self._ticker: gevent.Greenlet[..., Any] | None = None
@@ -151,6 +156,8 @@ class DurableForwarding:
     # ----- peers --------------------------------------------------------------------------
 
     def peer_up(self, worker: int, epoch: int) -> None:
+        self._verdicts.pop(worker, None)  # a batch cut by the link's loss is sent again
+        self._taking.pop(worker, None)
         lost = self._sent.forget(worker, epoch)
         if lost:
             logger.error(
@@ -177,7 +184,9 @@ class DurableForwarding:
     # ----- receiving ----------------------------------------------------------------------
 
     def numbered(self, worker: int, frame: Numbered) -> None:
-        """The next `Forward`s from `worker` are its batch `frame.seq`."""
+        """The next `Forward`s from `worker` are its batch `frame.seq` (a batch begun before
+        and not ended by its `CommitSync` lost its end: it is not taken)."""
+        self._taking.pop(worker, None)
         epoch = self._sent.epoch_of(worker)
         if frame.epoch != self._fabric.epoch or epoch is None:
             verdict = Verdict.DROP  # for this worker's previous life
@@ -195,16 +204,27 @@ class DurableForwarding:
                 self._fabric.name_of(worker),
             )
         self._verdicts[worker] = verdict
+        if verdict is Verdict.TAKE:
+            self._taking[worker] = []
 
-    def takes(self, worker: int) -> bool:
-        """Whether a `Forward` from `worker` is to be delivered (not a batch skipped)."""
+    def forward(self, worker: int, frame: Forward) -> None:
+        """A `Forward` from `worker`: delivered now outside a numbered batch, at the batch's
+        end (whole) inside one to take, not at all inside one skipped."""
         verdict = self._verdicts.get(worker)
-        return verdict is None or verdict is Verdict.TAKE
+        if verdict is None:
+            self._deliver(frame.messages)
+        elif verdict is Verdict.TAKE:
+            self._taking[worker] += frame.messages
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
-        """The end of a numbered batch: `Committed` once the store has what came before."""
-        if self._verdicts.pop(worker, None) is Verdict.DROP:
+        """The end of a numbered batch: delivered if taken, and `Committed` once the store
+        has what came before."""
+        verdict = self._verdicts.pop(worker, None)
+        if verdict is Verdict.DROP:
             return
+        if verdict is Verdict.TAKE:
+            self._deliver(tuple(self._taking.pop(worker)))
+            self._received.taken(worker)
         fabric, token = self._fabric, frame.token
         self._persistence.submit((), lambda: fabric.send(worker, Committed(token)))
 

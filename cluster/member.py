@@ -90,7 +90,12 @@ class ClusterMember:
         )
         self._outbox = ForwardOutbox()
         self.durable = DurableForwarding(
-            config, fabric, self.routes.durable, context.persistence, split_payloads
+            config,
+            fabric,
+            self.routes.durable,
+            context.persistence,
+            split=split_payloads,
+            deliver=self._forwarded_here,
         )
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
@@ -249,11 +254,12 @@ class ClusterMember:
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:
             kind = type(frame)
-            if kind is Forward or kind is ForwardShared:
-                assert isinstance(frame, Forward | ForwardShared)
-                if self.durable.takes(worker):
-                    self.received += len(frame.messages)
-                    self._context.dispatcher.publish_forwarded(frame.messages)
+            if kind is Forward:
+                assert isinstance(frame, Forward)
+                self.durable.forward(worker, frame)
+            elif kind is ForwardShared:
+                assert isinstance(frame, ForwardShared)
+                self._forwarded_here(frame.messages)
             elif kind is Numbered:
                 assert isinstance(frame, Numbered)
                 self.durable.numbered(worker, frame)
@@ -278,6 +284,11 @@ class ClusterMember:
                 assert isinstance(frame, SessionHandedOver)
                 self.registry.session_handed_over(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
+
+    def _forwarded_here(self, messages: tuple[Message, ...]) -> None:
+        """Messages another node's worker forwarded: to this worker's subscribers only."""
+        self.received += len(messages)
+        self._context.dispatcher.publish_forwarded(messages)
 
     # ----- routes (the router's RouteReplication) -----------------------------------------
 

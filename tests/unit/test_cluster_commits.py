@@ -81,29 +81,46 @@ def test_an_ack_waits_for_this_worker_and_every_peer_unless_it_is_gone() -> None
     assert done == ["two", "one", "three"]
 
 
+def take(received: ReceivedBatches, sender: int, epoch: int, seq: int, first: int) -> Verdict:
+    """A batch that arrives whole: taken at its end when it is to be taken."""
+    verdict = received.batch(sender, epoch, seq, first)
+    if verdict is Verdict.TAKE:
+        received.taken(sender)
+    return verdict
+
+
 def test_the_receiver_takes_each_number_once_and_in_order() -> None:
     received = ReceivedBatches()
-    assert received.batch(7, epoch=1, seq=1, first=1) is Verdict.TAKE
-    assert received.batch(7, epoch=1, seq=2, first=1) is Verdict.TAKE
-    assert received.batch(7, epoch=1, seq=4, first=1) is Verdict.DROP  # 3 was lost
-    assert received.batch(7, epoch=1, seq=5, first=1) is Verdict.DROP
+    assert take(received, 7, epoch=1, seq=1, first=1) is Verdict.TAKE
+    assert take(received, 7, epoch=1, seq=2, first=1) is Verdict.TAKE
+    assert take(received, 7, epoch=1, seq=4, first=1) is Verdict.DROP  # 3 was lost
+    assert take(received, 7, epoch=1, seq=5, first=1) is Verdict.DROP
     # The sender sends again from its oldest unconfirmed batch: 1 and 2 are known.
-    assert received.batch(7, epoch=1, seq=1, first=1) is Verdict.HAVE
-    assert received.batch(7, epoch=1, seq=2, first=1) is Verdict.HAVE
-    assert received.batch(7, epoch=1, seq=3, first=1) is Verdict.TAKE
-    assert received.batch(7, epoch=1, seq=4, first=1) is Verdict.TAKE
-    assert received.batch(8, epoch=1, seq=1, first=1) is Verdict.TAKE  # per sender
+    assert take(received, 7, epoch=1, seq=1, first=1) is Verdict.HAVE
+    assert take(received, 7, epoch=1, seq=2, first=1) is Verdict.HAVE
+    assert take(received, 7, epoch=1, seq=3, first=1) is Verdict.TAKE
+    assert take(received, 7, epoch=1, seq=4, first=1) is Verdict.TAKE
+    assert take(received, 8, epoch=1, seq=1, first=1) is Verdict.TAKE  # per sender
+
+
+def test_a_batch_whose_end_was_lost_is_not_taken_until_it_comes_again() -> None:
+    received = ReceivedBatches()
+    assert take(received, 7, epoch=1, seq=1, first=1) is Verdict.TAKE
+    assert received.batch(7, epoch=1, seq=2, first=1) is Verdict.TAKE  # its end: lost
+    assert take(received, 7, epoch=1, seq=3, first=1) is Verdict.DROP
+    assert take(received, 7, epoch=1, seq=2, first=2) is Verdict.TAKE  # sent again
+    assert take(received, 7, epoch=1, seq=3, first=2) is Verdict.TAKE
 
 
 def test_the_receiver_starts_at_the_senders_first_and_anew_with_its_next_life() -> None:
     received = ReceivedBatches()
     # The first batch heard (this worker started while the sender kept 40..): from 40.
-    assert received.batch(7, epoch=1, seq=41, first=40) is Verdict.DROP
-    assert received.batch(7, epoch=1, seq=40, first=40) is Verdict.TAKE
-    assert received.batch(7, epoch=1, seq=41, first=40) is Verdict.TAKE
+    assert take(received, 7, epoch=1, seq=41, first=40) is Verdict.DROP
+    assert take(received, 7, epoch=1, seq=40, first=40) is Verdict.TAKE
+    assert take(received, 7, epoch=1, seq=41, first=40) is Verdict.TAKE
     # The sender forgot 42..49 (that life of the receiver's was taken for gone).
-    assert received.batch(7, epoch=1, seq=50, first=50) is Verdict.TAKE
-    assert received.batch(7, epoch=2, seq=1, first=1) is Verdict.TAKE  # it restarted
+    assert take(received, 7, epoch=1, seq=50, first=50) is Verdict.TAKE
+    assert take(received, 7, epoch=2, seq=1, first=1) is Verdict.TAKE  # it restarted
 
 
 def test_numbered_crosses_the_codec() -> None:
