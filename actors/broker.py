@@ -351,6 +351,8 @@ class Broker:
                     route,
                     worker=self.worker_id,
                 )
+                if self.cluster is not None:
+                    self.cluster.restored_route(topic_filter)
             if remaining != float("inf"):
                 actor.start_expiry_timer(remaining)
             sessions[client_id] = session

@@ -27,6 +27,11 @@ class ClusterPart(Protocol):
 
     def joined_sessions(self, inner: Sessions) -> Sessions: ...
 
+    def restored_route(self, topic_filter: str) -> None:
+        """A persistent session restored from the store at start-up subscribes to
+        `topic_filter`: the other nodes forward to it and wait for its commits (share groups
+        stay on their node)."""
+
     def start(self) -> None: ...
 
     def stop(self) -> None: ...

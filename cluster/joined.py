@@ -5,8 +5,9 @@ A publish goes to this node's other workers through the pool (`PoolNode`, absent
 worker) and to the other nodes' workers through the cluster (`ClusterMember`): each wanting
 it gets it once. A share group's stand-in picked goes to the side its share id names (other
 nodes' workers from `PEER_SHARE_IDS` on, cluster.shares). A route change is told to both; a
-SUBACK waits for both rounds. What only the pool does across workers (persistent routes,
-the commits a QoS 1/2 acknowledgement waits for) stays with the pool.
+SUBACK waits for both rounds. A QoS 1/2 acknowledgement waits for the commits of the
+persistent sessions' workers on this node (the pool's round) and on the others (the
+cluster's).
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ class Member(Protocol):
 
     def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None: ...
 
-    def flush(self, retained: list[Message]) -> None: ...
+    def flush(
+        self, retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> Callable[[], None] | None: ...
 
     def route_changed(self, topic_filter: str, added: bool) -> None: ...
+
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None: ...
 
     def when_routes_known(self, then: Callable[[], object]) -> None: ...
 
@@ -68,10 +73,15 @@ class JoinedForwarder:
         on_durable: Callable[[], object] | None,
         publisher: Gate | None = None,
     ) -> Callable[[], object] | None:
-        self._member.flush(retained)
+        """The acks wait for the other nodes' commits (the member's part), which wait for the
+        pool's workers' (the pool's part), which wait for this worker's own commit."""
+        member_part = self._member.flush(retained, on_durable)
         if self._pool is None:
-            return None
-        return self._pool.flush(retained, on_durable, publisher)
+            return member_part
+        pool_part = self._pool.flush(
+            retained, on_durable if member_part is None else member_part, publisher
+        )
+        return member_part if pool_part is None else pool_part
 
 
 class JoinedReplication:
@@ -89,8 +99,9 @@ class JoinedReplication:
         self._member.route_changed(topic_filter, added)
 
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
-        if self._pool is not None:  # the store a publish needs is this node's
+        if self._pool is not None:
             self._pool.durable_route_changed(topic_filter, added)
+        self._member.durable_route_changed(topic_filter, added)
 
     def when_routes_known(self, then: Callable[[], object]) -> None:
         """`then` once the pool's workers and the other nodes' have applied the changes."""

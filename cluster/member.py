@@ -3,9 +3,12 @@ replicated, and publishes forwarded to the workers that want them (docs/cluster.
 
 `ClusterMember` is the `FabricHandler` of this worker's `NatsFabric` and reuses the pool's
 pure parts over it: `PoolRoutes` for the routes (filter -> peer, the `RoutesSync` round a
-SUBACK waits for) and `ForwardOutbox` for one `Forward` per peer per publish batch. A
-`Forward` received goes to this worker's subscribers only, never onwards; a `Retained` into
-this worker's retained index.
+SUBACK waits for; the `durable` replica of persistent sessions' filters) and `ForwardOutbox`
+for one `Forward` per peer per publish batch. A batch with QoS 1/2 messages for persistent
+sessions of a peer is numbered, kept until that peer has stored it and awaited by the
+publisher's acknowledgement (`cluster.durable_forwarding`). A `Forward` received goes to
+this worker's subscribers only, never onwards; a `Retained` into this worker's retained
+index.
 
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
@@ -34,6 +37,7 @@ from actors.messages import CloseConnection, StoreRetained, Sync
 from actors.router_actor import RouteReplication
 from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
+from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.ops import ClusterOps
@@ -44,7 +48,15 @@ from core.message import Message
 from core.reasons import DisconnectReason
 from core.share_origin import ShareOrigin
 from pool.frames.codec import Frame
-from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Numbered,
+    Retained,
+    RetainedSnapshot,
+)
 from pool.frames.operations import OpsReply, OpsRequest
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.frames.routes import SharesChanged, SharesSnapshot
@@ -52,6 +64,7 @@ from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
+from router.shared import is_shared
 from store.base import DeleteRetained, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -59,6 +72,8 @@ logger = logging.getLogger(__name__)
 ROUTES_TIMEOUT = 5.0  # seconds a moved-in session's CONNACK waits for its routes to be known
 FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
+_FORWARDING_FRAMES = frozenset((Forward, ForwardShared, Numbered, CommitSync, Committed))
+_CLAIM_FRAMES = frozenset((GiveUp, HandedOver, SessionHandedOver))
 
 
 class ClusterMember:
@@ -88,6 +103,14 @@ class ClusterMember:
         self._outbox = ForwardOutbox()
         self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
         self.shares = ClusterShares(config.node, fabric)
+        self.durable = DurableForwarding(
+            config,
+            fabric,
+            self.routes.durable,
+            context.persistence,
+            split=split_payloads,
+            deliver=self._forwarded_here,
+        )
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
@@ -101,10 +124,12 @@ class ClusterMember:
     def start(self) -> None:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
+        self.durable.start()
         if self.registry is not None:
             self.registry.start()
 
     def stop(self) -> None:
+        self.durable.stop()
         self.fabric.stop()
 
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication:
@@ -157,6 +182,7 @@ class ClusterMember:
     def _link_state(self, up: bool) -> None:
         if up:
             self._lost_at = None
+            self.durable.link_up()
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
@@ -188,6 +214,7 @@ class ClusterMember:
 
     def peer_up(self, worker: int, epoch: int) -> None:
         self.routes.peer_up(worker)
+        self.durable.peer_up(worker, epoch)
         if self.fabric.worker == 0:  # one worker per node answers for the node
             self._send_retained(worker)
 
@@ -238,21 +265,15 @@ class ClusterMember:
         self.routes.peer_down(worker)
         self.ops.peer_down(worker)
         self.shares.peer_down(worker)
+        self.durable.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:
             kind = type(frame)
-            if kind is Forward:
-                assert isinstance(frame, Forward)
-                self.received += len(frame.messages)
-                self._context.dispatcher.publish_forwarded(frame.messages)
-            elif kind is ForwardShared:
-                assert isinstance(frame, ForwardShared)
-                self.received += len(frame.messages)
-                marks = self.shares.incoming(frame.marks)
-                self._context.dispatcher.publish_forwarded(frame.messages, marks)
+            if kind in _FORWARDING_FRAMES:
+                self._forwarding_frame(worker, frame)
             elif kind is Retained or kind is RetainedSnapshot:
                 assert isinstance(frame, Retained | RetainedSnapshot)
                 self._retained_received(frame.messages, merge=kind is RetainedSnapshot)
@@ -261,24 +282,58 @@ class ClusterMember:
                 self.shares.frame_received(worker, frame)
             elif kind in ROUTE_FRAMES:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
-            elif kind is GiveUp and self.registry is not None:
-                assert isinstance(frame, GiveUp)
-                self.registry.give_up(worker, frame)
-            elif kind is HandedOver and self.registry is not None:
-                assert isinstance(frame, HandedOver)
-                self.registry.handed_over(worker, frame)
-            elif kind is SessionHandedOver and self.registry is not None:
-                assert isinstance(frame, SessionHandedOver)
-                self.registry.session_handed_over(worker, frame)
+            elif kind in _CLAIM_FRAMES and self.registry is not None:
+                self._claim_frame(self.registry, worker, frame)
             elif kind is OpsRequest or kind is OpsReply:  # the admin API's, `cluster.ops`
                 assert isinstance(frame, OpsRequest | OpsReply)
                 self.ops.frame_received(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
+    def _forwarding_frame(self, worker: int, frame: Frame) -> None:
+        """A publish batch's frames: plain, for a share group, or numbered and confirmed
+        (`cluster.durable_forwarding`)."""
+        if isinstance(frame, Forward):
+            self.durable.forward(worker, frame)
+        elif isinstance(frame, ForwardShared):
+            self.received += len(frame.messages)
+            marks = self.shares.incoming(frame.marks)
+            self._context.dispatcher.publish_forwarded(frame.messages, marks)
+        elif isinstance(frame, Numbered):
+            self.durable.numbered(worker, frame)
+        elif isinstance(frame, CommitSync):
+            self.durable.commit_sync(worker, frame)
+        elif isinstance(frame, Committed):
+            self.durable.committed(worker, frame)
+
+    @staticmethod
+    def _claim_frame(registry: ClusterRegistry, worker: int, frame: Frame) -> None:
+        """A frame of a client id's claim (`cluster.registry`)."""
+        if isinstance(frame, GiveUp):
+            registry.give_up(worker, frame)
+        elif isinstance(frame, HandedOver):
+            registry.handed_over(worker, frame)
+        elif isinstance(frame, SessionHandedOver):
+            registry.session_handed_over(worker, frame)
+
+    def _forwarded_here(self, messages: tuple[Message, ...]) -> None:
+        """Messages another node's worker forwarded: to this worker's subscribers only."""
+        self.received += len(messages)
+        self._context.dispatcher.publish_forwarded(messages)
+
     # ----- routes (the router's RouteReplication) -----------------------------------------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
         self.routes.route_changed(topic_filter, added)
+
+    def restored_route(self, topic_filter: str) -> None:
+        self.routes.route_changed(topic_filter, True)
+        if not is_shared(topic_filter):  # a group's pick is not waited for (docs/cluster.md)
+            self.routes.durable_route_changed(topic_filter, True)
+
+    def durable_route_changed(self, topic_filter: str, added: bool) -> None:
+        """A persistent session's route appeared / went: the other nodes' publishers then
+        wait for this worker's commit of what they forward to it."""
+        self.routes.durable_route_changed(topic_filter, added)
 
     def when_routes_known(self, then: Callable[[], object]) -> None:
         self.routes.when_routes_known(then)
@@ -291,6 +346,7 @@ class ClusterMember:
         if not workers or message.topic.startswith(_LOCAL_ONLY):
             return False
         self._outbox.add(workers, message)
+        self.durable.add(message)
         return True
 
     def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None:
@@ -298,25 +354,32 @@ class ClusterMember:
         for the group `share` names."""
         self._outbox.add_share(peer, message, self.shares.outgoing(share))
 
-    def flush(self, retained: list[Message]) -> None:
+    def flush(
+        self, retained: list[Message], on_durable: Callable[[], object] | None
+    ) -> Callable[[], None] | None:
         """Send what `add` collected, one frame per peer (split past FORWARD_BYTES), and the
-        batch's retained messages to every peer."""
-        fabric = self.fabric
+        batch's retained messages to every peer. If QoS 1/2 messages went to persistent
+        sessions of other nodes and `on_durable` is given, it waits for their commits: the
+        callback returned is then to be called once this node's part is committed."""
+        local_part = None
         if self._outbox:
+            frames: list[tuple[int, Forward]] = []
             for worker, frame in self._outbox.frames():
-                marks = frame.marks if isinstance(frame, ForwardShared) else None
+                self.forwarded += len(frame.messages)
+                if isinstance(frame, Forward):
+                    frames.append((worker, frame))
+                    continue
+                # A share group's pick: at most once (docs/cluster.md), never numbered.
                 start = 0
                 for part in split_payloads(frame.messages):
-                    self.forwarded += len(part)
-                    if marks is None:
-                        fabric.send(worker, Forward(part))
-                    else:
-                        end = start + len(part)
-                        fabric.send(worker, ForwardShared(part, marks[start:end]))
-                        start = end
+                    end = start + len(part)
+                    self.fabric.send(worker, ForwardShared(part, frame.marks[start:end]))
+                    start = end
+            local_part = self.durable.send(frames, on_durable)
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
-            fabric.broadcast(Retained(kept))
+            self.fabric.broadcast(Retained(kept))
+        return local_part
 
     def gather(self, op: str, args: dict[str, Any], timeout: float) -> NodesGathered:
         """Every other node's rows for `op`, and the nodes left out (`cluster.ops`)."""

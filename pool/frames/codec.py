@@ -37,6 +37,7 @@ from pool.frames.forwarding import (
     Committed,
     Forward,
     ForwardShared,
+    Numbered,
     Retained,
     RetainedSnapshot,
 )
@@ -124,6 +125,7 @@ Frame = (
     | ListenerCounts
     | Adopted
     | Orphans
+    | Numbered
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -181,6 +183,7 @@ _KINDS: dict[type[Frame], int] = {
     GiveUp: 130,
     SessionHandedOver: 131,
     RetainedSnapshot: 132,
+    Numbered: 133,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

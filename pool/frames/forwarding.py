@@ -1,7 +1,8 @@
 """The frames that carry messages to other workers: a publish batch's `Forward` (or
-`ForwardShared`, for share groups), retained messages, and the `CommitSync` round a QoS 1/2
-acknowledgement waits for (docs/pool.md "Publishing across workers"). Their bodies are the
-binary message part of pool.frames.messages."""
+`ForwardShared`, for share groups), retained messages, the `CommitSync` round a QoS 1/2
+acknowledgement waits for (docs/pool.md "Publishing across workers"), and the cluster's
+numbered batches (`Numbered`, docs/cluster.md "Forwarding a QoS 1/2 message"). The bodies
+of those that carry messages are the binary message part of pool.frames.messages."""
 
 from __future__ import annotations
 
@@ -48,6 +49,20 @@ class RetainedSnapshot:
     each is kept unless the receiver holds a newer one for its topic."""
 
     messages: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Numbered:
+    """Cluster: the `Forward` frames and the `CommitSync` that follow are the sender's batch
+    `seq` for the receiver (numbered 1, 2, ... per receiver), addressed to the receiver's
+    life `epoch`. `first` is the sender's oldest batch not confirmed yet: it never sends
+    an older one again. The receiver takes each number once and in order (cluster.commits):
+    a resent batch it has is skipped (its `CommitSync` still answered), one after a missing
+    batch waits for the resend (not answered)."""
+
+    seq: int
+    first: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

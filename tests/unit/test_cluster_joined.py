@@ -67,13 +67,68 @@ def test_without_a_pool_only_the_cluster_forwards() -> None:
     assert (joined.worker, joined.needs_store("stored"), len(joined.shares)) == (0, False, 0)
 
 
-def test_route_changes_go_to_both_and_durable_ones_to_the_pool_only() -> None:
+def test_route_changes_and_durable_ones_go_to_both() -> None:
+    # A persistent session's route is told to the other nodes too: their publishers' acks
+    # wait for this node's commits (cluster.durable_forwarding).
     pool, member = FakeSide(set()), FakeSide(set())
     joined = JoinedReplication(pool, member)  # type: ignore[arg-type]
     joined.route_changed("a/#", True)
     joined.durable_route_changed("a/#", True)
     assert pool.changes == member.changes == [("a/#", True)]
-    assert (pool.durable, member.durable) == ([("a/#", True)], [])
+    assert pool.durable == member.durable == [("a/#", True)]
+    joined = JoinedReplication(None, member)  # type: ignore[arg-type]
+    joined.durable_route_changed("b/#", False)
+    assert member.durable == [("a/#", True), ("b/#", False)]
+
+
+class WaitingSide(FakeSide):
+    """A side whose flush makes `on_durable` wait: it returns its own part, and calls
+    `on_durable` once that part and `release` were both called."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(set())
+        self.name = name
+        self.log = log
+        self.release: Callable[[], None] = lambda: None
+
+    def flush(  # type: ignore[override]
+        self, retained: list[Message], on_durable: Callable[[], object] | None, *_args: object
+    ) -> Callable[[], None] | None:
+        assert on_durable is not None
+        done: set[str] = set()
+
+        def part(which: str) -> None:
+            done.add(which)
+            self.log.append(f"{self.name} {which}")
+            if done == {"local", "others"}:
+                on_durable()
+
+        self.release = lambda: part("others")
+        return lambda: part("local")
+
+
+def test_a_qos1_ack_waits_for_this_node_then_its_pool_then_the_other_nodes() -> None:
+    log: list[str] = []
+    pool, member = WaitingSide("pool", log), WaitingSide("member", log)
+    joined = JoinedForwarder(pool, member)  # type: ignore[arg-type]
+    local_part = joined.flush([], lambda: log.append("acked"))
+    assert local_part is not None
+    member.release()  # the other nodes confirmed
+    local_part()  # this worker's own commit: the pool's part
+    assert "acked" not in log
+    pool.release()  # the pool's workers confirmed: the member's local part, then the ack
+    assert log == ["member others", "pool local", "pool others", "member local", "acked"]
+
+
+def test_without_a_pool_the_ack_waits_for_the_other_nodes_only() -> None:
+    log: list[str] = []
+    member = WaitingSide("member", log)
+    joined = JoinedForwarder(None, member)  # type: ignore[arg-type]
+    local_part = joined.flush([], lambda: log.append("acked"))
+    assert local_part is not None
+    local_part()
+    member.release()
+    assert log == ["member local", "member others", "acked"]
 
 
 def test_a_suback_waits_for_the_pool_and_the_cluster() -> None:

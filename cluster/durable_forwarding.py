@@ -1,0 +1,232 @@
+"""A worker's QoS 1/2 forwarding to persistent sessions on other nodes: numbered, confirmed
+by the receiver's commit, sent again after a lost NATS connection, and awaited by the
+publisher's acknowledgement (docs/cluster.md "Forwarding a QoS 1/2 message").
+
+`ClusterMember` hands it each publish batch's frames per peer. A peer whose persistent
+sessions (the replicated `durable` routes, as in the pool) want a QoS 1/2 message of the
+batch gets `Numbered`, the `Forward` frames and `CommitSync`; the batch is kept
+(`cluster.commits.SentBatches`) until the peer's `Committed`, and the publisher's
+acknowledgement waits for it (`AckWaits`) as the pool's waits for its workers' commits. Kept
+batches are sent again, in order, to a peer that has not confirmed the oldest of them for
+`peer_timeout` seconds, to every peer a heartbeat after this worker's NATS connection comes
+back, and to a peer that is linked again in the same life; the receiver takes each number
+once, delivering a batch when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
+
+A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
+the acknowledgements go. What it had not confirmed is sent again if it comes back in the
+same life (its NATS connection was cut), and forgotten, with an error line, if it restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from actors.persistence import Persistence
+from cluster.commits import AckWaits, Batch, ReceivedBatches, SentBatches, Verdict
+from cluster.config import ClusterConfig
+from cluster.fabric import NatsFabric
+from core.message import Message
+from pool.frames.forwarding import CommitSync, Committed, Forward, Numbered
+from router.route_replica import RemoteRoutes
+
+logger = logging.getLogger(__name__)
+
+# Splits a batch's messages into runs that each make one `Forward` (cluster.member's).
+Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
+# Delivers messages another node's worker forwarded to this worker's subscribers.
+Deliver = Callable[[tuple[Message, ...]], None]
+
+
+class DurableForwarding:
+    """This worker's numbered batches to other nodes' workers, and theirs to it."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        fabric: NatsFabric,
+        durable: RemoteRoutes,
+        persistence: Persistence,
+        *,
+        split: Split,
+        deliver: Deliver,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._fabric = fabric
+        self._durable = durable  # the other nodes' workers' persistent sessions' filters
+        self._persistence = persistence
+        self._split = split
+        self._deliver = deliver
+        self._clock = clock
+        self._to: set[int] = set()  # peers with persistent sessions wanting this batch
+        self._token = 0
+        self._sent = SentBatches()
+        self._acks = AckWaits()
+        self._received = ReceivedBatches()
+        self._verdicts: dict[int, Verdict] = {}  # per sender: its current batch's
+        self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
+        self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
+        self._resend_all = False  # NATS came back: every kept batch goes again
+        self._ticker: gevent.Greenlet[..., Any] | None = None
+
+    def start(self) -> None:
+        self._ticker = gevent.spawn(self._tick)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.kill()
+
+    # ----- sending ------------------------------------------------------------------------
+
+    def add(self, message: Message) -> None:
+        """`message` is forwarded in this batch: note the peers that store it."""
+        if message.qos:
+            durable = self._durable.workers_cached(message.topic)
+            if durable:
+                self._to.update(durable)
+
+    def send(
+        self, frames: list[tuple[int, Forward]], on_durable: Callable[[], object] | None
+    ) -> Callable[[], None] | None:
+        """Send the batch's `Forward` per peer, numbered to the peers that store it. If any
+        and `on_durable` is given, `on_durable` waits for their commits: the callback
+        returned is to be called once this worker's own part is committed."""
+        durable_to, self._to = self._to, set()
+        fabric = self._fabric
+        waiting: set[int] = set()
+        token = 0
+        for worker, frame in frames:
+            if worker in durable_to and self._sent.epoch_of(worker) is not None:
+                if not token:
+                    self._token += 1
+                    token = self._token
+                batch = self._sent.add(worker, token, frame.messages, self._clock())
+                if self._send_batch(worker, batch):
+                    waiting.add(worker)
+            else:
+                for part in self._split(frame.messages):
+                    fabric.send(worker, Forward(part))
+        if on_durable is None or not waiting:
+            return None
+        return self._acks.wait(token, waiting, on_durable)
+
+    def _send_batch(self, worker: int, batch: Batch) -> bool:
+        """Numbered, Forward(s), CommitSync: False if `worker` is not linked."""
+        epoch = self._sent.epoch_of(worker)
+        assert epoch is not None
+        fabric = self._fabric
+        if not fabric.send(worker, Numbered(batch.seq, self._sent.first(worker), epoch)):
+            return False
+        for part in self._split(batch.messages):
+            fabric.send(worker, Forward(part))
+        fabric.send(worker, CommitSync(batch.token))
+        return True
+
+    def _tick(self) -> None:
+        """Every heartbeat: send again what a peer has not confirmed for `peer_timeout`
+        seconds (everything, once NATS is back)."""
+        while True:
+            gevent.sleep(self._config.heartbeat)
+            after = -1.0 if self._resend_all else self._config.peer_timeout
+            self._resend_all = False
+            for worker, batches in self._sent.due(self._clock(), after, self._fabric.peers).items():
+                logger.warning(
+                    "cluster: %d batches (%d messages) for persistent sessions on %s not "
+                    "confirmed yet: sent again (a NATS connection was lost meanwhile?)",
+                    len(batches),
+                    sum(len(batch.messages) for batch in batches),
+                    self._fabric.name_of(worker),
+                )
+                self._resend(worker, batches)
+
+    def _resend(self, worker: int, batches: list[Batch]) -> None:
+        for batch in batches:
+            if not self._send_batch(worker, batch):
+                return
+
+    def link_up(self) -> None:
+        """This worker's NATS connection is back: what was sent meanwhile may be lost."""
+        self._resend_all = True
+
+    # ----- peers --------------------------------------------------------------------------
+
+    def peer_up(self, worker: int, epoch: int) -> None:
+        self._verdicts.pop(worker, None)  # a batch cut by the link's loss is sent again
+        self._taking.pop(worker, None)
+        lost = self._sent.forget(worker, epoch)
+        if lost:
+            logger.error(
+                "cluster: %s restarted before confirming it stored %d QoS 1/2 messages for "
+                "its persistent sessions: those it had not stored are lost (their publishers "
+                "were acknowledged when it was taken for gone); see its log for why it "
+                "restarted",
+                self._fabric.name_of(worker),
+                len(lost),
+            )
+        self._resend(worker, self._sent.peer_up(worker, epoch))
+
+    def peer_down(self, worker: int) -> None:
+        released = self._acks.peer_gone(worker)
+        if released:
+            logger.warning(
+                "cluster: %s is gone before confirming it stored messages for its persistent "
+                "sessions: %d acknowledgements no longer wait for it; those messages are "
+                "sent again if it comes back without restarting",
+                self._fabric.name_of(worker),
+                released,
+            )
+
+    # ----- receiving ----------------------------------------------------------------------
+
+    def numbered(self, worker: int, frame: Numbered) -> None:
+        """The next `Forward`s from `worker` are its batch `frame.seq` (a batch begun before
+        and not ended by its `CommitSync` lost its end: it is not taken)."""
+        self._taking.pop(worker, None)
+        epoch = self._sent.epoch_of(worker)
+        if frame.epoch != self._fabric.epoch or epoch is None:
+            verdict = Verdict.DROP  # for this worker's previous life
+        else:
+            verdict = self._received.batch(worker, epoch, frame.seq, frame.first)
+        if verdict is not Verdict.DROP:
+            self._gaps.discard(worker)
+        elif worker not in self._gaps:
+            self._gaps.add(worker)
+            logger.warning(
+                "cluster: batch %d from %s follows one that did not arrive (lost with a NATS "
+                "connection) or is for this worker's previous life: dropped until it sends "
+                "again",
+                frame.seq,
+                self._fabric.name_of(worker),
+            )
+        self._verdicts[worker] = verdict
+        if verdict is Verdict.TAKE:
+            self._taking[worker] = []
+
+    def forward(self, worker: int, frame: Forward) -> None:
+        """A `Forward` from `worker`: delivered now outside a numbered batch, at the batch's
+        end (whole) inside one to take, not at all inside one skipped."""
+        verdict = self._verdicts.get(worker)
+        if verdict is None:
+            self._deliver(frame.messages)
+        elif verdict is Verdict.TAKE:
+            self._taking[worker] += frame.messages
+
+    def commit_sync(self, worker: int, frame: CommitSync) -> None:
+        """The end of a numbered batch: delivered if taken, and `Committed` once the store
+        has what came before."""
+        verdict = self._verdicts.pop(worker, None)
+        if verdict is Verdict.DROP:
+            return
+        if verdict is Verdict.TAKE:
+            self._deliver(tuple(self._taking.pop(worker)))
+            self._received.taken(worker)
+        fabric, token = self._fabric, frame.token
+        self._persistence.submit((), lambda: fabric.send(worker, Committed(token)))
+
+    def committed(self, worker: int, frame: Committed) -> None:
+        self._acks.committed(worker, self._sent.confirmed(worker, frame.token))

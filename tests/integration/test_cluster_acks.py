@@ -1,0 +1,214 @@
+"""At-least-once forwarding across the nodes of a cluster (docs/cluster.md "Forwarding a QoS
+1/2 message"): a publisher's PUBACK/PUBCOMP waits until the node of a persistent subscriber
+has stored the message, and what crosses NATS survives its restart.
+
+Real brokers over a real nats-server on loopback, real paho clients; each test runs with one
+process per node and with a pool of two workers per node (the integration suite's modes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.clients import PahoCollector, unique
+from tests.support.cluster import cluster_config, drain, kill_node, linked, node_pids, nodes_of
+from tests.support.nats_server import NATS_SERVER, NatsServer
+
+pytestmark = pytest.mark.skipif(
+    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
+    with nodes_of(tmp_path, nats, {"a": "", "b": ""}) as nodes:
+        yield nodes
+
+
+def persistent_subscriber(broker: BrokerProcess, client_id: str, topic: str, qos: int) -> None:
+    """A session that outlives its connection (clean session 0), subscribed, then offline."""
+    subscriber = PahoCollector(broker, client_id, clean_session=False)
+    assert subscriber.subscribe(topic, qos) == [qos]
+    subscriber.close()
+
+
+def burst_publisher(broker: BrokerProcess, in_flight: int) -> PahoCollector:
+    """A publisher that keeps up to `in_flight` QoS 1/2 messages unacknowledged."""
+    return PahoCollector(
+        broker, unique("pub"), setup=lambda client: client.max_inflight_messages_set(in_flight)
+    )
+
+
+def publish_burst(publisher: PahoCollector, topic: str, count: int, qos: int) -> None:
+    """`count` messages in flight at once, then every acknowledgement waited for."""
+    sent = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(count)]
+    for info in sent:
+        info.wait_for_publish(30)
+        assert info.is_published()
+
+
+def test_every_acknowledged_message_survives_the_subscribers_node_dying_right_after(
+    cluster: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    # The PUBACKs wait until node b has stored the messages for its offline persistent
+    # sessions, so b killed right after the last PUBACK still has every one when it
+    # restarts. Ten sessions make b's work ten times a's: without that wait, a acknowledges
+    # well before b has stored the tail of the burst.
+    topic, count = f"acks/{unique('t')}", 600
+    client_ids = [unique("keeper") for _ in range(10)]
+    for client_id in client_ids:
+        persistent_subscriber(cluster["b"], client_id, topic, 1)
+    publisher = burst_publisher(cluster["a"], count)
+    publish_burst(publisher, topic, count, qos=1)
+    kill_node(cluster["b"])
+    publisher.close()
+    config = (tmp_path / "b" / "broker.toml").read_text(encoding="utf-8")
+    cluster["b"] = start_broker(tmp_path / "b", config)
+    for client_id in client_ids:
+        subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+        got = {int(subscriber.next_message(10).payload) for _ in range(count)}
+        assert got == set(range(count)), client_id
+        subscriber.close()
+
+
+def test_the_sessions_a_node_restores_from_its_store_are_subscribed_on_the_others(
+    cluster: dict[str, BrokerProcess], tmp_path: Path
+) -> None:
+    # Node b restarts with offline persistent sessions: it tells the other nodes their
+    # routes, so what is published on a before their clients return is stored on b.
+    topic = f"restored/{unique('t')}"
+    client_ids = [unique("keeper") for _ in range(3)]
+    for client_id in client_ids:
+        persistent_subscriber(cluster["b"], client_id, topic, 1)
+    cluster["b"].stop()
+    config = (tmp_path / "b" / "broker.toml").read_text(encoding="utf-8")
+    cluster["b"] = start_broker(tmp_path / "b", config)
+    linked(cluster)
+    time.sleep(0.5)  # b's routes, sent when it linked to a, reach a
+    publisher = burst_publisher(cluster["a"], 10)
+    publish_burst(publisher, topic, 10, qos=1)
+    publisher.close()
+    for client_id in client_ids:
+        subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+        assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10)), client_id
+        subscriber.close()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_messages_published_while_nats_restarts_reach_the_other_node_once_each_in_order(
+    tmp_path: Path, nats: NatsServer, qos: int
+) -> None:
+    # A peer timeout longer than the restart: the nodes keep each other (and their clients)
+    # through it, and what was forwarded meanwhile is sent again once NATS is back.
+    name = unique("n").replace("-", "")[:40]
+    nodes: dict[str, BrokerProcess] = {}
+    try:
+        for node in ("a", "b"):
+            (tmp_path / node).mkdir()
+            text = cluster_config(nats, name, node)
+            text = text.replace("peer_timeout = 1.0", "peer_timeout = 5.0")
+            nodes[node] = start_broker(tmp_path / node, text)
+        linked(nodes)
+        client_id, topic = unique("keeper"), f"restart/{unique('t')}"
+        subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
+        assert subscriber.subscribe(topic, qos) == [qos]
+        publisher = burst_publisher(nodes["a"], 100)
+        for index in range(20):
+            publisher.publish(topic, str(index).encode(), qos)
+        nats.stop()
+        wait_for_log(nodes["a"], "cluster: lost the NATS connection", timeout=5)
+        during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
+        time.sleep(0.3)
+        nats.start()
+        for info in during:
+            info.wait_for_publish(20)
+            assert info.is_published()
+        for index in range(60, 80):
+            publisher.publish(topic, str(index).encode(), qos)
+        got = drain(subscriber, 80, timeout=20)
+        assert [int(m.payload) for m in got] == list(range(80))
+        assert {m.qos for m in got} == {qos}
+        publisher.close()
+        subscriber.close()
+    finally:
+        for broker in nodes.values():
+            broker.stop()
+        if nats.process is None:
+            nats.start()
+
+
+def test_a_publisher_waits_no_longer_than_the_peer_timeout_for_a_silent_node(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # Node b stops answering (SIGSTOP): the PUBACK waits for it until it is taken for gone
+    # (peer_timeout 1.0 s), not forever. When b wakes up in the same life, the message is
+    # sent again and its persistent session gets it once.
+    client_id, topic = unique("keeper"), f"silent/{unique('t')}"
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    assert subscriber.subscribe(topic, 1) == [1]
+    publisher = PahoCollector(cluster["a"], unique("pub"))
+    publisher.publish(topic, b"before", 1)
+    assert subscriber.next_message(5).payload == b"before"
+    pids = node_pids(cluster["b"])
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        info = publisher.client.publish(topic, b"while-stopped", 1)
+        info.wait_for_publish(10)
+        waited = time.monotonic() - started
+        assert info.is_published()
+        assert 0.8 < waited < 5.0, waited
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert subscriber.next_message(10).payload == b"while-stopped"
+    subscriber.assert_no_message(within=1.0)
+    publisher.close()
+    subscriber.close()
+
+
+def test_qos2_crosses_nodes_exactly_once_to_an_offline_persistent_session(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    client_id, topic, count = unique("keeper"), f"exact/{unique('t')}", 200
+    persistent_subscriber(cluster["b"], client_id, topic, 2)
+    publisher = burst_publisher(cluster["a"], count)
+    publish_burst(publisher, topic, count, qos=2)
+    publisher.close()
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    got = drain(subscriber, count)
+    assert [int(m.payload) for m in got] == list(range(count))
+    assert {m.qos for m in got} == {2}
+    subscriber.close()
+
+
+def test_clean_subscribers_and_qos0_do_not_wait_for_other_nodes(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # Only a persistent session's QoS 1/2 messages are numbered and confirmed: a clean
+    # session's node is not waited for, even when it is silent.
+    topic = f"clean/{unique('t')}"
+    subscriber = PahoCollector(cluster["b"], unique("sub"))
+    assert subscriber.subscribe(topic, 1) == [1]
+    publisher = PahoCollector(cluster["a"], unique("pub"))
+    pids = node_pids(cluster["b"])
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        publisher.publish(topic, b"x", 1)
+        assert time.monotonic() - started < 0.5
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert subscriber.next_message(10).payload == b"x"
+    publisher.close()
+    subscriber.close()
