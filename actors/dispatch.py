@@ -539,8 +539,9 @@ class Dispatcher:
     def publish_internal(
         self, messages: list[Message], retained: list[Message] | None = None
     ) -> None:
-        """Route messages the broker makes itself ($SYS) to the current subscribers, at QoS 0,
-        and keep `retained` in the retainer (not in the store: stale after a restart).
+        """Route messages the broker makes itself ($SYS) to the current subscribers and to one
+        member of each share group, at QoS 0, and keep `retained` in the retainer (not in
+        the store: stale after a restart).
 
         Not counted as received, never dropped or persisted, and no message.publish hook:
         it is the broker reporting, not a client's traffic. In a pool they are forwarded
@@ -548,11 +549,17 @@ class Dispatcher:
         """
         per_session: dict[Any, list[Delivery]] = {}
         remote = self.remote
-        plans = self._readable_plans if self.read_checks.active else None
+        reads = self.read_checks if self.read_checks.active else None
+        plans = None if reads is None else self._readable_plans
+        any_shares = bool(self._shares.group_count or (remote is not None and remote.shares))
+        ops: list[Op] = []  # stays empty: these messages are QoS 0
         for message in messages:
-            self._fan_out(message, per_session, [], plans)
+            self._fan_out(message, per_session, ops, plans)
             if remote is not None:
                 remote.add(message)
+            if any_shares:  # a share group reads $SYS too: one member gets each message
+                groups = self._share_plan(message.topic)
+                self._share_out(message, groups, per_session, ops, reads=reads)
         for session, deliveries in per_session.items():
             tell_if_alive(session, Deliver(deliveries))
         if retained:

@@ -64,7 +64,7 @@ from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
-from router.shared import is_shared
+from router.shared import inner_filter, is_shared
 from store.base import DeleteRetained, PutRetained
 
 logger = logging.getLogger(__name__)
@@ -323,9 +323,12 @@ class ClusterMember:
     # ----- routes (the router's RouteReplication) -----------------------------------------
 
     def route_changed(self, topic_filter: str, added: bool) -> None:
-        self.routes.route_changed(topic_filter, added)
+        if not reads_local_only(topic_filter):
+            self.routes.route_changed(topic_filter, added)
 
     def restored_route(self, topic_filter: str) -> None:
+        if reads_local_only(topic_filter):
+            return
         self.routes.route_changed(topic_filter, True)
         if not is_shared(topic_filter):  # a group's pick is not waited for (docs/cluster.md)
             self.routes.durable_route_changed(topic_filter, True)
@@ -333,7 +336,8 @@ class ClusterMember:
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
         """A persistent session's route appeared / went: the other nodes' publishers then
         wait for this worker's commit of what they forward to it."""
-        self.routes.durable_route_changed(topic_filter, added)
+        if not reads_local_only(topic_filter):
+            self.routes.durable_route_changed(topic_filter, added)
 
     def when_routes_known(self, then: Callable[[], object]) -> None:
         self.routes.when_routes_known(then)
@@ -413,6 +417,14 @@ class ClusterMember:
                 "sessions_moved_in": 0 if registry is None else registry.moved_in,
             },
         }
+
+
+def reads_local_only(topic_filter: str) -> bool:
+    """Whether `topic_filter` (or a share group's filter) reads only `$SYS` topics, which each
+    node publishes for itself: the other nodes are not told of it, so a share group of such
+    a filter picks among this node's members only."""
+    inner = inner_filter(topic_filter)
+    return inner == _LOCAL_ONLY[:-1] or inner.startswith(_LOCAL_ONLY)
 
 
 def split_payloads(messages: tuple[Message, ...]) -> list[tuple[Message, ...]]:

@@ -161,3 +161,26 @@ def test_an_offline_members_messages_go_to_a_member_on_another_node(
     for payload in sent:
         publisher.publish(topic, payload.encode(), qos=1)
     assert collect(present, len(sent))[0] == Counter(sent)
+
+
+def test_a_group_of_sys_topics_picks_among_its_own_nodes_members(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    # Each node publishes its own $SYS tree and nodes do not forward it: a group reading
+    # $SYS topics gets each node's messages at that node's members, never elsewhere.
+    presence = "[sys]\npresence_events = true\n"
+    with nodes_of(tmp_path, nats, dict.fromkeys(("a", "b"), presence)) as nodes:
+        group = f"$share/{unique('g')}/$SYS/brokers/+/clients/#"
+        members = {
+            node: PahoCollector(broker, unique(f"m-{node}")) for node, broker in nodes.items()
+        }
+        for member in members.values():
+            assert member.subscribe(group, 0) == [0]
+        time.sleep(0.5)  # each node would have learnt of the other's member by now
+        for _ in range(6):
+            PahoCollector(nodes["a"], unique("visitor")).close()
+        got = [members["a"].next_message(5) for _ in range(12)]  # connected, disconnected
+        assert {m.topic.split("/")[2] for m in got} == {"a"}
+        members["b"].assert_no_message(within=0.5)
+        for member in members.values():
+            member.close()

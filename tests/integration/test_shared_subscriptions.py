@@ -83,6 +83,39 @@ def test_each_message_once_per_group_in_turn_beside_normal_subscribers(
         client.close()
 
 
+def test_a_group_reading_sys_topics_gets_each_of_them_once(
+    tmp_path_factory: pytest.TempPathFactory, workers: int
+) -> None:
+    # The broker's own messages ($SYS, here the presence events) reach share groups as a
+    # client's publish does: one member of the group each [MQTT-4.8.2-3].
+    config = '[store]\nkind = "memory"\n[sys]\npresence_events = true\n'
+    with running_broker(tmp_path_factory.mktemp("sysshare"), config) as broker:
+        group = members(broker, "$share/g/$SYS/brokers/+/clients/#", 2)
+        visitors = [unique("visitor") for _ in range(3)]
+        for visitor in visitors:
+            PahoCollector(broker, visitor).close()
+        topics = [m.topic for member in group for m in drain_messages(member)]
+        node = topics[0].split("/")[2]  # the broker's node name
+        seen = [t for t in topics if t.split("/")[4] in visitors]
+        assert sorted(seen) == sorted(  # each event once, across the members
+            f"$SYS/brokers/{node}/clients/{visitor}/{event}"
+            for visitor in visitors
+            for event in ("connected", "disconnected")
+        )
+        for member in group:
+            member.close()
+
+
+def drain_messages(client: PahoCollector, within: float = 1.0) -> list[Any]:
+    """Every message the client receives until `within` seconds pass without one."""
+    got = []
+    while True:
+        try:
+            got.append(client.next_message(timeout=within))
+        except queue.Empty:
+            return got
+
+
 def test_mqtt_311_clients_share_too(round_robin: BrokerProcess) -> None:
     topic = unique("v3")
     group = members(round_robin, f"$share/g/{topic}", 2, protocol=paho.MQTTv311)
