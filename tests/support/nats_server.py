@@ -4,6 +4,8 @@ in a directory of each server's own: one server (`NatsServer`), or three in a NA
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import shutil
 import signal
@@ -13,6 +15,9 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import nats
+import nats.errors
 
 from tests.support.admin import free_port
 
@@ -169,6 +174,30 @@ class NatsCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no NATS server has a client named {client_name!r}")
             time.sleep(0.1)
+
+    def lead(self, stream: str, server: NatsServer) -> None:
+        """Make `server` the leader of JetStream stream `stream` (asking the leader to step
+        down until the election picks it)."""
+        asyncio.run(self._lead(stream, server))
+
+    async def _lead(self, stream: str, server: NatsServer) -> None:
+        client = await nats.connect(servers=[server.url])
+        try:
+            js = client.jetstream()
+            deadline = time.monotonic() + 30
+            while True:
+                info = await js.stream_info(stream)
+                leader = info.cluster.leader if info.cluster is not None else None
+                if leader == server.name:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{server.name} did not become leader of {stream}")
+                if leader is not None:
+                    with contextlib.suppress(nats.errors.TimeoutError):
+                        await client.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", timeout=2)
+                await asyncio.sleep(0.2)
+        finally:
+            await client.close()
 
     def remove(self) -> None:
         for server in self.servers:
