@@ -1,6 +1,6 @@
 """The cluster's faults (docs/cluster.md "Faults"): brokers over a three-server NATS
-JetStream cluster on loopback, a NATS server or two killed, a node killed behind HAProxy;
-every client on a real socket.
+JetStream cluster on loopback, a NATS server or two killed, a node killed behind HAProxy, a
+node cut off from NATS by a proxy; every client on a real socket.
 
 Each test runs with one process per node and with a pool of two workers per node (the
 integration suite's two modes)."""
@@ -32,8 +32,9 @@ from tests.support.clients import (
 )
 from tests.support.cluster import kill_node, linked, nodes_of
 from tests.support.haproxy import CHECK_INTERVAL, HAPROXY, HaProxy
-from tests.support.nats_server import NATS_SERVER, NatsCluster
+from tests.support.nats_server import NATS_SERVER, NatsCluster, NatsServer
 from tests.support.raw_client import RawClient
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.skipif(
     not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
@@ -311,3 +312,48 @@ def _carry_on_and_come_back(
     for rider in riders:
         rider.close()
     publisher.close()
+
+
+def test_a_node_cut_off_from_nats_fences_itself_while_the_others_serve(tmp_path: Path) -> None:
+    # A silent partition between node c and NATS (a proxy that drops every byte and resets
+    # nothing): past its lease c closes its clients (5.0: DISCONNECT 0x9C Use another
+    # server) and refuses CONNECTs, as the others take it for gone and serve on.
+    server = NatsServer()
+    server.start()
+    proxy = TcpProxy(server.port)
+    proxy.start()
+    try:
+        with nodes_of(tmp_path, server, {"a": "", "b": ""}) as nodes:
+            config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+            (tmp_path / "c").mkdir()
+            nodes["c"] = start_broker(
+                tmp_path / "c",
+                config.replace('node = "a"', 'node = "c"').replace(server.url, proxy.url),
+            )
+            linked(nodes)
+            watcher = connect_raw(nodes["c"], unique("watcher"), version=5)
+            subscriber = PahoCollector(nodes["a"], unique("sub"))
+            subscriber.subscribe("keep/#", 1)
+            publisher = PahoCollector(nodes["b"], unique("pub"))
+            proxy.cut()
+            cut_at = time.monotonic()
+            disconnect = watcher.expect(5)
+            assert isinstance(disconnect, Disconnect), disconnect
+            assert disconnect.reason_code == ReasonCode.USE_ANOTHER_SERVER
+            # peer_timeout (1.0) and a heartbeat (0.2) after the last answer from NATS
+            assert time.monotonic() - cut_at < 2.5
+            line = wait_for_log(nodes["c"], "cluster: no NATS for", timeout=1)
+            assert "clients are closed (use another server)" in line
+            assert connect_code(nodes["c"]) == 3  # at once: no claim is tried
+            wait_for_log(nodes["a"], "cluster: no word from c.0", timeout=1)
+            assert connect_code(nodes["a"]) == 0
+            publisher.publish("keep/1", b"on", qos=1)
+            assert subscriber.next_message(5).payload == b"on"
+            proxy.heal()
+            wait_for_log(nodes["c"], "cluster: NATS is back: this node accepts CONNECTs again", 15)
+            accepted_within(nodes["c"], 10)
+            subscriber.close()
+            publisher.close()
+    finally:
+        proxy.close()
+        server.remove()
