@@ -150,6 +150,7 @@ class ClusterMember:
     def _link_state(self, up: bool) -> None:
         if up:
             self._lost_at = None
+            self._answered_at = time.monotonic()  # not lost since before: probes count anew
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
