@@ -11,7 +11,8 @@ BIN := $(VENV)/bin
 # dashboard test drives it with Playwright; no browser download), postgresql and
 # redis-server (the auth_postgres and auth_redis tests start private servers; Debian keeps
 # PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off the PATH), nats-server
-# (the cluster tests start one; Debian keeps it in /usr/sbin).
+# (the cluster tests start one, or three in a NATS cluster) and haproxy (the cluster's fault
+# tests put it in front of the nodes; Debian keeps both in /usr/sbin).
 system-deps:
 	@missing=""; \
 	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
@@ -21,6 +22,7 @@ system-deps:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || missing="$$missing nats-server"; \
+	[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing="$$missing haproxy"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

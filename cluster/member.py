@@ -23,6 +23,7 @@ the other nodes' counts under `$SYS/cluster/...`).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -117,6 +118,8 @@ class ClusterMember:
         # lease ran out, so this worker's clients were closed and CONNECTs are refused.
         self._lost_at: float | None = time.monotonic()  # not linked before the first time
         self.fenced = False
+        self._answered_at = time.monotonic()  # the last answer to a probe of NATS
+        self._prober: gevent.Greenlet[[], None] | None = None
         fabric.on_link_state = self._link_state
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
@@ -125,11 +128,14 @@ class ClusterMember:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
         self.durable.start()
+        self._prober = gevent.spawn(self._probe_nats)
         if self.registry is not None:
             self.registry.start()
 
     def stop(self) -> None:
         self.durable.stop()
+        if self._prober is not None:
+            self._prober.kill()
         self.fabric.stop()
 
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication:
@@ -183,12 +189,42 @@ class ClusterMember:
         if up:
             self._lost_at = None
             self.durable.link_up()
+            self._answered_at = time.monotonic()  # not lost since before: probes count anew
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
             return
         self._lost_at = time.monotonic()
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
+
+    def _probe_nats(self) -> None:
+        """A NATS connection that stalls without closing (a silent partition) is reported
+        down by the NATS client only when its pings time out, minutes later. So every
+        `heartbeat` a round trip to the server (PING, PONG) is asked for; with no answer for
+        `peer_timeout` and a heartbeat, NATS counts as lost since the last answer."""
+        config = self.config
+        wait = math.ceil(config.peer_timeout)  # nats-py takes whole seconds; `run` cuts it
+        while True:
+            gevent.sleep(config.heartbeat)
+            self.fabric.link.run(
+                lambda client: client.flush(timeout=wait),
+                self._probed,
+                timeout=config.peer_timeout,
+            )
+
+    def _probed(self, _result: None, error: BaseException | None) -> None:
+        now = time.monotonic()
+        if error is None:
+            self._answered_at = now
+            if self._lost_at is not None and self.fabric.connected:
+                self._link_state(True)  # a stalled connection that carries on
+            return
+        config = self.config
+        if self._lost_at is None and now - self._answered_at >= (
+            config.peer_timeout + config.heartbeat
+        ):
+            self._lost_at = self._answered_at
+            self._lease_check()
 
     def _lease_check(self) -> None:
         """The other nodes take this one for gone after `peer_timeout` of silence: so does it,

@@ -37,17 +37,25 @@ that `GiveUp`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import gevent
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
 from nats.js.api import KeyValueConfig
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+)
 from nats.js.kv import KeyValue
 
 from actors.context import Sessions
@@ -69,6 +77,15 @@ from store.base import DeleteSession, Op
 logger = logging.getLogger(__name__)
 
 CLAIM_TRIES = 8  # compare-and-set attempts before a claim counts as failed (contention)
+# A JetStream request to the bucket while its stream has no leader (just made, or electing
+# one after the NATS server that led it died) is dropped unanswered; so is one while
+# JetStream is out of quorum. It is sent again after REQUEST_TIMEOUT seconds (RETRY_PAUSE
+# after a quick refusal), until the claim's `claim_timeout` ends it: an election shorter
+# than that delays a CONNECT instead of refusing it.
+REQUEST_TIMEOUT = 1.0
+RETRY_PAUSE = 0.1
+_UNANSWERED = (TimeoutError, NoRespondersError, ServiceUnavailableError, NoStreamResponseError)
+T = TypeVar("T")
 
 
 class ClaimContendedError(Exception):
@@ -94,6 +111,19 @@ def client_id_of(key: str) -> str:
     return base64.urlsafe_b64decode(key.encode("ascii")).decode("utf-8", "surrogatepass")
 
 
+async def answered(request: Callable[[], Awaitable[T]]) -> T:
+    """`request()`'s answer, asked again while JetStream leaves it unanswered (see
+    REQUEST_TIMEOUT); the caller's own timeout ends the wait (`asyncio.timeout`, unlike
+    3.11's `wait_for`, never takes the caller's cancellation for its own timeout)."""
+    while True:
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                return await request()
+        except _UNANSWERED as error:
+            logger.debug("cluster: a request to the bucket went unanswered (%r); again", error)
+            await asyncio.sleep(RETRY_PAUSE)
+
+
 class Bucket:
     """The records, on the NATS thread: every method is a coroutine run by `NatsLink.run`."""
 
@@ -116,22 +146,27 @@ class Bucket:
     async def claim(self, client: Client, client_id: str, node: str) -> tuple[str | None, int]:
         """Record `node` as the owner of `client_id`: (the node that held it before, if
         another, and the record's revision after this claim)."""
-        kv = await self.open(client)
+        kv = await answered(lambda: self.open(client))
         key = record_key(client_id)
         mine = node.encode()
+        # The last other node read as the owner: a write of this claim that was applied but
+        # left unanswered (sent again, it fails on the revision) then reads as this node's.
+        previous: str | None = None
         for _ in range(CLAIM_TRIES):
             try:
-                entry = await kv.get(key)
+                entry = await answered(lambda: kv.get(key))
             except KeyNotFoundError:  # never claimed, or its record deleted
                 entry = None
             try:
                 if entry is None or entry.value is None:
-                    return None, await kv.create(key, mine)
+                    return previous, await answered(lambda: kv.create(key, mine))
+                if entry.value != mine:
+                    previous = entry.value.decode()
                 # Written even when this node holds the id already: every claim gets a
                 # revision of its own, so a claim made elsewhere in between is ordered
                 # against it (and fences it, or is fenced by it).
-                revision = await kv.update(key, mine, last=entry.revision)
-                return (None if entry.value == mine else entry.value.decode()), revision
+                update = partial(kv.update, key, mine, last=entry.revision)
+                return previous, await answered(update)
             except KeyWrongLastSequenceError:
                 continue  # another claim came between the read and the write
         raise ClaimContendedError(f"{CLAIM_TRIES} attempts")
@@ -139,7 +174,7 @@ class Bucket:
     async def watch(self, client: Client, seen: Callable[[str, str, int], None]) -> None:
         """Tell `seen(client_id, node, revision)` (from the NATS thread) of every record,
         now and as it changes, until cancelled."""
-        kv = await self.open(client)
+        kv = await answered(lambda: self.open(client))
         watcher = await kv.watchall()
         async for entry in watcher:
             if entry is None or entry.value is None or entry.revision is None:
@@ -308,7 +343,8 @@ class ClusterRegistry:
             f"cluster: refused CONNECT of {client.client_id!r} with server unavailable: its id "
             f"could not be claimed in bucket {self._bucket.name} within "
             f"{self._config.claim_timeout} s ([cluster] claim_timeout): "
-            f"{error or type(error).__name__}; is NATS (with JetStream) reachable and in quorum?",
+            f"{str(error) or type(error).__name__}; is NATS (with JetStream) reachable and in "
+            "quorum?",
         )
         why = "the cluster's client registry is unavailable"
         tell_if_alive(client_ref, ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, why))

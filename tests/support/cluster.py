@@ -1,5 +1,6 @@
-"""Helpers of the cluster's integration tests: nodes of one cluster over a test NATS server,
-waiting for their links, killing a node's whole process tree, draining a subscriber."""
+"""Helpers of the cluster's integration tests: nodes of one cluster over a test NATS server
+(or a three-server NATS cluster), waiting for their links, killing a node's whole process
+tree, draining a subscriber."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ import paho.mqtt.client as paho
 from tests.support.broker_config import wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import PahoCollector, unique
-from tests.support.nats_server import NatsServer
+from tests.support.nats_server import NatsCluster, NatsServer
 
 
-def cluster_config(nats: NatsServer, name: str, node: str, extra: str = "") -> str:
+def cluster_config(nats: NatsServer | NatsCluster, name: str, node: str, extra: str = "") -> str:
+    """A node's `[cluster]` table: every NATS server's URL, the bucket on all of them."""
+    urls = ", ".join(f'"{url}"' for url in nats.urls)
     return (
-        f'[cluster]\nname = "{name}"\nnode = "{node}"\nnats = ["{nats.url}"]\n'
-        f"heartbeat = 0.2\npeer_timeout = 1.0\n{extra}"
+        f'[cluster]\nname = "{name}"\nnode = "{node}"\nnats = [{urls}]\n'
+        f"replicas = {len(nats.urls)}\nheartbeat = 0.2\npeer_timeout = 1.0\n{extra}"
     )
 
 
@@ -38,17 +41,22 @@ def linked(nodes: dict[str, BrokerProcess]) -> None:
 
 @contextlib.contextmanager
 def nodes_of(
-    tmp_path: Path, nats: NatsServer, extra: dict[str, str]
+    tmp_path: Path,
+    nats: NatsServer | NatsCluster,
+    extra: dict[str, str],
+    ports: dict[str, int] | None = None,
 ) -> Iterator[dict[str, BrokerProcess]]:
     """Nodes named by `extra`'s keys (each with that configuration text added) in a
-    cluster of their own, linked; stopped however the test ends."""
+    cluster of their own, linked; stopped however the test ends. `ports` gives nodes a
+    fixed MQTT port (to restart them on it), else each gets a free one."""
     name = unique("n").replace("-", "")[:40]
     nodes: dict[str, BrokerProcess] = {}
     try:
         for node, text in extra.items():
             directory = tmp_path / node
             directory.mkdir()
-            nodes[node] = start_broker(directory, cluster_config(nats, name, node) + text)
+            port = () if ports is None else ("--port", str(ports[node]))
+            nodes[node] = start_broker(directory, cluster_config(nats, name, node) + text, port)
         linked(nodes)
         yield nodes
     finally:
