@@ -451,6 +451,7 @@ class ClusterMember:
                 "received": self.received,
                 "sessions_taken_over": 0 if registry is None else registry.taken_over,
                 "sessions_moved_in": 0 if registry is None else registry.moved_in,
+                "stale_sessions_discarded": 0 if registry is None else registry.discarded,
             },
         }
 

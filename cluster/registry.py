@@ -84,6 +84,10 @@ CLAIM_TRIES = 8  # compare-and-set attempts before a claim counts as failed (con
 # than that delays a CONNECT instead of refusing it.
 REQUEST_TIMEOUT = 1.0
 RETRY_PAUSE = 0.1
+# A session restored from the store whose id another node took while this one was down is
+# kept this many claim timeouts after the watch found it (a claim under way may still ask
+# for it), then discarded.
+STALE_WAIT = 2
 _UNANSWERED = (TimeoutError, NoRespondersError, ServiceUnavailableError, NoStreamResponseError)
 T = TypeVar("T")
 
@@ -171,15 +175,20 @@ class Bucket:
                 continue  # another claim came between the read and the write
         raise ClaimContendedError(f"{CLAIM_TRIES} attempts")
 
-    async def watch(self, client: Client, seen: Callable[[str, str, int], None]) -> None:
-        """Tell `seen(client_id, node, revision)` (from the NATS thread) of every record,
-        now and as it changes, until cancelled."""
+    async def watch(self, client: Client, seen: Callable[[str, str, int, bool], None]) -> None:
+        """Tell `seen(client_id, node, revision, initial)` (from the NATS thread) of every
+        record, now (`initial`: the records as the watch found them) and as it changes,
+        until cancelled."""
         kv = await answered(lambda: self.open(client))
         watcher = await kv.watchall()
+        initial = True
         async for entry in watcher:
-            if entry is None or entry.value is None or entry.revision is None:
-                continue  # the end of the initial values, or a deletion
-            seen(client_id_of(entry.key), entry.value.decode(), entry.revision)
+            if entry is None:
+                initial = False  # the end of the initial values
+                continue
+            if entry.value is None or entry.revision is None:
+                continue  # a deletion
+            seen(client_id_of(entry.key), entry.value.decode(), entry.revision, initial)
 
 
 class _GivingUp:
@@ -239,6 +248,7 @@ class ClusterRegistry:
         self._after_routes = after_routes  # calls back once the routes added are known
         self.taken_over = 0  # sessions ended here because another node took their id
         self.moved_in = 0  # sessions that came here from another node
+        self.discarded = 0  # stored sessions whose id another node took while this one was down
 
     def start(self) -> None:
         """Watch the records (fencing), from the first connection to NATS on."""
@@ -488,13 +498,15 @@ class ClusterRegistry:
 
     # ----- fencing ------------------------------------------------------------------------
 
-    def _seen_on_nats_thread(self, client_id: str, node: str, revision: int) -> None:
+    def _seen_on_nats_thread(self, client_id: str, node: str, revision: int, initial: bool) -> None:
         if node != self._node:
-            self._link.post(partial(self._seen, client_id, node, revision))
+            self._link.post(partial(self._seen, client_id, node, revision, initial))
 
-    def _seen(self, client_id: str, node: str, revision: int) -> None:
+    def _seen(self, client_id: str, node: str, revision: int, initial: bool) -> None:
         """The record of `client_id` names another node at `revision`: a session here under
-        an older claim ends, its stored state kept for the claimant's `GiveUp`."""
+        an older claim ends, its stored state kept for the claimant's `GiveUp`. Found so
+        when the watch starts (`initial`), the other node took the id while this one was
+        down: if it does not ask for the session soon, the stored copy is discarded."""
         relevant = self.inner.sessions, self._turns, self._claims
         if not any(client_id in ids for ids in relevant):
             return
@@ -507,6 +519,29 @@ class ClusterRegistry:
                 revision,
             )
             self._end_here(client_id, revision, False, lambda: None)
+            if initial and client_id not in self._claims:
+                wait = STALE_WAIT * self._config.claim_timeout
+                gevent.spawn_later(wait, self._discard_stale, client_id, node, revision)
+
+    def _discard_stale(self, client_id: str, node: str, revision: int) -> None:
+        """Delete the stored session of `client_id`, which `node` took while this node was
+        down (at `revision`), unless the id was claimed, asked for or moved here since."""
+        if (
+            client_id in self.inner.sessions
+            or client_id in self._claims
+            or client_id in self._moving_out
+            or client_id in self._giving_up
+        ):
+            return
+        self.discarded += 1
+        logger.warning(
+            "cluster: the stored session of %r is discarded: node %s took the client id while "
+            "this node was down (record revision %d) and started a session of its own",
+            client_id,
+            node,
+            revision,
+        )
+        self._persistence.submit([DeleteSession(client_id)])
 
     def _overtaken(self, client_id: str, revision: int) -> bool:
         """A claim on another node at `revision`: none may open under an older claim here

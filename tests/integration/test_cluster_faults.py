@@ -303,6 +303,10 @@ def _carry_on_and_come_back(
     nodes["a"] = start_broker(tmp_path / "a", config, ("--port", str(ports["a"])))
     linked(nodes)
     wait_for_log(nodes["a"], f"holds client id {moved[0].client_id!r} now", timeout=5)
+    # Nobody asks for that copy (its client started afresh elsewhere): twice claim_timeout
+    # later node a deletes it from its store.
+    moved_line = f"the stored session of {moved[0].client_id!r} is discarded"
+    wait_for_log(nodes["a"], moved_line, timeout=10)
     time.sleep(3 * CHECK_INTERVAL)  # HAProxy's checks see node a up again
     resumed = RawClient(proxy.host, proxy.port)
     connack = resumed.connect(parked_id, clean=False)
@@ -313,6 +317,12 @@ def _carry_on_and_come_back(
     for packet in got:
         resumed.send(PubAck(packet.packet_id))
     resumed.close()
+    # Restarted once more, node a no longer has the discarded copy in its store.
+    nodes["a"].stop()
+    nodes["a"] = start_broker(tmp_path / "a", config, ("--port", str(ports["a"])))
+    linked(nodes)
+    time.sleep(1)  # the watch's first records are in
+    assert f"holds client id {moved[0].client_id!r}" not in nodes["a"].log()
     for rider in riders:
         rider.close()
     publisher.close()
