@@ -43,9 +43,11 @@ run: $(BIN)/python
 # mypy checks the packages listed in pyproject.toml ([tool.mypy] files).
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 test: system-deps venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest

@@ -31,6 +31,7 @@ class FilterChanges(NamedTuple):
     added: tuple[str, ...]
     removed: tuple[str, ...]
 
+
 logger = logging.getLogger(__name__)
 
 MAX_CACHED_TOPICS = 100_000  # remote matches remembered; past that the cache starts over

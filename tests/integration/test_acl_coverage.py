@@ -57,9 +57,7 @@ def write_acl_broker_files(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def acl_broker(
-    tmp_path_factory: pytest.TempPathFactory, workers: int
-) -> Iterator[BrokerProcess]:
+def acl_broker(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("acl-coverage")
     write_acl_broker_files(directory)
     with running_broker(directory, CONFIG) as broker:

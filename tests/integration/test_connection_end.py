@@ -113,8 +113,7 @@ class Ends:
         ends = wait_for_events(self.broker, "client.disconnected", client_id)
         assert [event["reason"] for event in ends] == [reason]
         wait_until(
-            lambda: self.connected() == connected_after
-            and self.listed(client_id) == listed_after
+            lambda: self.connected() == connected_after and self.listed(client_id) == listed_after
         )
         time.sleep(0.2)  # nothing more follows: the end ran once
         assert len(wait_for_events(self.broker, "client.disconnected", client_id)) == 1

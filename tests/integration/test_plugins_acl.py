@@ -55,9 +55,7 @@ NOT_AUTHORIZED_V5 = ReasonCode.NOT_AUTHORIZED
 
 
 @pytest.fixture(scope="module")
-def acl_broker(
-    tmp_path_factory: pytest.TempPathFactory, workers: int
-) -> Iterator[BrokerProcess]:
+def acl_broker(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("acl")
     lines = (f"{user}:{hash_password(pw.encode()).encode()}\n" for user, pw in PASSWORDS.items())
     (directory / "passwd").write_text("".join(lines), encoding="utf-8")

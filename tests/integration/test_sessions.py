@@ -32,9 +32,7 @@ QUEUE_CONFIG = "[limits]\nqueue_qos0 = true\nmax_queued_messages = 5\n"
 
 
 @pytest.fixture(scope="module")
-def queue_broker(
-    tmp_path_factory: pytest.TempPathFactory, workers: int
-) -> Iterator[BrokerProcess]:
+def queue_broker(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[BrokerProcess]:
     """A broker that queues QoS 0 for offline sessions and keeps at most 5 queued messages."""
     with running_broker(tmp_path_factory.mktemp("queue"), QUEUE_CONFIG) as process:
         yield process

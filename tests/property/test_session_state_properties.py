@@ -302,8 +302,10 @@ class SessionModel:
         for ack, packet_id in resolved:
             expected_stage, next_stage = EXPECTED_TRANSITION[ack]
             stage = stages.get(packet_id)
-            if stage is not None and stage is not expected_stage and (
-                ack is not Ack.PUBREC or stage is Stage.AWAIT_PUBACK
+            if (
+                stage is not None
+                and stage is not expected_stage
+                and (ack is not Ack.PUBREC or stage is Stage.AWAIT_PUBACK)
             ):
                 violated = True
                 break

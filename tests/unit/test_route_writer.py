@@ -55,9 +55,7 @@ def test_a_removal_leaves_a_route_that_points_at_another_session() -> None:
     writer, table, _plans = _writer()
     writer.add("sub", [("t", Route("new session", SubscriptionOptions(qos=0)))])
     writer.remove("sub", ["t"], "old session")  # the session that ended, told late
-    assert dict(table.subscribers("t")) == {
-        "sub": Route("new session", SubscriptionOptions(qos=0))
-    }
+    assert dict(table.subscribers("t")) == {"sub": Route("new session", SubscriptionOptions(qos=0))}
 
 
 def test_the_replica_hears_new_and_gone_routes_and_persistent_ones() -> None:

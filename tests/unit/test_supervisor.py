@@ -88,8 +88,15 @@ def pool(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
 
     def start(workers: int = 2, mode: str = "0") -> subprocess.Popen[bytes]:
         process = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, str(tmp_path / "worker.py"), str(tmp_path / "out"),
-             mode, str(workers)],
+            [
+                sys.executable,
+                "-c",
+                DRIVER,
+                str(tmp_path / "worker.py"),
+                str(tmp_path / "out"),
+                mode,
+                str(workers),
+            ],
             cwd=Path(__file__).resolve().parents[2],
             stderr=subprocess.PIPE,
         )
@@ -236,8 +243,16 @@ def start_with_companion(
     (tmp_path / "companion.py").write_text(COMPANION)
     (tmp_path / "out").mkdir()
     return subprocess.Popen(
-        [sys.executable, "-c", COMPANION_DRIVER, str(tmp_path / "worker.py"),
-         str(tmp_path / "companion.py"), str(tmp_path / "out"), mode, ignore_term],
+        [
+            sys.executable,
+            "-c",
+            COMPANION_DRIVER,
+            str(tmp_path / "worker.py"),
+            str(tmp_path / "companion.py"),
+            str(tmp_path / "out"),
+            mode,
+            ignore_term,
+        ],
         cwd=Path(__file__).resolve().parents[2],
         stderr=subprocess.PIPE,
     )
@@ -305,4 +320,3 @@ def test_a_companion_that_cannot_start_stops_the_pool_before_any_worker(
     assert status == 1, log
     assert "the companion did not start; its log lines above say why" in log
     assert not started(out, 0)
-
