@@ -452,6 +452,9 @@ class ClusterMember:
                 "sessions_taken_over": 0 if registry is None else registry.taken_over,
                 "sessions_moved_in": 0 if registry is None else registry.moved_in,
                 "stale_sessions_discarded": 0 if registry is None else registry.discarded,
+                "resumed_without_session": (
+                    0 if registry is None else registry.resumed_without_session
+                ),
             },
         }
 

@@ -240,7 +240,8 @@ class ClusterRegistry:
         # The ids being claimed here: the connections of each waiting for their turn.
         self._turns: dict[str, deque[Callable[[], None]]] = {}
         # (client id, peer) -> then: the hand-overs this worker waits for
-        self._hand_overs: dict[tuple[str, int], Callable[[], None]] = {}
+        # (the argument: whether the peer answered, rather than went down)
+        self._hand_overs: dict[tuple[str, int], Callable[[bool], None]] = {}
         # client id -> the peer a session was sent to, until it says it stored it
         self._moving_out: dict[str, int] = {}
         self._moves = moves
@@ -249,6 +250,9 @@ class ClusterRegistry:
         self.taken_over = 0  # sessions ended here because another node took their id
         self.moved_in = 0  # sessions that came here from another node
         self.discarded = 0  # stored sessions whose id another node took while this one was down
+        # CONNECTs that resumed without the session the id's previous node holds (down,
+        # cut off, or silent past the claim timeout): a new session started instead
+        self.resumed_without_session = 0
 
     def start(self) -> None:
         """Watch the records (fencing), from the first connection to NATS on."""
@@ -367,28 +371,56 @@ class ClusterRegistry:
         workers = self._peers.workers_of(previous)
         left = set(workers)
         if not left:
-            then()
+            self._hand_over_ended(client_id, previous, clean, False, then)
             return
         done = [False]
+        silent: set[int] = set()  # the workers that went down instead of answering
 
-        def answered(worker: int | None) -> None:
+        def answered(worker: int | None, replied: bool = True) -> None:
             if done[0]:
                 return
             if worker is not None:
                 left.discard(worker)
                 self._hand_overs.pop((client_id, worker), None)
+                if not replied:
+                    silent.add(worker)
             if worker is None or not left:
                 done[0] = True
                 for other in left:
                     self._hand_overs.pop((client_id, other), None)
-                then()
+                answered_all = not left and not silent
+                self._hand_over_ended(client_id, previous, clean, answered_all, then)
 
         for worker in workers:
             self._hand_overs[(client_id, worker)] = partial(answered, worker)
             if not self._peers.send(worker, GiveUp(client_id, revision, int(clean))):
-                answered(worker)
+                answered(worker, replied=False)
         if not done[0]:
             gevent.spawn_later(self._config.claim_timeout, answered, None)
+
+    def _hand_over_ended(
+        self,
+        client_id: str,
+        previous: str,
+        clean: bool,
+        answered_all: bool,
+        then: Callable[[], None],
+    ) -> None:
+        """`then`, after counting and logging a resume that goes on without the session node
+        `previous` holds (not every worker there answered): at most one line a second, as a
+        node's clients come back together."""
+        if not answered_all and not clean:
+            self.resumed_without_session += 1
+            self._log.note(
+                "cluster-session-unavailable",
+                1,
+                f"cluster: {client_id!r} resumes here without its session: node {previous}, "
+                f"which holds it, is down, cut off, or did not answer within "
+                f"{self._config.claim_timeout} s; a new session starts (if that node comes back "
+                "its copy is discarded; if it never does, its offline sessions are lost with "
+                "its store)",
+            )
+        then()
 
     # ----- frames from other nodes --------------------------------------------------------
 
@@ -398,7 +430,7 @@ class ClusterRegistry:
         client_id = frame.client_id
         then = self._hand_overs.get((client_id, worker))
         if then is not None:
-            then()
+            then(True)
         elif self._moving_out.get(client_id) == worker:
             del self._moving_out[client_id]
             if client_id not in self.inner.sessions and client_id not in self._turns:
@@ -420,15 +452,15 @@ class ClusterRegistry:
                 self.moved_in += 1
         self._peers.send(worker, HandedOver(client_id))
         if session is None:
-            then()
+            then(True)
         else:  # its CONNACK once its routes are known everywhere, as after a SUBACK
-            self._after_routes(then)
+            self._after_routes(partial(then, True))
 
     def peer_down(self, worker: int) -> None:
         for key in [key for key in self._hand_overs if key[1] == worker]:
             then = self._hand_overs.get(key)
             if then is not None:
-                then()
+                then(False)
         for client_id in [c for c, w in self._moving_out.items() if w == worker]:
             del self._moving_out[client_id]  # its copy stays here, fenced
 

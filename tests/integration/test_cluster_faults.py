@@ -290,6 +290,11 @@ def _carry_on_and_come_back(
     moved = [rider for rider in riders if len(rider.session_present) > 1]
     assert len(moved) == 1, [rider.session_present for rider in riders]
     assert moved[0].session_present == [False, False]
+    # The node it came to says why it started afresh.
+    without = f"{moved[0].client_id!r} resumes here without its session: node a, which holds it"
+    came_to = [node for node in ("b", "c") if without in nodes[node].log()]
+    assert len(came_to) == 1, [nodes[node].log() for node in ("b", "c")]
+    assert "its offline sessions are lost with its store" in nodes[came_to[0]].log()
     # The others dropped the dead node's routes after peer_timeout of silence (checked
     # every heartbeat): "no word from a.0 for 1.2 s: taken for gone, its routes dropped".
     for node in ("b", "c"):
