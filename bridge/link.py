@@ -1,14 +1,16 @@
-"""One MQTT client connection of a bridge over a connected gevent socket: packets in and out.
+"""One MQTT client connection of a bridge over a connected gevent socket (the remote broker)
+or the bridge's end of an in-process stream (this broker, `net.inprocess.GreenEnd`): packets
+in and out.
 
 `handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
 its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
 order, for the next `receive`. Writes from several greenlets never interleave mid-packet
 (one lock per link).
 
-Each packet batch costs system calls on a busy path (every message crosses two links), so
-a write is one `send` (gevent's `sendall` asks the socket its buffer size first, a second
-call), and once a read has emptied the socket the next one waits until the socket is
-readable rather than trying a `recv` that would fail (a third call, and an exception).
+Toward the remote each packet batch costs system calls on a busy path, so a write is one
+`send` (gevent's `sendall` asks the socket its buffer size first, a second call), and once
+a read has emptied the socket the next one waits until the socket is readable rather than
+trying a `recv` that would fail (a third call, and an exception).
 With `raw_publish` (the local link of a bridge to a 3.1.1 remote) each PUBLISH is read as a
 `bridge.frames.RawPublish`, to be passed on as bytes, and `send` takes bytes besides packets.
 
@@ -64,7 +66,7 @@ class Link:
     def __init__(
         self, sock: Any, version: int, peer: str, max_packet_size: int, *, raw_publish: bool = False
     ) -> None:
-        self._sock = sock  # a connected gevent socket (or gevent SSLSocket)
+        self._sock = sock  # a connected gevent socket, gevent SSLSocket or GreenEnd
         self.version = version
         self.peer = peer
         self._decoder = PacketDecoder(max_packet_size, protocol_version=version)
