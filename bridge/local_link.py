@@ -8,9 +8,9 @@ routing, hooks). The channel settings differ in three ways (`bridge_settings`): 
 connection is trusted without authentication, it may use a client id under
 `BRIDGE_CLIENT_PREFIX`, and no maximum of session expiry or keep-alive applies to it.
 
-The stream is not a socket pair: the bytes each side writes are handed to the other in
-memory, with a wake-up on the event loop, so a batch of messages or acknowledgements costs
-no system call and no poll on the way (every message and every acknowledgement crosses it).
+The bytes each side writes are handed to the other in memory, with a wake-up on the event
+loop: a batch of messages or acknowledgements crosses without a system call or a poll
+(every message and every acknowledgement of the bridge crosses it).
 """
 
 from __future__ import annotations
