@@ -9,7 +9,7 @@ import errno
 import gevent
 import pytest
 
-from net.inprocess import CAPACITY, READ, WRITE, GreenEnd, pipe, watch
+from net.inprocess import CAPACITY, READ, WRITE, GreenEnd, PipeEnd, pipe, watch
 from net.transport import Transport
 
 
@@ -40,9 +40,9 @@ def test_send_takes_what_fits_in_the_buffer_then_refuses_until_read() -> None:
     assert data == b"x" * (CAPACITY - 1010) + b"y" * 10 + b"z" * 1000
 
 
-def _recv_or_empty(end: object) -> bytes:
+def _recv_or_empty(end: PipeEnd) -> bytes:
     try:
-        return end.recv(65536)  # type: ignore[attr-defined, no-any-return]
+        return end.recv(65536)
     except BlockingIOError:
         return b""
 
