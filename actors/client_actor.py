@@ -54,6 +54,7 @@ from mqtt.errors import MqttError
 from mqtt.packets import Packet
 from net.connection import Connection
 from net.endpoint import Endpoint
+from net.inprocess import PipeEnd
 from router.fan_out import Route
 
 logger = logging.getLogger(__name__)
@@ -446,14 +447,15 @@ def _address(peer: str) -> str | None:
 
 
 def accept_connection(
-    sock: socket.socket,
+    sock: socket.socket | PipeEnd,
     address: Any,
     context: BrokerContext,
     endpoint: Endpoint,
     settings: ChannelSettings,
 ) -> None:
-    """The listener's handler for one accepted socket: called from the event loop, it sets up
-    the connection and its client actor and returns; nothing runs until bytes arrive.
+    """The listener's handler for one accepted socket (or a bridge's in-process stream,
+    `net.inprocess`): called from the event loop, it sets up the connection and its client
+    actor and returns; nothing runs until bytes arrive.
 
     A failure here (a broker bug, or the socket already reset) closes this one socket and is
     logged; the listener goes on accepting."""
@@ -465,15 +467,20 @@ def accept_connection(
 
 
 def _set_up(
-    sock: socket.socket,
+    sock: socket.socket | PipeEnd,
     address: Any,
     context: BrokerContext,
     endpoint: Endpoint,
     settings: ChannelSettings,
 ) -> None:
     # TCP_NODELAY is set once on the listening socket (`Listener`) and inherited; a unix
-    # socket's clients have no address.
-    peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else f"unix:{sock.fileno()}"
+    # socket's clients have no address, the bridges' in-process connections
+    # (`bridge.local_link`) have one.
+    if isinstance(address, tuple):
+        peer = f"{address[0]}:{address[1]}"
+    else:
+        assert not isinstance(sock, PipeEnd)
+        peer = f"unix:{sock.fileno()}"
     if endpoint.full:
         elsewhere = endpoint.elsewhere
         logger.warning(

@@ -1,4 +1,4 @@
-"""The local session's PUBLISHes to a 3.1.1 remote, passed on as bytes (pure).
+"""The packets a bridge to a 3.1.1 remote passes on as bytes, not decoded (pure).
 
 A PUBLISH going out to a 3.1.1 remote keeps its fixed-header flags (QoS, retain, DUP), its
 packet id and its payload, takes its remote topic and loses its properties (3.1.1 has none).
@@ -7,6 +7,11 @@ So it is rewritten from the bytes the local session sent rather than decoded int
 every message that goes out takes this path. The local connection is the broker's own (MQTT
 5.0, in process), so its packets are well formed; `split` still checks each frame's length
 against the link's maximum and leaves the other packets to the decoder.
+
+The other way, a 3.1.1 remote's PUBACK, PUBREC, PUBREL and PUBCOMP are the bytes the local
+session reads as the same packet (MQTT 5.0 omits a success reason code and empty properties
+from them [MQTT-3.4.2-1]), so `is_plain_ack` frames go to the local session as they came:
+every message that goes out is acknowledged this way.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from mqtt.errors import MalformedPacketError, PacketTooLargeError
 from mqtt.wire import encode_varint
 
 _PUBLISH = 3
+# The first byte of PUBACK, PUBREC, PUBREL (its flags 0b0010 [MQTT-3.6.1-1]) and PUBCOMP
+_ACKS = frozenset((0x40, 0x50, 0x62, 0x70))
 
 
 class RawPublish:
@@ -30,10 +37,12 @@ class RawPublish:
         self.payload_at = payload_at  # where the payload starts in `frame`
 
 
-def split(buf: bytes, max_packet_size: int) -> tuple[list[RawPublish | bytes], int]:
-    """The complete packets at the start of `buf`: each PUBLISH (MQTT 5.0) read as a
-    `RawPublish`, any other packet as its bytes; and where the unfinished rest starts.
-    Raises MqttError."""
+def split(
+    buf: bytes, max_packet_size: int, *, publishes: bool = True
+) -> tuple[list[RawPublish | bytes], int]:
+    """The complete packets at the start of `buf`: with `publishes` each PUBLISH (MQTT 5.0)
+    read as a `RawPublish`, any other packet as its bytes; and where the unfinished rest
+    starts. Raises MqttError."""
     items: list[RawPublish | bytes] = []
     pos = 0
     size = len(buf)
@@ -62,7 +71,8 @@ def split(buf: bytes, max_packet_size: int) -> tuple[list[RawPublish | bytes], i
         if end > size:
             break
         frame = buf[pos:end]
-        items.append(_publish(frame, index - pos) if buf[pos] >> 4 == _PUBLISH else frame)
+        is_publish = publishes and buf[pos] >> 4 == _PUBLISH
+        items.append(_publish(frame, index - pos) if is_publish else frame)
         pos = end
     return items, pos
 
@@ -109,3 +119,9 @@ def for_3_1_1(publish: RawPublish, topic: str) -> bytes:
             payload,
         )
     )
+
+
+def is_plain_ack(frame: bytes) -> bool:
+    """Whether `frame` is a PUBACK, PUBREC, PUBREL or PUBCOMP of just a packet id: the same
+    bytes in MQTT 3.1.1 and 5.0."""
+    return len(frame) == 4 and frame[1] == 2 and frame[0] in _ACKS

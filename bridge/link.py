@@ -1,16 +1,20 @@
-"""One MQTT client connection of a bridge over a connected gevent socket: packets in and out.
+"""One MQTT client connection of a bridge over a connected gevent socket (the remote broker)
+or the bridge's end of an in-process stream (this broker, `net.inprocess.GreenEnd`): packets
+in and out.
 
 `handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
 its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
 order, for the next `receive`. Writes from several greenlets never interleave mid-packet
 (one lock per link).
 
-Each packet batch costs system calls on a busy path (every message crosses two links), so
-a write is one `send` (gevent's `sendall` asks the socket its buffer size first, a second
-call), and once a read has emptied the socket the next one waits until the socket is
-readable rather than trying a `recv` that would fail (a third call, and an exception).
+Toward the remote each packet batch costs system calls on a busy path, so a write is one
+`send` (gevent's `sendall` asks the socket its buffer size first, a second call), and once
+a read has emptied the socket the next one waits until the socket is readable rather than
+trying a `recv` that would fail (a third call, and an exception).
 With `raw_publish` (the local link of a bridge to a 3.1.1 remote) each PUBLISH is read as a
-`bridge.frames.RawPublish`, to be passed on as bytes, and `send` takes bytes besides packets.
+`bridge.frames.RawPublish`, to be passed on as bytes; with `raw_acks` (the link to a 3.1.1
+remote) each PUBACK, PUBREC, PUBREL and PUBCOMP of just a packet id is read as its bytes
+(`bridge.frames.is_plain_ack`); `send` takes bytes besides packets.
 
 A closed socket, a read error or bytes that break the protocol raise `LinkClosedError` with
 the reason in words.
@@ -27,7 +31,7 @@ import gevent
 import gevent.lock
 import gevent.socket
 
-from bridge.frames import RawPublish, split
+from bridge.frames import RawPublish, is_plain_ack, split
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
 from mqtt.errors import MqttError
@@ -35,7 +39,8 @@ from mqtt.packets import ConnAck, Connect, Disconnect, Packet, SubAck, Subscribe
 
 READ_SIZE = 65536
 
-Received = Packet | RawPublish  # what `receive` returns: RawPublish only with `raw_publish`
+# What `receive` returns: RawPublish only with `raw_publish`, bytes only with `raw_acks`
+Received = Packet | RawPublish | bytes
 
 
 class LinkClosedError(Exception):
@@ -51,6 +56,7 @@ class Link:
         "_max_packet_size",
         "_pending",
         "_raw",
+        "_raw_acks",
         "_sock",
         "_unread",
         "_write_lock",
@@ -62,15 +68,23 @@ class Link:
     )
 
     def __init__(
-        self, sock: Any, version: int, peer: str, max_packet_size: int, *, raw_publish: bool = False
+        self,
+        sock: Any,
+        version: int,
+        peer: str,
+        max_packet_size: int,
+        *,
+        raw_publish: bool = False,
+        raw_acks: bool = False,
     ) -> None:
-        self._sock = sock  # a connected gevent socket (or gevent SSLSocket)
+        self._sock = sock  # a connected gevent socket, gevent SSLSocket or GreenEnd
         self.version = version
         self.peer = peer
         self._decoder = PacketDecoder(max_packet_size, protocol_version=version)
         self._max_packet_size = max_packet_size
-        self._raw = raw_publish
-        self._unread = b""  # with raw_publish: the start of an unfinished packet
+        self._raw = raw_publish or raw_acks
+        self._raw_acks = raw_acks
+        self._unread = b""  # in a raw mode: the start of an unfinished packet
         self._pending: list[Received] = []
         self._write_lock = gevent.lock.Semaphore()
         # The last read emptied the socket: the next waits for data first. Only for a plain
@@ -125,14 +139,19 @@ class Link:
         return packets
 
     def _read_raw(self, data: bytes) -> list[Received]:
-        """The packets `data` completes, each PUBLISH as a RawPublish. Raises MqttError."""
+        """The packets `data` completes, each PUBLISH as a RawPublish (`raw_publish`) or each
+        plain acknowledgement as bytes (`raw_acks`). Raises MqttError."""
         buf = self._unread + data if self._unread else data
-        items, end = split(buf, self._max_packet_size)
+        raw_acks = self._raw_acks
+        items, end = split(buf, self._max_packet_size, publishes=not raw_acks)
         self._unread = buf[end:]
         packets: list[Received] = []
         for item in items:
             if type(item) is bytes:
-                packets += self._decoder.feed(item)  # a whole packet
+                if raw_acks and is_plain_ack(item):
+                    packets.append(item)
+                else:
+                    packets += self._decoder.feed(item)  # a whole packet
             else:
                 assert isinstance(item, RawPublish)
                 packets.append(item)

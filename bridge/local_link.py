@@ -1,5 +1,5 @@
-"""The bridge's connection to this broker: an in-process socket pair, one end served as any
-accepted client connection is, the other end the bridge's.
+"""The bridge's connection to this broker: an in-process stream (`net.inprocess`), one end
+served as any accepted client connection is, the other end the bridge's.
 
 So the bridge's local side is an ordinary client to the broker: its session (`$bridge/<name>`,
 persistent, stored like any other, owned pool-wide by client id as any other) queues what is
@@ -7,20 +7,21 @@ to go out, and what comes in takes the normal publish path (ACL, retained messag
 routing, hooks). The channel settings differ in three ways (`bridge_settings`): the
 connection is trusted without authentication, it may use a client id under
 `BRIDGE_CLIENT_PREFIX`, and no maximum of session expiry or keep-alive applies to it.
+
+The bytes each side writes are handed to the other in memory, with a wake-up on the event
+loop: a batch of messages or acknowledgements crosses without a system call or a poll
+(every message and every acknowledgement of the bridge crosses it).
 """
 
 from __future__ import annotations
 
-import socket
 from dataclasses import replace
-from typing import Any
-
-import gevent.socket
 
 from actors.client_actor import accept_connection
 from actors.context import BrokerContext
 from channel.channel import ChannelSettings
 from net.endpoint import Endpoint
+from net.inprocess import GreenEnd, pipe
 from net.listener_config import ListenerConfig
 
 
@@ -40,8 +41,8 @@ def bridge_endpoint() -> Endpoint:
 
 def open_local(
     name: str, context: BrokerContext, endpoint: Endpoint, settings: ChannelSettings
-) -> Any:
-    """A new connection to this broker for bridge `name`; the bridge's end (a gevent socket)."""
-    broker_end, bridge_end = socket.socketpair()
+) -> GreenEnd:
+    """A new connection to this broker for bridge `name`; the bridge's end."""
+    broker_end, bridge_end = pipe()
     accept_connection(broker_end, ("bridge", name), context, endpoint, settings)
-    return gevent.socket.socket(bridge_end.family, bridge_end.type, fileno=bridge_end.detach())
+    return GreenEnd(bridge_end)

@@ -26,6 +26,7 @@ no properties and sends none; reason codes cross only between 5.0 sides.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bridge.frames import RawPublish, for_3_1_1
@@ -42,7 +43,8 @@ _SUCCESS_LIMIT = 0x80  # reason codes below are successes (section 2.4)
 class Relayed:
     """The packets one side's input makes: for the local session and for the remote."""
 
-    to_local: list[Packet] = field(default_factory=list)
+    # bytes: a 3.1.1 remote's plain acknowledgement (`bridge.frames.is_plain_ack`)
+    to_local: list[Packet | bytes] = field(default_factory=list)
     to_remote: list[Packet | bytes] = field(default_factory=list)  # bytes: a RawPublish's
 
 
@@ -70,7 +72,7 @@ class Relay:
         self._refused: set[int] = set()
         self.counts = counts if counts is not None else RelayCounts()
 
-    def from_local(self, packets: list[Packet | RawPublish]) -> Relayed:
+    def from_local(self, packets: Sequence[Packet | RawPublish | bytes]) -> Relayed:
         """What the local session sent the bridge (a read of its connection); a RawPublish
         only toward a 3.1.1 remote (`bridge.frames`)."""
         out = Relayed()
@@ -86,12 +88,14 @@ class Relay:
                 out.to_remote.append(_ack(packet, self._remote_version))
         return out
 
-    def from_remote(self, packets: list[Packet | RawPublish]) -> Relayed:
-        """What the remote broker sent the bridge (never a RawPublish: the remote's link is
-        decoded)."""
+    def from_remote(self, packets: Sequence[Packet | RawPublish | bytes]) -> Relayed:
+        """What the remote broker sent the bridge (never a RawPublish; bytes only from a
+        3.1.1 remote: a plain acknowledgement, the same to the local session)."""
         out = Relayed()
         for packet in packets:
-            if type(packet) is Publish:
+            if type(packet) is bytes:
+                out.to_local.append(packet)
+            elif type(packet) is Publish:
                 self._incoming(packet, out)
             elif type(packet) is PubRec and packet.reason_code >= _SUCCESS_LIMIT:
                 self._refused.add(packet.packet_id)

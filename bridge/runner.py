@@ -150,7 +150,14 @@ class BridgeRunner:
     def _connect_remote(self, address: str) -> Link:
         config = self.config
         sock = open_remote(address, self._tls, config.connect_timeout)
-        link = Link(sock, config.version, f"remote broker {address}", self._max_packet_size)
+        # From a 3.1.1 remote the plain acknowledgements are passed on as bytes.
+        link = Link(
+            sock,
+            config.version,
+            f"remote broker {address}",
+            self._max_packet_size,
+            raw_acks=config.version < 5,
+        )
         self._links.append(link)
         properties: dict[int, Any] = {}
         if config.version >= 5:

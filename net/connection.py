@@ -66,6 +66,7 @@ from core.stats import BrokerStats
 from mqtt.decoder import PacketDecoder
 from mqtt.errors import MqttError
 from mqtt.packets import Packet, Publish
+from net.inprocess import READ, PipeEnd, watch
 from net.rate_limited_log import RateLimitedLog
 from net.read_order import Read, read_order
 from net.stream_layers import LayerError, StreamLayer
@@ -74,7 +75,6 @@ from net.transport import LayeredTransport, Transport
 logger = logging.getLogger(__name__)
 
 READ_SIZE = 32768  # bytes per recv: see the module docstring
-_READ, _WRITE = 1, 2  # libev event masks
 
 
 class ConnectionOwner(Protocol):
@@ -117,7 +117,7 @@ class Connection:
 
     def __init__(
         self,
-        sock: socket.socket,
+        sock: socket.socket | PipeEnd,
         peer: str,
         *,
         max_packet_size: int,
@@ -159,7 +159,7 @@ class Connection:
         self._owner = owner
         self.transport.on_error = self._write_failed
         self.transport.on_closing = self._stop
-        self._reader = self._loop.io(self._sock.fileno(), _READ)
+        self._reader = watch(self._loop, self._sock, READ)
         self._reader.start(self._read_order.add, self)
         self._timer = self._loop.timer(connect_timeout)
         self._timer.start(self._lost, DisconnectReason.CONNECT_TIMEOUT, None, "no CONNECT in time")

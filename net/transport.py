@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from net.inprocess import WRITE, PipeEnd, watch
 from net.stream_layers import StreamLayer
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Transport:
         "peer",
     )
 
-    def __init__(self, sock: socket.socket, peer: str, loop: Any) -> None:
+    def __init__(self, sock: socket.socket | PipeEnd, peer: str, loop: Any) -> None:
         self._sock = sock  # non-blocking
         self._loop = loop  # gevent's event loop: the write watcher and close timer live there
         self.peer = peer
@@ -91,7 +92,7 @@ class Transport:
             self._backlog = deque((rest,))
             self.backlog_bytes = len(rest)
             self.last_progress = self._loop.now()
-            self._writer = self._loop.io(self._sock.fileno(), 2)
+            self._writer = watch(self._loop, self._sock, WRITE)
             self._writer.start(self._on_writable)
         return True
 
@@ -181,7 +182,9 @@ class LayeredTransport(Transport):
 
     __slots__ = ("_layers",)
 
-    def __init__(self, sock: socket.socket, peer: str, loop: Any, layers: StreamLayer) -> None:
+    def __init__(
+        self, sock: socket.socket | PipeEnd, peer: str, loop: Any, layers: StreamLayer
+    ) -> None:
         super().__init__(sock, peer, loop)
         self._layers = layers
 

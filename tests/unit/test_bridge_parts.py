@@ -17,7 +17,7 @@ from bridge.config import (
     TopicConfig,
     parse_bridges,
 )
-from bridge.frames import RawPublish, split
+from bridge.frames import RawPublish, is_plain_ack, split
 from bridge.placement import runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
@@ -314,3 +314,29 @@ def test_the_bridge_bit_is_not_a_5_0_level() -> None:
     data[2 + 2 + 4] = 0x85
     with pytest.raises(UnsupportedProtocolVersionError):
         PacketDecoder(from_client=True).feed(bytes(data))
+
+
+@given(st.sampled_from([PubAck, PubRec, PubRel, PubComp]), st.integers(1, 0xFFFF))
+def test_a_3_1_1_remotes_plain_acknowledgements_pass_to_the_local_session_as_they_came(
+    kind: type[PubAck | PubRec | PubRel | PubComp], packet_id: int
+) -> None:
+    """The bytes a 3.1.1 remote sends are the bytes the relay would encode for the 5.0 local
+    session from the decoded packet."""
+    frame = encode(kind(packet_id), 4)
+    assert is_plain_ack(frame)
+    (decoded,) = PacketDecoder(1 << 20, protocol_version=4).feed(frame)
+    relay = Relay(_map(TopicConfig("#", "both", 2)), remote_version=4)
+    expected = relay.from_remote([decoded]).to_local
+    assert [encode(p, 5) for p in expected if not isinstance(p, bytes)] == [frame]
+    assert relay.from_remote([frame]).to_local == [frame]
+
+
+def test_other_frames_from_the_remote_are_left_to_the_decoder() -> None:
+    publish = encode(Publish("r/up", b"x", 1, packet_id=3), 4)
+    wire = publish + b"\x40\x02\x00\x05" + b"\x60\x02\x00\x06" + b"\xd0\x00" + b"\x40\x02"
+    frames, end = split(wire, 1 << 20, publishes=False)
+    assert frames == [publish, b"\x40\x02\x00\x05", b"\x60\x02\x00\x06", b"\xd0\x00"]
+    assert wire[end:] == b"\x40\x02"  # unfinished
+    # a PUBREL with the wrong flags, a PINGRESP, a PUBLISH: not passed on as they came
+    assert [is_plain_ack(frame) for frame in frames] == [False, True, False, False]
+    assert not is_plain_ack(encode(PubAck(5, 0x10, {}), 5))  # a reason code: 5.0 only
