@@ -11,8 +11,9 @@ store has committed what it got before. The sender keeps:
   messages and when it was last sent), to send again after a lost NATS connection on either
   side. Numbers go 1, 2, ... per peer and the receiver takes them in order, so
   `Committed(token)` confirms every batch up to `token` (go-back-N).
-- `AckWaits`: per commit token, the peers a publisher's acknowledgement still waits for;
-  a peer taken for gone is not waited for any more.
+- an `AckWaits` (pool.ack_waits, the pool's structure): per commit token, the peers a
+  publisher's acknowledgement still waits for; a peer taken for gone is not waited for any
+  more.
 
 The receiver keeps `ReceivedBatches`: per sender, its life (epoch) and the next number it
 expects. A batch with that number is taken once it has arrived whole (its `CommitSync`:
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable
 
 from core.message import Message
 
@@ -123,64 +123,6 @@ class SentBatches:
                 batch.sent_at = now
             due[peer] = list(state.batches)
         return due
-
-
-class _Ack:
-    __slots__ = ("local_done", "remaining", "then")
-
-    def __init__(self, remaining: set[int], then: Callable[[], object]) -> None:
-        self.remaining = remaining
-        self.then = then
-        self.local_done = False
-
-
-class AckWaits:
-    """Publishers' acknowledgements waiting for this worker's store and for other nodes'
-    workers to confirm their commits, by commit token."""
-
-    __slots__ = ("_acks",)
-
-    def __init__(self) -> None:
-        self._acks: dict[int, _Ack] = {}
-
-    def __len__(self) -> int:
-        return len(self._acks)
-
-    def wait(self, token: int, peers: set[int], then: Callable[[], object]) -> Callable[[], None]:
-        """`then` once every one of `peers` confirmed `token` (or is gone) and the callback
-        returned was called (this worker's own commit)."""
-        self._acks[token] = _Ack(set(peers), then)
-
-        def local_part() -> None:
-            self._done(token, None)
-
-        return local_part
-
-    def committed(self, peer: int, tokens: list[int]) -> None:
-        """`peer` confirmed the batches of `tokens`."""
-        for token in tokens:
-            self._done(token, peer)
-
-    def peer_gone(self, peer: int) -> int:
-        """`peer` is taken for gone: no acknowledgement waits for it. How many did."""
-        released = 0
-        for token, ack in list(self._acks.items()):
-            if peer in ack.remaining:
-                released += 1
-                self._done(token, peer)
-        return released
-
-    def _done(self, token: int, peer: int | None) -> None:
-        ack = self._acks.get(token)
-        if ack is None:
-            return
-        if peer is None:
-            ack.local_done = True
-        else:
-            ack.remaining.discard(peer)
-        if ack.local_done and not ack.remaining:
-            del self._acks[token]
-            ack.then()
 
 
 class Verdict(enum.Enum):

@@ -6,11 +6,12 @@ publisher's acknowledgement (docs/cluster.md "Forwarding a QoS 1/2 message").
 sessions (the replicated `durable` routes, as in the pool) want a QoS 1/2 message of the
 batch gets `Numbered`, the `Forward` frames and `CommitSync`; the batch is kept
 (`cluster.commits.SentBatches`) until the peer's `Committed`, and the publisher's
-acknowledgement waits for it (`AckWaits`) as the pool's waits for its workers' commits. Kept
-batches are sent again, in order, to a peer that has not confirmed the oldest of them for
-`peer_timeout` seconds, to every peer a heartbeat after this worker's NATS connection comes
-back, and to a peer that is linked again in the same life; the receiver takes each number
-once, delivering a batch when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
+acknowledgement waits for it (`pool.ack_waits.AckWaits`, as the pool's waits for its
+workers' commits). Kept batches are sent again, in order, to a peer that has not confirmed
+the oldest of them for `peer_timeout` seconds, to every peer a heartbeat after this worker's
+NATS connection comes back, and to a peer that is linked again in the same life; the
+receiver takes each number once, delivering a batch when it has arrived whole, at its
+`CommitSync` (`ReceivedBatches`).
 
 A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
 the acknowledgements go. What it had not confirmed is sent again if it comes back in the
@@ -27,10 +28,11 @@ from typing import Any
 import gevent
 
 from actors.persistence import Persistence
-from cluster.commits import AckWaits, Batch, ReceivedBatches, SentBatches, Verdict
+from cluster.commits import Batch, ReceivedBatches, SentBatches, Verdict
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from core.message import Message
+from pool.ack_waits import AckWaits
 from pool.frames.forwarding import CommitSync, Committed, Forward, Numbered
 from router.route_replica import RemoteRoutes
 

@@ -10,14 +10,16 @@ node ask every worker of the other nodes (docs/cluster.md "Operations").
   did not answer within the timeout. An answer never hangs on a dead node.
 - answering: an `OpsRequest` from another node runs `answer(op, args)` (set by the
   composition root: `admin.tables.local_rows`) in a greenlet of its own, for the operations
-  in `CLUSTER_OPS` only; another is answered with no rows and a warning (a reload or a
-  ban stays with the node it is made on).
+  in `CLUSTER_OPS` only (`pool.ops.answer_request`, as a worker answers its pool);
+  another is answered with no rows and a warning (a reload or a ban stays with the node it
+  is made on).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -25,12 +27,16 @@ import gevent
 from actors.cluster_part import NodesGathered
 from pool.frames.codec import Frame
 from pool.frames.operations import OpsReply, OpsRequest
-from pool.ops import GATHER_TIMEOUT, Answer, Gathering
+from pool.ops import GATHER_TIMEOUT, Answer, Gathering, answer_request
 
 logger = logging.getLogger(__name__)
 
 # What another node may ask: its tables, a kick, the counts `$SYS/cluster/...` adds up.
 CLUSTER_OPS = frozenset({"clients", "client", "kick", "sessions", "subscriptions", "counts"})
+REFUSAL = (
+    "which another node may not ask; answered with nothing (do all nodes run the same "
+    "broker version?)"
+)
 
 Rows = list[dict[str, Any]]
 
@@ -105,30 +111,19 @@ class ClusterOps:
 
     def frame_received(self, worker: int, frame: OpsRequest | OpsReply) -> None:
         if isinstance(frame, OpsRequest):
-            gevent.spawn(self._answer, worker, frame)
+            refusal = None if frame.op in CLUSTER_OPS else REFUSAL
+            reply = partial(self._send, worker)
+            asker = f"peer {worker}"
+            gevent.spawn(
+                answer_request,
+                self.answer,
+                frame,
+                reply,
+                scope="cluster",
+                asker=asker,
+                refusal=refusal,
+            )
         else:
             gathering = self._gatherings.get(frame.token)
             if gathering is not None:
                 gathering.answered(worker, list(frame.rows))
-
-    def _answer(self, worker: int, request: OpsRequest) -> None:
-        rows: Rows = []
-        if request.op not in CLUSTER_OPS:
-            logger.warning(
-                "cluster: peer %d asked %r, which another node may not ask; answered with "
-                "nothing (do all nodes run the same broker version?)",
-                worker,
-                request.op,
-            )
-        elif self.answer is None:
-            logger.warning(
-                "cluster: peer %d asked %r before this worker could answer", worker, request.op
-            )
-        else:
-            try:
-                rows = self.answer(request.op, request.args)
-            except Exception:
-                logger.exception(
-                    "cluster: answering %r for peer %d failed (a broker bug)", request.op, worker
-                )
-        self._send(worker, OpsReply(request.token, tuple(rows)))

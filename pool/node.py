@@ -63,6 +63,7 @@ from core.auth_failures import AuthFailureDelays
 from core.flow import Gate
 from core.message import Message
 from core.share_origin import ShareOrigin
+from pool.ack_waits import AckWaits
 from pool.auth_failures import PoolAuthFailures
 from pool.fabric import Fabric
 from pool.flow_control import Publishers, RemoteGates
@@ -130,23 +131,6 @@ RESOLVED_GRACE = 10.0  # seconds what was kept serves a late adopter after that
 _PEER_DOWN = object()  # a hand-over's answer when the previous owner went down
 
 
-class _DurableAck:
-    """A publisher's acks waiting for this worker's commit, the other workers' ones
-    (`remaining`), and the adoption of dead workers' sessions (`orphans`)."""
-
-    __slots__ = ("local_done", "orphans", "remaining", "then")
-
-    def __init__(self, remaining: set[int], then: Callable[[], object]) -> None:
-        self.remaining = remaining
-        self.orphans: set[int] = set()
-        self.then = then
-        self.local_done = False
-
-    @property
-    def done(self) -> bool:
-        return self.local_done and not self.remaining and not self.orphans
-
-
 class PoolNode:
     """This worker's view of the pool; see the module docstring."""
 
@@ -184,7 +168,7 @@ class PoolNode:
             self._on_hand_over,
         )
         self._commit_token = 0
-        self._commits: dict[int, _DurableAck] = {}
+        self._acks = AckWaits()  # publishers' acks waiting for commits and adoptions
         # This worker's claims waiting for their home's answer: client id -> (answer, when
         # it stops waiting); looked at every CLAIM_SWEEP seconds while there are any.
         self._claims: dict[str, tuple[Callable[[ClaimAnswer], object], float]] = {}
@@ -306,39 +290,22 @@ class PoolNode:
         `durable_to` (sent `sent`) and the adoption of the dead workers `waits` are in."""
         self._commit_token += 1
         token = self._commit_token
-        ack = _DurableAck(durable_to, on_durable)
-        self._commits[token] = ack
+        linked: list[int] = []  # a worker not linked is gone: its commit is not waited for
         for worker in durable_to:
             if fabric.send(worker, CommitSync(token)):
+                linked.append(worker)
                 messages = sent.get(worker)
                 if messages:
                     self._sends.sent(worker, token, messages)
-            else:
-                ack.remaining.discard(worker)
-        for dead in waits:
-            if dead not in ack.orphans:
-                ack.orphans.add(dead)
-                self.orphans.wait(dead, token)
+        orphans = dict.fromkeys(waits)  # each dead worker once, in order
+        for dead in orphans:
+            self.orphans.wait(dead, token)
+        return self._acks.wait(token, linked, on_durable, orphans)
 
-        def local_part() -> None:
-            self._committed(None, token)
-
-        return local_part
-
-    def _committed(self, worker: int | None, token: int) -> None:
-        """`worker` committed what it got before `CommitSync(token)` (None: this worker)."""
-        if worker is not None:
-            self._sends.confirmed(worker, token)
-        ack = self._commits.get(token)
-        if ack is None:
-            return
-        if worker is None:
-            ack.local_done = True
-        else:
-            ack.remaining.discard(worker)
-        if ack.done:
-            del self._commits[token]
-            ack.then()
+    def _committed(self, worker: int, token: int) -> None:
+        """`worker` committed what it got before `CommitSync(token)`."""
+        self._sends.confirmed(worker, token)
+        self._acks.committed(worker, (token,))
 
     # ----- a dead worker's persistent sessions (docs/pool.md "A worker dies") -------------
 
@@ -350,13 +317,7 @@ class PoolNode:
         filters = self._durable.filters_of(worker)
         if not filters and not lost:
             return
-        waiting = []
-        for token in tokens:
-            ack = self._commits.get(token)
-            if ack is not None and worker in ack.remaining:
-                ack.remaining.discard(worker)
-                ack.orphans.add(worker)
-                waiting.append(token)
+        waiting = self._acks.orphaned(worker, tokens)
         self.orphans.died(
             worker,
             filters,
@@ -401,9 +362,8 @@ class PoolNode:
             return
         self._commit_token += 1
         token = self._commit_token
-        ack = _DurableAck({adopter}, lambda: self._orphan_committed(dead, adopter))
-        ack.local_done = True
-        self._commits[token] = ack
+        # Nothing to commit here: only the adopter's commit is waited for.
+        self._acks.wait(token, (adopter,), lambda: self._orphan_committed(dead, adopter))()
         if not self.send(adopter, CommitSync(token)):
             self._committed(adopter, token)
 
@@ -416,16 +376,7 @@ class PoolNode:
                 dead,
                 len(tokens),
             )
-            self._release_orphan_acks(dead, tokens)
-
-    def _release_orphan_acks(self, dead: int, tokens: list[int]) -> None:
-        for token in tokens:
-            ack = self._commits.get(token)
-            if ack is not None:
-                ack.orphans.discard(dead)
-                if ack.done:
-                    del self._commits[token]
-                    ack.then()
+            self._acks.adopted(dead, tokens)
 
     def _sweep_orphans(self) -> None:
         """Acks wait for a dead worker's sessions `ORPHAN_TIMEOUT` at most."""
@@ -443,7 +394,7 @@ class PoolNode:
                 len(orphan.acks),
                 len(orphan.messages),
             )
-            self._release_orphan_acks(dead, orphan.acks)
+            self._acks.adopted(dead, orphan.acks)
         if self.orphans.active or self.orphans.resolved:
             self._orphan_sweep = gevent.spawn_later(1.0, self._sweep_orphans)
 
@@ -646,7 +597,7 @@ class PoolNode:
                 dead,
                 len(tokens),
             )
-            self._release_orphan_acks(dead, tokens)
+            self._acks.adopted(dead, tokens)
         left = worker in self._leaving
         if left:
             self._leaving.discard(worker)
@@ -664,8 +615,7 @@ class PoolNode:
         self.ops.peer_down(worker)
         self.auth_failures.peer_down(worker, self._loop.now())
         self.connection_counts.peer_down(worker)
-        for token in list(self._commits):  # what it had not committed died with it
-            self._committed(worker, token)
+        self._acks.peer_gone(worker)  # what it had not committed died with it
         self.moves.peer_down(worker)
         for (_client_id, previous), result in self._hand_overs.items():
             if previous == worker and not result.ready():

@@ -7,7 +7,8 @@ that serves them ask the other workers, and the bans every worker keeps (docs/po
   `GATHER_TIMEOUT`, is left out: the caller is told which (and a warning is logged), so an
   answer never hangs on a dead or stuck worker.
 - answering: an `OpsRequest` from a peer runs `answer(op, args)` (set by the pool worker:
-  `admin.tables.local_rows`) in a greenlet of its own, as a reload waits on the sessions.
+  `admin.tables.local_rows`) in a greenlet of its own, as a reload waits on the sessions;
+  `answer_request` is that step, which the cluster's answer to another node uses too.
 - bans: a ban added or lifted on this worker (the admin API, flapping detection) is
   broadcast (`BanSet`, `BanLifted`) and applied by every worker; a peer whose link comes
   (back) up gets a `BansSnapshot` of this worker's table and adds what it lacks. Only
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -34,6 +36,35 @@ logger = logging.getLogger(__name__)
 GATHER_TIMEOUT = 2.0  # seconds the admin API waits for the other workers' parts
 
 Answer = Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+
+
+def answer_request(
+    answer: Answer | None,
+    request: OpsRequest,
+    reply: Callable[[OpsReply], object],
+    *,
+    scope: str,
+    asker: str,
+    refusal: str | None = None,
+) -> None:
+    """Reply to `request` from `asker` (`worker 1`, `peer 3`) with the rows of `answer(op,
+    args)`; with no rows if `refusal` says why `asker` may not ask this (the cluster's check,
+    `cluster.ops`), if this worker has no `answer` yet, or if it fails (a broker bug). Each
+    of those is logged, prefixed with `scope` (`pool`, `cluster`). The caller spawns it in a
+    greenlet of its own, so a slow answer holds up no frame."""
+    rows: list[dict[str, Any]] = []
+    if refusal is not None:
+        logger.warning("%s: %s asked %r, %s", scope, asker, request.op, refusal)
+    elif answer is None:
+        logger.warning("%s: %s asked %r before this worker could answer", scope, asker, request.op)
+    else:
+        try:
+            rows = answer(request.op, request.args)
+        except Exception:
+            logger.exception(
+                "%s: answering %r for %s failed (a broker bug)", scope, request.op, asker
+            )
+    reply(OpsReply(request.token, tuple(rows)))
 
 
 class Gathering:
@@ -121,7 +152,9 @@ class PoolOps:
 
     def frame_received(self, worker: int, frame: Frame) -> None:
         if isinstance(frame, OpsRequest):
-            gevent.spawn(self._answer, worker, frame)
+            reply = partial(self._send, worker)
+            asker = f"worker {worker}"
+            gevent.spawn(answer_request, self.answer, frame, reply, scope="pool", asker=asker)
         elif isinstance(frame, OpsReply):
             gathering = self._gatherings.get(frame.token)
             if gathering is not None:
@@ -136,21 +169,6 @@ class PoolOps:
                 logger.warning(
                     "pool: worker %d lifted a ban this worker cannot read: %s", worker, error
                 )
-
-    def _answer(self, worker: int, request: OpsRequest) -> None:
-        rows: list[dict[str, Any]] = []
-        if self.answer is None:
-            logger.warning(
-                "pool: worker %d asked %r before this worker could answer", worker, request.op
-            )
-        else:
-            try:
-                rows = self.answer(request.op, request.args)
-            except Exception:
-                logger.exception(
-                    "pool: answering %r for worker %d failed (a broker bug)", request.op, worker
-                )
-        self._send(worker, OpsReply(request.token, tuple(rows)))
 
     def _ban_from_peer(self, worker: int, entry: dict[str, Any]) -> None:
         admission = self.admission

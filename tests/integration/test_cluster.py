@@ -7,15 +7,11 @@ integration suite's two modes)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,9 +29,9 @@ from mqtt.packets import (
 )
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import API_KEY, Admin, free_port, http_config
+from tests.support.admin import Admin, ctl, free_port, http_config
 from tests.support.broker_config import wait_for_log
-from tests.support.broker_process import ROOT, BrokerProcess, pool_mode, start_broker
+from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import (
     PahoCollector,
     connect_raw,
@@ -43,13 +39,19 @@ from tests.support.clients import (
     subscribe_raw,
     unique,
 )
-from tests.support.cluster import drain, kill_node, node_pids, nodes_of
-from tests.support.nats_server import NATS_SERVER, NatsServer
+from tests.support.cluster import (
+    cluster_fixture,
+    drain,
+    kill_node,
+    needs_nats_server,
+    nodes_of,
+    paused,
+    restart_node,
+)
+from tests.support.nats_server import NatsServer
 from tests.support.raw_client import RawClient
 
-pytestmark = pytest.mark.skipif(
-    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
-)
+pytestmark = needs_nats_server
 
 NODES = ("a", "b", "c")
 MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
@@ -57,10 +59,7 @@ MOSQUITTO_SUB = shutil.which("mosquitto_sub") or "/usr/bin/mosquitto_sub"
 CONNECTION_LOGGER = '[[plugins]]\nmodule = "plugins.examples.connection_logger"\n'
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
-    with nodes_of(tmp_path, nats, dict.fromkeys(NODES, "")) as nodes:
-        yield nodes
+cluster = cluster_fixture(*NODES)
 
 
 @pytest.mark.parametrize("qos", [0, 1, 2])
@@ -217,8 +216,7 @@ def test_a_node_that_leaves_or_dies_loses_its_routes_and_comes_back(
     line = wait_for_log(watcher, "cluster: no word from b.0", timeout=5)
     assert "taken for gone, its routes dropped" in line
     # Back: linked again, and its subscribers get the other nodes' publishes.
-    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
-    restarted = start_broker(tmp_path / "b", config.replace('node = "a"', 'node = "b"'))
+    restarted = restart_node(tmp_path, "b")
     cluster["b"] = restarted
     wait_for_log(restarted, "cluster: linked to a.0", timeout=10)
     subscriber = PahoCollector(restarted, unique("sub"))
@@ -442,16 +440,9 @@ def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) 
             {"node": "b", "state": "linked", "workers": workers},
         ]
         assert answer["cluster"]["node"] == "a" and answer["cluster"]["nats_connected"]
-        env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
-        printed = subprocess.run(
-            [sys.executable, "-m", "admin.ctl", "cluster"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        result = ctl(admin, "cluster")
+        assert result.returncode == 0, result.stderr
+        printed = result.stdout
         assert "this node" in printed and "linked" in printed, printed
         # Prometheus tells the nodes apart: every sample carries the node.
         metrics = admin.request("GET", "/metrics").body.decode()
@@ -467,7 +458,6 @@ def test_the_admin_api_and_ctl_list_the_nodes(tmp_path: Path, nats: NatsServer) 
 def test_retained_messages_outlive_their_node_and_reach_a_node_that_was_down(
     cluster: dict[str, BrokerProcess], tmp_path: Path
 ) -> None:
-    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
     topic = f"kept/{unique('t')}"
     cluster["c"].stop()  # down while the next one is set
     setter = PahoCollector(cluster["a"], unique("pub"))
@@ -477,13 +467,13 @@ def test_retained_messages_outlive_their_node_and_reach_a_node_that_was_down(
     kill_node(cluster["a"])  # the node it was published on is lost
     # Node b restarts from its own store: it kept the message.
     cluster["b"].stop()
-    cluster["b"] = start_broker(tmp_path / "b", config.replace('node = "a"', 'node = "b"'))
+    cluster["b"] = restart_node(tmp_path, "b")
     reader = PahoCollector(cluster["b"], unique("late"))
     reader.subscribe(topic, 1)
     assert reader.next_message(5).payload == b"from-a"
     reader.close()
     # Node c, down when it was set, gets it from node b when it comes back.
-    cluster["c"] = start_broker(tmp_path / "c", config.replace('node = "a"', 'node = "c"'))
+    cluster["c"] = restart_node(tmp_path, "c")
     wait_for_log(cluster["c"], "cluster: linked to b.0", timeout=10)
     time.sleep(0.5)
     reader = PahoCollector(cluster["c"], unique("late"))
@@ -498,7 +488,6 @@ def test_a_retained_message_cleared_while_a_node_was_down_stays_cleared_everywhe
 ) -> None:
     # Node c keeps the message in its store while it is down; the clear it missed must win
     # over it when it comes back, on c and on the nodes it sends its snapshot to.
-    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
     topic = f"kept/{unique('t')}"
     setter = PahoCollector(cluster["a"], unique("pub"))
     setter.publish(topic, b"soon-cleared", qos=1, retain=True)
@@ -509,7 +498,7 @@ def test_a_retained_message_cleared_while_a_node_was_down_stays_cleared_everywhe
     cluster["c"].stop()
     setter.publish(topic, b"", qos=1, retain=True)  # cleared while c is down
     setter.close()
-    cluster["c"] = start_broker(tmp_path / "c", config.replace('node = "a"', 'node = "c"'))
+    cluster["c"] = restart_node(tmp_path, "c")
     for other in ("a", "b"):
         wait_for_log(cluster["c"], f"cluster: linked to {other}.0", timeout=10)
     time.sleep(0.5)  # the snapshots cross
@@ -525,15 +514,9 @@ def test_a_paused_node_finds_its_client_ids_taken_and_closes_them_when_it_resume
 ) -> None:
     client_id = unique("paused")
     first = connect_raw(cluster["a"], client_id)
-    pids = node_pids(cluster["a"])
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with paused(cluster["a"]):
         wait_for_log(cluster["b"], "cluster: no word from a.0", timeout=5)
         second = connect_raw(cluster["b"], client_id)  # node a is gone for b: not waited for
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
     # Node a hears the bucket again: the id is node b's, so a closes its connection.
     assert first.is_closed_by_broker(10)
     line = wait_for_log(cluster["a"], f"cluster: node b holds client id {client_id!r} now")

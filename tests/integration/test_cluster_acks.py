@@ -7,29 +7,29 @@ process per node and with a pool of two workers per node (the integration suite'
 
 from __future__ import annotations
 
-import os
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.broker_config import wait_for_log
-from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, unique
-from tests.support.cluster import cluster_config, drain, kill_node, linked, node_pids, nodes_of
-from tests.support.nats_server import NATS_SERVER, NatsServer
-
-pytestmark = pytest.mark.skipif(
-    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
+from tests.support.cluster import (
+    cluster_fixture,
+    drain,
+    kill_node,
+    linked,
+    needs_nats_server,
+    nodes_of,
+    paused,
+    restart_node,
 )
+from tests.support.nats_server import NatsServer
 
+pytestmark = needs_nats_server
 
-@pytest.fixture
-def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
-    with nodes_of(tmp_path, nats, {"a": "", "b": ""}) as nodes:
-        yield nodes
+cluster = cluster_fixture("a", "b")
 
 
 def persistent_subscriber(broker: BrokerProcess, client_id: str, topic: str, qos: int) -> None:
@@ -69,8 +69,7 @@ def test_every_acknowledged_message_survives_the_subscribers_node_dying_right_af
     publish_burst(publisher, topic, count, qos=1)
     kill_node(cluster["b"])
     publisher.close()
-    config = (tmp_path / "b" / "broker.toml").read_text(encoding="utf-8")
-    cluster["b"] = start_broker(tmp_path / "b", config)
+    cluster["b"] = restart_node(tmp_path, "b")
     for client_id in client_ids:
         subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
         got = {int(subscriber.next_message(10).payload) for _ in range(count)}
@@ -88,8 +87,7 @@ def test_the_sessions_a_node_restores_from_its_store_are_subscribed_on_the_other
     for client_id in client_ids:
         persistent_subscriber(cluster["b"], client_id, topic, 1)
     cluster["b"].stop()
-    config = (tmp_path / "b" / "broker.toml").read_text(encoding="utf-8")
-    cluster["b"] = start_broker(tmp_path / "b", config)
+    cluster["b"] = restart_node(tmp_path, "b")
     linked(cluster)
     time.sleep(0.5)  # b's routes, sent when it linked to a, reach a
     publisher = burst_publisher(cluster["a"], 10)
@@ -107,39 +105,30 @@ def test_messages_published_while_nats_restarts_reach_the_other_node_once_each_i
 ) -> None:
     # A peer timeout longer than the restart: the nodes keep each other (and their clients)
     # through it, and what was forwarded meanwhile is sent again once NATS is back.
-    name = unique("n").replace("-", "")[:40]
-    nodes: dict[str, BrokerProcess] = {}
     try:
-        for node in ("a", "b"):
-            (tmp_path / node).mkdir()
-            text = cluster_config(nats, name, node)
-            text = text.replace("peer_timeout = 1.0", "peer_timeout = 5.0")
-            nodes[node] = start_broker(tmp_path / node, text)
-        linked(nodes)
-        client_id, topic = unique("keeper"), f"restart/{unique('t')}"
-        subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
-        assert subscriber.subscribe(topic, qos) == [qos]
-        publisher = burst_publisher(nodes["a"], 100)
-        for index in range(20):
-            publisher.publish(topic, str(index).encode(), qos)
-        nats.stop()
-        wait_for_log(nodes["a"], "cluster: lost the NATS connection", timeout=5)
-        during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
-        time.sleep(0.3)
-        nats.start()
-        for info in during:
-            info.wait_for_publish(20)
-            assert info.is_published()
-        for index in range(60, 80):
-            publisher.publish(topic, str(index).encode(), qos)
-        got = drain(subscriber, 80, timeout=20)
-        assert [int(m.payload) for m in got] == list(range(80))
-        assert {m.qos for m in got} == {qos}
-        publisher.close()
-        subscriber.close()
+        with nodes_of(tmp_path, nats, {"a": "", "b": ""}, peer_timeout=5.0) as nodes:
+            client_id, topic = unique("keeper"), f"restart/{unique('t')}"
+            subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
+            assert subscriber.subscribe(topic, qos) == [qos]
+            publisher = burst_publisher(nodes["a"], 100)
+            for index in range(20):
+                publisher.publish(topic, str(index).encode(), qos)
+            nats.stop()
+            wait_for_log(nodes["a"], "cluster: lost the NATS connection", timeout=5)
+            during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
+            time.sleep(0.3)
+            nats.start()
+            for info in during:
+                info.wait_for_publish(20)
+                assert info.is_published()
+            for index in range(60, 80):
+                publisher.publish(topic, str(index).encode(), qos)
+            got = drain(subscriber, 80, timeout=20)
+            assert [int(m.payload) for m in got] == list(range(80))
+            assert {m.qos for m in got} == {qos}
+            publisher.close()
+            subscriber.close()
     finally:
-        for broker in nodes.values():
-            broker.stop()
         if nats.process is None:
             nats.start()
 
@@ -156,19 +145,13 @@ def test_a_publisher_waits_no_longer_than_the_peer_timeout_for_a_silent_node(
     publisher = PahoCollector(cluster["a"], unique("pub"))
     publisher.publish(topic, b"before", 1)
     assert subscriber.next_message(5).payload == b"before"
-    pids = node_pids(cluster["b"])
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with paused(cluster["b"]):
         started = time.monotonic()
         info = publisher.client.publish(topic, b"while-stopped", 1)
         info.wait_for_publish(10)
         waited = time.monotonic() - started
         assert info.is_published()
         assert 0.8 < waited < 5.0, waited
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
     assert subscriber.next_message(10).payload == b"while-stopped"
     subscriber.assert_no_message(within=1.0)
     publisher.close()
@@ -199,16 +182,10 @@ def test_clean_subscribers_and_qos0_do_not_wait_for_other_nodes(
     subscriber = PahoCollector(cluster["b"], unique("sub"))
     assert subscriber.subscribe(topic, 1) == [1]
     publisher = PahoCollector(cluster["a"], unique("pub"))
-    pids = node_pids(cluster["b"])
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with paused(cluster["b"]):
         started = time.monotonic()
         publisher.publish(topic, b"x", 1)
         assert time.monotonic() - started < 0.5
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
     assert subscriber.next_message(10).payload == b"x"
     publisher.close()
     subscriber.close()

@@ -30,18 +30,24 @@ from tests.support.clients import (
     subscribe_raw,
     unique,
 )
-from tests.support.cluster import kill_node, linked, nodes_of
+from tests.support.cluster import (
+    HEARTBEAT,
+    PEER_TIMEOUT,
+    kill_node,
+    linked,
+    needs_nats_server,
+    node_config,
+    nodes_of,
+    restart_node,
+)
 from tests.support.haproxy import CHECK_INTERVAL, HAPROXY, HaProxy
-from tests.support.nats_server import NATS_SERVER, NatsCluster, NatsServer
+from tests.support.nats_server import NatsCluster, NatsServer
 from tests.support.raw_client import RawClient
 from tests.support.tcp_proxy import TcpProxy
 
-pytestmark = pytest.mark.skipif(
-    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
-)
+pytestmark = needs_nats_server
 
 NODES = ("a", "b", "c")
-PEER_TIMEOUT, HEARTBEAT = 1.0, 0.2  # as tests.support.cluster.cluster_config sets them
 RESUME = 5.0  # seconds after a NATS server's death within which traffic across nodes resumes
 
 
@@ -143,7 +149,7 @@ def test_one_nats_server_of_three_killed_traffic_resumes_and_connects_go_on(
 
 def bucket_stream(tmp_path: Path) -> str:
     """The JetStream stream of the cluster's bucket (the nodes' cluster name is random)."""
-    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+    config = node_config(tmp_path, "a")
     name = config.split('name = "', 1)[1].split('"', 1)[0]
     return f"KV_mqtt-{name}-clients"
 
@@ -304,8 +310,7 @@ def _carry_on_and_come_back(
         assert PEER_TIMEOUT <= silence < PEER_TIMEOUT + 3 * HEARTBEAT, line
     # Back on its port, from its store: it ends its copy of the moved rider's session (the
     # bucket names another node), and the parked session is there with its messages.
-    config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
-    nodes["a"] = start_broker(tmp_path / "a", config, ("--port", str(ports["a"])))
+    nodes["a"] = restart_node(tmp_path, "a", ports["a"])
     linked(nodes)
     wait_for_log(nodes["a"], f"holds client id {moved[0].client_id!r} now", timeout=5)
     # Nobody asks for that copy (its client started afresh elsewhere): twice claim_timeout
@@ -324,7 +329,7 @@ def _carry_on_and_come_back(
     resumed.close()
     # Restarted once more, node a no longer has the discarded copy in its store.
     nodes["a"].stop()
-    nodes["a"] = start_broker(tmp_path / "a", config, ("--port", str(ports["a"])))
+    nodes["a"] = restart_node(tmp_path, "a", ports["a"])
     linked(nodes)
     time.sleep(1)  # the watch's first records are in
     assert f"holds client id {moved[0].client_id!r}" not in nodes["a"].log()
@@ -343,12 +348,9 @@ def test_a_node_cut_off_from_nats_fences_itself_while_the_others_serve(tmp_path:
     proxy.start()
     try:
         with nodes_of(tmp_path, server, {"a": "", "b": ""}) as nodes:
-            config = (tmp_path / "a" / "broker.toml").read_text(encoding="utf-8")
+            config = node_config(tmp_path, "a", "c").replace(server.url, proxy.url)
             (tmp_path / "c").mkdir()
-            nodes["c"] = start_broker(
-                tmp_path / "c",
-                config.replace('node = "a"', 'node = "c"').replace(server.url, proxy.url),
-            )
+            nodes["c"] = start_broker(tmp_path / "c", config)
             linked(nodes)
             watcher = connect_raw(nodes["c"], unique("watcher"), version=5)
             subscriber = PahoCollector(nodes["a"], unique("sub"))

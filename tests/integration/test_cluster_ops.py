@@ -9,9 +9,6 @@ pool spreads connections, and every worker of every node answers for itself."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +17,14 @@ import pytest
 
 from mqtt.packets import Disconnect
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import API_KEY, Admin, free_port, http_config
-from tests.support.broker_process import ROOT, BrokerProcess
+from tests.support.admin import Admin, ctl, free_port, http_config
+from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
-from tests.support.cluster import kill_node, nodes_of
-from tests.support.nats_server import NATS_SERVER, NatsServer
+from tests.support.cluster import kill_node, needs_nats_server, nodes_of
+from tests.support.nats_server import NatsServer
 from tests.support.raw_client import RawClient
 
-pytestmark = pytest.mark.skipif(
-    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
-)
+pytestmark = needs_nats_server
 
 SYS = "[sys]\ninterval = 0.3\n"
 
@@ -52,19 +47,6 @@ def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
     }
     with nodes_of(tmp_path, nats, extra) as nodes:
         yield Cluster(nodes, ports)
-
-
-def ctl(admin: Admin, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": API_KEY}
-    return subprocess.run(
-        [sys.executable, "-m", "admin.ctl", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def listed(admin: Admin, search: str) -> dict[str, str]:

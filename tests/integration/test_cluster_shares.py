@@ -10,7 +10,6 @@ from __future__ import annotations
 import queue
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,20 +17,15 @@ import pytest
 from tests.support.broker_config import wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode
 from tests.support.clients import PahoCollector, unique
-from tests.support.cluster import drain, kill_node, nodes_of
-from tests.support.nats_server import NATS_SERVER, NatsServer
+from tests.support.cluster import cluster_fixture, drain, kill_node, needs_nats_server, nodes_of
+from tests.support.nats_server import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
-)
+pytestmark = needs_nats_server
 
 NODES = ("a", "b", "c")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
-    with nodes_of(tmp_path, nats, dict.fromkeys(NODES, "")) as nodes:
-        yield nodes
+cluster = cluster_fixture(*NODES)
 
 
 def collect(

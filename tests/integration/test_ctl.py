@@ -12,7 +12,7 @@ import pytest
 
 from mqtt.packets import ConnAck, Publish
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import API_KEY, Admin, free_port, http_config
+from tests.support.admin import Admin, ctl, free_port, http_config
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import ROOT
 from tests.support.clients import connect_raw, subscribe_raw, unique
@@ -25,19 +25,6 @@ def admin(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Ad
     port = free_port()
     with running_broker(tmp_path_factory.mktemp("ctl"), http_config(port)) as broker:
         yield Admin(broker, port)
-
-
-def ctl(admin: Admin, *args: str, key: str = API_KEY) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": key}
-    return subprocess.run(
-        [sys.executable, "-m", "admin.ctl", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def test_status_prints_the_figures(admin: Admin) -> None:

@@ -25,18 +25,13 @@ from tests.spark.test_broker_end_to_end import (
 )
 from tests.support.broker_config import wait_for_log
 from tests.support.clients import PahoCollector
-from tests.support.cluster import nodes_of
-from tests.support.nats_server import NATS_SERVER, NatsServer
+from tests.support.cluster import needs_nats_server, nodes_of
+from tests.support.nats_server import NatsServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
-    ),
-]
+pytestmark = [pytest.mark.spark, needs_nats_server]
 
 MESSAGES = 20
 

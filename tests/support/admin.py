@@ -1,18 +1,21 @@
-"""The admin HTTP listener in tests: a broker config with `[http]` on a free port, and
-requests to it with the test's API key."""
+"""The admin HTTP listener in tests: a broker config with `[http]` on a free port, requests
+to it with the test's API key, and `python -m admin.ctl` run against it."""
 
 from __future__ import annotations
 
 import base64
 import http.client
+import os
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from admin.auth import hash_key
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import ROOT, BrokerProcess
 
 API_KEY = "test-key-0123456789"
 
@@ -82,3 +85,18 @@ class Admin:
 def basic(user: str, password: str) -> dict[str, str]:
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"Authorization": f"Basic {token}"}
+
+
+def ctl(admin: Admin, *args: str, key: str = API_KEY) -> subprocess.CompletedProcess[str]:
+    """`python -m admin.ctl *args` against `admin`'s broker with `key`; not checked (the
+    caller asserts on its exit code and output)."""
+    env = {**os.environ, "ACTOR_MQTT_URL": admin.url, "ACTOR_MQTT_API_KEY": key}
+    return subprocess.run(
+        [sys.executable, "-m", "admin.ctl", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )

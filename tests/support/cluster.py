@@ -1,6 +1,7 @@
-"""Helpers of the cluster's integration tests: nodes of one cluster over a test NATS server
-(or a three-server NATS cluster), waiting for their links, killing a node's whole process
-tree, draining a subscriber."""
+"""Helpers of the cluster's tests: the mark that skips them without nats-server, nodes of
+one cluster over a test NATS server (or a three-server NATS cluster) and a `cluster` fixture
+of them, waiting for their links, restarting a node from its directory, pausing or killing a
+node's whole process tree, draining a subscriber."""
 
 from __future__ import annotations
 
@@ -9,21 +10,37 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
+import pytest
 
 from tests.support.broker_config import wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import PahoCollector, unique
-from tests.support.nats_server import NatsCluster, NatsServer
+from tests.support.nats_server import NATS_SERVER, NatsCluster, NatsServer
+
+needs_nats_server = pytest.mark.skipif(
+    not Path(NATS_SERVER).exists(), reason="nats-server not installed (Debian package)"
+)
+
+PEER_TIMEOUT, HEARTBEAT = 1.0, 0.2  # seconds: the nodes' settings unless a test sets its own
 
 
-def cluster_config(nats: NatsServer | NatsCluster, name: str, node: str, extra: str = "") -> str:
+def cluster_config(
+    nats: NatsServer | NatsCluster,
+    name: str,
+    node: str,
+    extra: str = "",
+    *,
+    peer_timeout: float = PEER_TIMEOUT,
+) -> str:
     """A node's `[cluster]` table: every NATS server's URL, the bucket on all of them."""
     urls = ", ".join(f'"{url}"' for url in nats.urls)
     return (
         f'[cluster]\nname = "{name}"\nnode = "{node}"\nnats = [{urls}]\n'
-        f"replicas = {len(nats.urls)}\nheartbeat = 0.2\npeer_timeout = 1.0\n{extra}"
+        f"replicas = {len(nats.urls)}\nheartbeat = {HEARTBEAT}\npeer_timeout = {peer_timeout}\n"
+        f"{extra}"
     )
 
 
@@ -45,6 +62,8 @@ def nodes_of(
     nats: NatsServer | NatsCluster,
     extra: dict[str, str],
     ports: dict[str, int] | None = None,
+    *,
+    peer_timeout: float = PEER_TIMEOUT,
 ) -> Iterator[dict[str, BrokerProcess]]:
     """Nodes named by `extra`'s keys (each with that configuration text added) in a
     cluster of their own, linked; stopped however the test ends. `ports` gives nodes a
@@ -56,12 +75,39 @@ def nodes_of(
             directory = tmp_path / node
             directory.mkdir()
             port = () if ports is None else ("--port", str(ports[node]))
-            nodes[node] = start_broker(directory, cluster_config(nats, name, node) + text, port)
+            config = cluster_config(nats, name, node, peer_timeout=peer_timeout) + text
+            nodes[node] = start_broker(directory, config, port)
         linked(nodes)
         yield nodes
     finally:
         for broker in nodes.values():
             broker.stop()
+
+
+def cluster_fixture(*names: str) -> Any:
+    """A test module's `cluster` fixture: nodes `names`, plain, over the module's `nats`
+    server (`cluster = cluster_fixture("a", "b")` in the module)."""
+
+    @pytest.fixture
+    def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[dict[str, BrokerProcess]]:
+        with nodes_of(tmp_path, nats, dict.fromkeys(names, "")) as nodes:
+            yield nodes
+
+    return cluster
+
+
+def node_config(tmp_path: Path, node: str, renamed: str | None = None) -> str:
+    """The configuration node `node` was started with (by `nodes_of` under `tmp_path`), or,
+    with `renamed`, that configuration for node `renamed` (the same cluster and settings)."""
+    config = (tmp_path / node / "broker.toml").read_text(encoding="utf-8")
+    return config if renamed is None else config.replace(f'node = "{node}"', f'node = "{renamed}"')
+
+
+def restart_node(tmp_path: Path, node: str, port: int | None = None) -> BrokerProcess:
+    """Node `node` started again from its directory under `tmp_path`: its configuration and
+    its store; on `port` if given (a node behind a proxy), else on a free one."""
+    args = () if port is None else ("--port", str(port))
+    return start_broker(tmp_path / node, node_config(tmp_path, node), args)
 
 
 def node_pids(broker: BrokerProcess) -> list[int]:
@@ -83,6 +129,20 @@ def kill_node(broker: BrokerProcess) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
     broker.process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def paused(broker: BrokerProcess) -> Iterator[None]:
+    """Every process of a node stopped (SIGSTOP: silent, its sockets open) for the block,
+    continued (SIGCONT) however it ends."""
+    pids = node_pids(broker)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def drain(collector: PahoCollector, count: int, timeout: float = 10.0) -> list[paho.MQTTMessage]:

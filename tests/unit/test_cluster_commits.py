@@ -1,10 +1,10 @@
 """The pure parts of at-least-once forwarding across nodes (cluster.commits): numbered
-batches kept until confirmed and sent again, acknowledgements waiting for the peers' commits,
-and the receiver taking each number once and in order."""
+batches kept until confirmed and sent again, and the receiver taking each number once and
+in order (the acknowledgements' waits: tests/unit/test_ack_waits.py)."""
 
 from __future__ import annotations
 
-from cluster.commits import AckWaits, ReceivedBatches, SentBatches, Verdict
+from cluster.commits import ReceivedBatches, SentBatches, Verdict
 from core.message import Message
 from pool.frames.codec import FrameDecoder, encode_frame
 from pool.frames.forwarding import Numbered
@@ -59,26 +59,6 @@ def test_a_peer_back_in_the_same_life_gets_its_batches_again_a_restarted_one_doe
     assert [m.topic for m in sent.forget(7, epoch=2)] == ["a", "b", "c"]
     assert sent.peer_up(7, epoch=2) == []
     assert sent.add(7, 3, messages("d"), now=0.0).seq == 1  # a new life: from 1 again
-
-
-def test_an_ack_waits_for_this_worker_and_every_peer_unless_it_is_gone() -> None:
-    acks = AckWaits()
-    done: list[str] = []
-    local_one = acks.wait(1, {7, 8}, lambda: done.append("one"))
-    local_two = acks.wait(2, {7}, lambda: done.append("two"))
-    acks.committed(7, [1, 2])
-    local_two()
-    assert done == ["two"]
-    local_one()
-    assert done == ["two"]  # 8 has not confirmed
-    assert acks.peer_gone(8) == 1  # taken for gone: not waited for any more
-    assert done == ["two", "one"]
-    assert len(acks) == 0
-    local_three = acks.wait(3, {8}, lambda: done.append("three"))
-    acks.peer_gone(8)
-    assert done == ["two", "one"]  # this worker's own commit is still awaited
-    local_three()
-    assert done == ["two", "one", "three"]
 
 
 def take(received: ReceivedBatches, sender: int, epoch: int, seq: int, first: int) -> Verdict:

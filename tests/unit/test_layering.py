@@ -153,7 +153,7 @@ def test_bridge_pure_parts_are_sans_io(module: str) -> None:
 # fabric's interface; its link, node and worker are the I/O that carries them.
 POOL_PURE = (
     *("frames/*.py", "ownership.py", "orphans.py", "outbox.py", "flow_control.py"),
-    *("connection_counts.py", "routes.py", "fabric.py"),
+    *("connection_counts.py", "routes.py", "fabric.py", "ack_waits.py"),
 )
 
 

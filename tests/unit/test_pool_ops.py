@@ -107,6 +107,14 @@ def test_a_failing_answer_is_an_empty_part_and_logged(caplog: pytest.LogCaptureF
     assert "answering 'clients' for worker 0 failed" in caplog.text
 
 
+def test_a_worker_with_no_answer_yet_sends_an_empty_part_and_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = Pool()  # worker 1's answer is not set: it is still starting
+    assert pool.ops[0].gather("clients", {}) == ({1: []}, [])
+    assert "pool: worker 0 asked 'clients' before this worker could answer" in caplog.text
+
+
 def test_bans_hold_on_every_worker_and_only_worker_0_writes_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bans.json"
     pool = Pool(path)
