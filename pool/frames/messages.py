@@ -97,6 +97,10 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
     append = tail.append
     pack_into = _MESSAGE_RECORD.pack_into
     offset = 0
+    # A batch comes in runs of one publisher's messages, mostly to one topic: the previous
+    # message's strings and indexes are compared before the table is asked.
+    topic = publisher = username = None
+    topic_at = publisher_at = username_at = 0
     for message in messages:
         payload, wire = message.payload, message.wire
         props_size = 0
@@ -104,15 +108,24 @@ def _encode_messages(messages: tuple[Message, ...]) -> bytes:
             props = encode_properties(message.properties)
             props_size = len(props)
             append(props)
+        if message.topic != topic:
+            topic = message.topic
+            topic_at = index(topic, len(strings))
+        if message.publisher != publisher:
+            publisher = message.publisher
+            publisher_at = index(publisher, len(strings))
+        if message.username != username:
+            username = message.username
+            username_at = index(username, len(strings))
         pack_into(
             records,
             offset,
             message.qos | _RETAIN_FLAG if message.retain else message.qos,
             message.timestamp,
             message.message_id,
-            index(message.topic, len(strings)),
-            index(message.publisher, len(strings)),
-            index(message.username, len(strings)),
+            topic_at,
+            publisher_at,
+            username_at,
             props_size,
             len(payload),
             0 if wire is None else len(wire) - len(payload),
