@@ -346,11 +346,14 @@ class Dispatcher:
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
         plans = self._readable_plans if self.read_checks.active else None
-        for index, message in enumerate(messages):
-            mark = None if marks is None else marks[index]
-            if mark is None or mark.ordinary:
-                self._fan_out(message, per_session, ops, plans)
-            if mark is not None:
+        fan_out = self._fan_out
+        if marks is None:  # a plain `Forward`: every message a worker receives that way
+            for message in messages:
+                fan_out(message, per_session, ops, plans)
+        else:
+            for message, mark in zip(messages, marks, strict=True):
+                if mark.ordinary:
+                    fan_out(message, per_session, ops, plans)
                 for share in mark.shares:
                     self._share_here(message, share, per_session, ops)
         if ops:  # first: called from the loop, a tell may run the session at once, and its

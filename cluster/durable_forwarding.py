@@ -86,11 +86,10 @@ class DurableForwarding:
     # ----- sending ------------------------------------------------------------------------
 
     def add(self, message: Message) -> None:
-        """`message` is forwarded in this batch: note the peers that store it."""
-        if message.qos:
-            durable = self._durable.workers_cached(message.topic)
-            if durable:
-                self._to.update(durable)
+        """`message`, QoS 1 or 2, is forwarded in this batch: note the peers that store it."""
+        durable = self._durable.workers_cached(message.topic)
+        if durable:
+            self._to.update(durable)
 
     def send(
         self, frames: list[tuple[int, Forward]], on_durable: Callable[[], object] | None

@@ -44,17 +44,21 @@ class Member(Protocol):
 class JoinedForwarder:
     """The dispatcher's `RemoteForwarder`: the pool's (if any), then the cluster's."""
 
-    __slots__ = ("_member", "_pool", "shares", "worker")
+    __slots__ = ("_member", "_pool", "add", "shares", "worker")
 
     def __init__(self, pool: RemoteForwarder | None, member: Member) -> None:
         self._pool = pool
         self._member = member
         self.worker = 0 if pool is None else pool.worker
         self.shares = RemoteShares() if pool is None else pool.shares
+        # Whether another worker or node wants a message (it is then sent at `flush`). The
+        # dispatcher asks once per message published: with no pool that is the member's own
+        # `add`, not a call through this object.
+        self.add: Callable[[Message], bool] = member.add if pool is None else self._add_both
 
-    def add(self, message: Message) -> bool:
-        pool = self._pool
-        wanted = pool is not None and pool.add(message)
+    def _add_both(self, message: Message) -> bool:
+        assert self._pool is not None
+        wanted = self._pool.add(message)
         return self._member.add(message) or wanted
 
     def needs_store(self, topic: str) -> bool:

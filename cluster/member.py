@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import gevent
@@ -75,6 +76,7 @@ FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS messa
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
 _FORWARDING_FRAMES = frozenset((Forward, ForwardShared, Numbered, CommitSync, Committed))
 _CLAIM_FRAMES = frozenset((GiveUp, HandedOver, SessionHandedOver))
+_payload = attrgetter("payload")
 
 
 class ClusterMember:
@@ -102,6 +104,7 @@ class ClusterMember:
             fabric.send, fabric.broadcast, lambda: fabric.peers, loop.run_callback
         )
         self._outbox = ForwardOutbox()
+        self._wanted_by = self.routes.remote.workers_cached  # topic -> other nodes' workers
         self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
         self.shares = ClusterShares(config.node, fabric)
         self.durable = DurableForwarding(
@@ -381,12 +384,15 @@ class ClusterMember:
     # ----- publishes (beside the pool's forwarder) ----------------------------------------
 
     def add(self, message: Message) -> bool:
-        """Whether a worker of another node wants `message` (it is then sent at `flush`)."""
-        workers = self.routes.remote.workers_cached(message.topic)
-        if not workers or message.topic.startswith(_LOCAL_ONLY):
+        """Whether a worker of another node wants `message` (it is then sent at `flush`).
+        Asked once per message published on this worker, wanted elsewhere or not."""
+        topic = message.topic
+        workers = self._wanted_by(topic)
+        if not workers or topic.startswith(_LOCAL_ONLY):
             return False
         self._outbox.add(workers, message)
-        self.durable.add(message)
+        if message.qos:
+            self.durable.add(message)
         return True
 
     def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None:
@@ -469,6 +475,8 @@ def reads_local_only(topic_filter: str) -> bool:
 
 def split_payloads(messages: tuple[Message, ...]) -> list[tuple[Message, ...]]:
     """`messages` in runs of at most FORWARD_BYTES of payload (at least one message each)."""
+    if sum(map(len, map(_payload, messages))) <= FORWARD_BYTES:
+        return [messages]  # the usual batch: summed without a Python step per message
     parts: list[tuple[Message, ...]] = []
     start, size = 0, 0
     for index, message in enumerate(messages):

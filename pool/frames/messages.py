@@ -53,8 +53,10 @@ _U32x2 = struct.Struct("<II")
 _MESSAGE_RECORD = struct.Struct("<BdQIIIIII")
 _QOS_BITS = 0b011
 _RETAIN_FLAG = 0b100
-_FLAG_BITS = _QOS_BITS | _RETAIN_FLAG
+# Every valid record flags: QoS 0-2, with or without RETAIN.
+_VALID_FLAGS = frozenset(qos | retain for qos in range(3) for retain in (0, _RETAIN_FLAG))
 _INFINITY = float("inf")
+_RUNS_PAST = "a message's payload runs past the end of the frame"
 _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
 
@@ -88,29 +90,50 @@ def _encode_retained(frame: Retained | RetainedSnapshot) -> bytes:
 
 def _encode_messages(messages: tuple[Message, ...]) -> bytes:
     strings: dict[str | None, int] = {None: 0}  # the frame's string table, in index order
-    records: list[bytes] = []
-    tail: list[bytes] = []
-    pack = _MESSAGE_RECORD.pack
+    index = strings.setdefault
+    size = _MESSAGE_RECORD.size
+    records = bytearray(len(messages) * size)  # packed in place: no bytes object per record
+    tail: list[bytes] = []  # each message's property block (if any), then its payload or wire
+    append = tail.append
+    pack_into = _MESSAGE_RECORD.pack_into
+    offset = 0
+    # A batch comes in runs of one publisher's messages, mostly to one topic: the previous
+    # message's strings and indexes are compared before the table is asked.
+    topic = publisher = username = None
+    topic_at = publisher_at = username_at = 0
     for message in messages:
-        props = encode_properties(message.properties) if message.properties else b""
         payload, wire = message.payload, message.wire
-        records.append(
-            pack(
-                message.qos | _RETAIN_FLAG if message.retain else message.qos,
-                message.timestamp,
-                message.message_id,
-                strings.setdefault(message.topic, len(strings)),
-                strings.setdefault(message.publisher, len(strings)),
-                strings.setdefault(message.username, len(strings)),
-                len(props),
-                len(payload),
-                0 if wire is None else len(wire) - len(payload),
-            )
+        props_size = 0
+        if message.properties:
+            props = encode_properties(message.properties)
+            props_size = len(props)
+            append(props)
+        if message.topic != topic:
+            topic = message.topic
+            topic_at = index(topic, len(strings))
+        if message.publisher != publisher:
+            publisher = message.publisher
+            publisher_at = index(publisher, len(strings))
+        if message.username != username:
+            username = message.username
+            username_at = index(username, len(strings))
+        pack_into(
+            records,
+            offset,
+            message.qos | _RETAIN_FLAG if message.retain else message.qos,
+            message.timestamp,
+            message.message_id,
+            topic_at,
+            publisher_at,
+            username_at,
+            props_size,
+            len(payload),
+            0 if wire is None else len(wire) - len(payload),
         )
-        tail.append(props)
-        tail.append(payload if wire is None else wire)
+        offset += size
+        append(payload if wire is None else wire)
     table = orjson.dumps(list(strings))
-    return b"".join((_U32x2.pack(len(messages), len(table)), table, *records, *tail))
+    return b"".join((_U32x2.pack(len(messages), len(table)), table, records, *tail))
 
 
 # The frames that carry deliveries: their other fields (orjson, checked as control fields
@@ -165,34 +188,43 @@ def _decode_moved_deliveries(body: bytes) -> MovedDeliveries:
 
 
 def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
-    """The messages of a body whose message part begins at `start`."""
+    """The messages of a body whose message part begins at `start`. The hot loop of a
+    receiving worker: one pass, and each message's parts are checked against the frame's
+    end once, after the last (a part cut short is a frame that ends too soon)."""
     count, table_size = _U32x2.unpack_from(body, start)
     pos = start + _U32x2.size + table_size
     strings = checked_string_table(orjson.loads(body[start + _U32x2.size : pos]))
     records_end = pos + count * _MESSAGE_RECORD.size
-    if records_end > len(body):
+    body_size = len(body)
+    if records_end > body_size:
         raise FrameError(f"a message frame's {count} records run past its end")
     records = _MESSAGE_RECORD.iter_unpack(body[pos:records_end])
     pos = records_end
     messages: list[Message] = []
+    append = messages.append
     for flags, timestamp, message_id, topic, publisher, username, props_size, size, head in records:
-        if flags & ~_FLAG_BITS or flags & _QOS_BITS == _QOS_BITS or not topic:
+        if flags not in _VALID_FLAGS or not topic:
             raise FrameError(f"a message's record has flags {flags} and topic {topic}")
         if not -_INFINITY < timestamp < _INFINITY:
             raise FrameError(f"a message's timestamp is {timestamp}")
-        stop = pos + props_size
-        properties = _property_block(body, pos, stop) if props_size else {}
-        wire = None
+        if props_size:
+            properties = _property_block(body, pos, pos + props_size)
+            pos += props_size
+        else:
+            properties = {}
+        end = pos + head + size
         if head:  # the encoded 3.x QoS 0 PUBLISH (`Message.wire`), which ends with the payload
-            wire = body[stop : stop + head + size]
+            if end > body_size:
+                raise FrameError(_RUNS_PAST)
+            wire = body[pos:end]
             if head < _MIN_PUBLISH_HEAD or wire[0] != _PLAIN_QOS0_PUBLISH:
                 raise FrameError("a message's encoded PUBLISH is not a plain QoS 0 PUBLISH")
-            stop += head
-        payload = body[stop : stop + size]
-        if len(payload) != size:
-            raise FrameError("a message's payload runs past the end of the frame")
-        pos = stop + size
-        messages.append(
+            payload = body[pos + head : end]
+        else:
+            wire = None
+            payload = body[pos:end]
+        pos = end
+        append(
             stored_message(
                 strings[topic],
                 payload,
@@ -206,8 +238,10 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
                 wire,
             )
         )
-    if pos != len(body):
-        raise FrameError(f"{len(body) - pos} bytes follow the last message of the frame")
+    if pos > body_size:
+        raise FrameError(_RUNS_PAST)
+    if pos != body_size:
+        raise FrameError(f"{body_size - pos} bytes follow the last message of the frame")
     return tuple(messages)
 
 

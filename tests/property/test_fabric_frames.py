@@ -352,6 +352,23 @@ def test_a_batch_names_each_topic_and_client_once() -> None:
     assert FrameDecoder().feed(data) == [Forward(batch, 3)]
 
 
+def test_interleaved_publishers_keep_their_own_strings() -> None:
+    # The encoder compares each message's strings with the previous one's before it asks
+    # the string table: runs and alternations must both name the right entries.
+    names = [("a/1", "p1", None), ("a/1", "p1", None), ("b/2", "p2", "user-9"), ("a/1", "p1", None)]
+    names += [("b/2", "p1", "user-9"), ("b/2", "p2", None), ("a/1", "p2", "user-9")]
+    batch = tuple(
+        stored_message(topic, b"%d" % i, 0, False, publisher, user, 1.0, {}, i + 1)
+        for i, (topic, publisher, user) in enumerate(names)
+    )
+    data = encode_frame(Forward(batch, 1))
+    assert [data.count(name.encode()) for name in ("a/1", "b/2", "p1", "p2", "user-9")] == [1] * 5
+    decoded = FrameDecoder().feed(data)
+    assert decoded == [Forward(batch, 1)]
+    assert isinstance(decoded[0], Forward)
+    assert [(m.topic, m.publisher, m.username) for m in decoded[0].messages] == names
+
+
 @pytest.mark.parametrize(
     ("strings", "record", "why"),
     [
@@ -362,6 +379,7 @@ def test_a_batch_names_each_topic_and_client_once() -> None:
         ([None, "t"], (0, math.inf, 1, 1, 0, 0, 0, 0, 0), "timestamp is inf"),
         ([None, "t"], (0, 1.0, 1, 5, 0, 0, 0, 0, 0), "index out of range"),
         ([None, "t"], (0, 1.0, 1, 1, 0, 0, 0, 4, 0), "payload runs past the end"),
+        ([None, "t"], (0, 1.0, 1, 1, 0, 0, 0, 4, 5), "payload runs past the end"),  # a PUBLISH
         (["t"], (0, 1.0, 1, 1, 0, 0, 0, 0, 0), "string table"),
         ([None, 7], (0, 1.0, 1, 1, 0, 0, 0, 0, 0), "string table"),
     ],
