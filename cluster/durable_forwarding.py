@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 
 # Splits a batch's messages into runs that each make one `Forward` (cluster.member's).
 Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
-# Delivers messages another node's worker forwarded to this worker's subscribers.
-Deliver = Callable[[tuple[Message, ...]], None]
+# Delivers messages another node's worker forwarded to this worker's subscribers:
+# deliver(sender, messages, publisher), `publisher` the sender's flow-control id (0: none).
+Deliver = Callable[[int, tuple[Message, ...], int], None]
 
 
 class DurableForwarding:
@@ -72,6 +73,7 @@ class DurableForwarding:
         self._received = ReceivedBatches()
         self._verdicts: dict[int, Verdict] = {}  # per sender: its current batch's
         self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
+        self._taking_from: dict[int, int] = {}  # per sender: the batch's publisher id
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
         self._ticker: gevent.Greenlet[..., Any] | None = None
@@ -92,7 +94,10 @@ class DurableForwarding:
             self._to.update(durable)
 
     def send(
-        self, frames: list[tuple[int, Forward]], on_durable: Callable[[], object] | None
+        self,
+        frames: list[tuple[int, Forward]],
+        on_durable: Callable[[], object] | None,
+        publisher: int = 0,
     ) -> Callable[[], None] | None:
         """Send the batch's `Forward` per peer, numbered to the peers that store it. If any
         and `on_durable` is given, `on_durable` waits for their commits: the callback
@@ -107,24 +112,26 @@ class DurableForwarding:
                     self._token += 1
                     token = self._token
                 batch = self._sent.add(worker, token, frame.messages, self._clock())
-                if self._send_batch(worker, batch):
+                if self._send_batch(worker, batch, publisher):
                     waiting.add(worker)
             else:
                 for part in self._split(frame.messages):
-                    fabric.send(worker, Forward(part))
+                    fabric.send(worker, Forward(part, publisher))
         if on_durable is None or not waiting:
             return None
         return self._acks.wait(token, waiting, on_durable)
 
-    def _send_batch(self, worker: int, batch: Batch) -> bool:
-        """Numbered, Forward(s), CommitSync: False if `worker` is not linked."""
+    def _send_batch(self, worker: int, batch: Batch, publisher: int = 0) -> bool:
+        """Numbered, Forward(s), CommitSync: False if `worker` is not linked. `publisher`:
+        the flow-control id of the connection that published the batch (not for a resend:
+        the connection's holds are for what it publishes now)."""
         epoch = self._sent.epoch_of(worker)
         assert epoch is not None
         fabric = self._fabric
         if not fabric.send(worker, Numbered(batch.seq, self._sent.first(worker), epoch)):
             return False
         for part in self._split(batch.messages):
-            fabric.send(worker, Forward(part))
+            fabric.send(worker, Forward(part, publisher))
         fabric.send(worker, CommitSync(batch.token))
         return True
 
@@ -213,9 +220,10 @@ class DurableForwarding:
         end (whole) inside one to take, not at all inside one skipped."""
         verdict = self._verdicts.get(worker)
         if verdict is None:
-            self._deliver(frame.messages)
+            self._deliver(worker, frame.messages, frame.publisher)
         elif verdict is Verdict.TAKE:
             self._taking[worker] += frame.messages
+            self._taking_from[worker] = frame.publisher
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
@@ -224,7 +232,8 @@ class DurableForwarding:
         if verdict is Verdict.DROP:
             return
         if verdict is Verdict.TAKE:
-            self._deliver(tuple(self._taking.pop(worker)))
+            publisher = self._taking_from.pop(worker, 0)
+            self._deliver(worker, tuple(self._taking.pop(worker)), publisher)
             self._received.taken(worker)
         fabric, token = self._fabric, frame.token
         self._persistence.submit((), lambda: fabric.send(worker, Committed(token)))

@@ -31,7 +31,10 @@ class Member(Protocol):
     def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None: ...
 
     def flush(
-        self, retained: list[Message], on_durable: Callable[[], object] | None
+        self,
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Gate | None = None,
     ) -> Callable[[], None] | None: ...
 
     def route_changed(self, topic_filter: str, added: bool) -> None: ...
@@ -79,7 +82,7 @@ class JoinedForwarder:
     ) -> Callable[[], object] | None:
         """The acks wait for the other nodes' commits (the member's part), which wait for the
         pool's workers' (the pool's part), which wait for this worker's own commit."""
-        member_part = self._member.flush(retained, on_durable)
+        member_part = self._member.flush(retained, on_durable, publisher)
         if self._pool is None:
             return member_part
         pool_part = self._pool.flush(

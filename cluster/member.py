@@ -8,7 +8,9 @@ for one `Forward` per peer per publish batch. A batch with QoS 1/2 messages for 
 sessions of a peer is numbered, kept until that peer has stored it and awaited by the
 publisher's acknowledgement (`cluster.durable_forwarding`). A `Forward` received goes to
 this worker's subscribers only, never onwards; a `Retained` into this worker's retained
-index.
+index. Flow control crosses the nodes as it crosses a pool's workers (`pool.flow_control`):
+a `Forward` names its publishing connection, the sessions here hold a stand-in for it, and
+their holds go back as `FlowHold` / `FlowRelease`.
 
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
@@ -46,10 +48,13 @@ from cluster.ops import ClusterOps
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
 from cluster.shares import ClusterShares
+from core.flow import Gate
 from core.message import Message
 from core.reasons import DisconnectReason
 from core.share_origin import ShareOrigin
+from pool.flow_control import Publishers, RemoteGates
 from pool.frames.codec import Frame
+from pool.frames.flow import FlowHold, FlowRelease
 from pool.frames.forwarding import (
     CommitSync,
     Committed,
@@ -115,6 +120,11 @@ class ClusterMember:
             split=split_payloads,
             deliver=self._forwarded_here,
         )
+        # Flow control across nodes, as across a pool's workers (pool.flow_control): this
+        # worker's publishers that other nodes' sessions hold, and theirs as sessions here
+        # hold them. Ids and holds are the cluster's own, apart from the pool's.
+        self.publishers = Publishers()
+        self.remote_gates = RemoteGates(fabric.send)
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
@@ -305,6 +315,8 @@ class ClusterMember:
         self.ops.peer_down(worker)
         self.shares.peer_down(worker)
         self.durable.peer_down(worker)
+        self.publishers.peer_down(worker)  # a node gone leaves no publisher here paused
+        self.remote_gates.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
@@ -326,6 +338,12 @@ class ClusterMember:
             elif kind is OpsRequest or kind is OpsReply:  # the admin API's, `cluster.ops`
                 assert isinstance(frame, OpsRequest | OpsReply)
                 self.ops.frame_received(worker, frame)
+            elif kind is FlowHold:
+                assert isinstance(frame, FlowHold)
+                self.publishers.hold(worker, frame)
+            elif kind is FlowRelease:
+                assert isinstance(frame, FlowRelease)
+                self.publishers.release(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
@@ -336,7 +354,8 @@ class ClusterMember:
         elif isinstance(frame, ForwardShared):
             self.received += len(frame.messages)
             marks = self.shares.incoming(frame.marks)
-            self._context.dispatcher.publish_forwarded(frame.messages, marks)
+            gate = self._gate(worker, frame.publisher)
+            self._context.dispatcher.publish_forwarded(frame.messages, marks, gate)
         elif isinstance(frame, Numbered):
             self.durable.numbered(worker, frame)
         elif isinstance(frame, CommitSync):
@@ -354,10 +373,16 @@ class ClusterMember:
         elif isinstance(frame, SessionHandedOver):
             registry.session_handed_over(worker, frame)
 
-    def _forwarded_here(self, messages: tuple[Message, ...]) -> None:
-        """Messages another node's worker forwarded: to this worker's subscribers only."""
+    def _forwarded_here(self, worker: int, messages: tuple[Message, ...], publisher: int) -> None:
+        """Messages another node's worker forwarded: to this worker's subscribers only, whose
+        sessions hold and release the publisher there (`publisher`: its id, 0 none)."""
         self.received += len(messages)
-        self._context.dispatcher.publish_forwarded(messages)
+        gate = self._gate(worker, publisher)
+        self._context.dispatcher.publish_forwarded(messages, None, gate)
+
+    def _gate(self, worker: int, publisher: int) -> Gate | None:
+        """What stands for the publishing connection `publisher` of `worker` here."""
+        return self.remote_gates.gate(worker, publisher) if publisher else None
 
     # ----- routes (the router's RouteReplication) -----------------------------------------
 
@@ -401,16 +426,21 @@ class ClusterMember:
         self._outbox.add_share(peer, message, self.shares.outgoing(share))
 
     def flush(
-        self, retained: list[Message], on_durable: Callable[[], object] | None
+        self,
+        retained: list[Message],
+        on_durable: Callable[[], object] | None,
+        publisher: Gate | None = None,
     ) -> Callable[[], None] | None:
         """Send what `add` collected, one frame per peer (split past FORWARD_BYTES), and the
         batch's retained messages to every peer. If QoS 1/2 messages went to persistent
         sessions of other nodes and `on_durable` is given, it waits for their commits: the
-        callback returned is then to be called once this node's part is committed."""
+        callback returned is then to be called once this node's part is committed. The
+        frames name `publisher`, the connection that published the batch, for flow control."""
         local_part = None
         if self._outbox:
+            flow_id = 0 if publisher is None else self.publishers.id_of(publisher)
             frames: list[tuple[int, Forward]] = []
-            for worker, frame in self._outbox.frames():
+            for worker, frame in self._outbox.frames(flow_id):
                 self.forwarded += len(frame.messages)
                 if isinstance(frame, Forward):
                     frames.append((worker, frame))
@@ -419,9 +449,10 @@ class ClusterMember:
                 start = 0
                 for part in split_payloads(frame.messages):
                     end = start + len(part)
-                    self.fabric.send(worker, ForwardShared(part, frame.marks[start:end]))
+                    marks = frame.marks[start:end]
+                    self.fabric.send(worker, ForwardShared(part, marks, flow_id))
                     start = end
-            local_part = self.durable.send(frames, on_durable)
+            local_part = self.durable.send(frames, on_durable, flow_id)
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
             self.fabric.broadcast(Retained(kept))
