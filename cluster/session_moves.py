@@ -14,6 +14,7 @@ import logging
 from typing import Any, Protocol
 
 from actors.persistence import Persistence
+from pool.frames.moves import MovingOut
 from store.base import Op, PutMessage, PutSession, StoredSession, StoreError
 from store.op_codec import decode_ops, encode_ops
 
@@ -33,9 +34,12 @@ class StoredSessions(Protocol):
         """The stored session of `client_id` (waits for the store; StoreError if it fails)."""
         ...
 
-    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
+    def start_stored_session(
+        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+    ) -> Any:
         """Start `stored` as the detached session of `client_id`, its routes added; its
-        actor reference (None: it had expired)."""
+        actor reference (None: it had expired). `moving`: what its previous node carried,
+        whose forwarding it then awaits (`cluster.move_forwarding`)."""
         ...
 
 
@@ -67,7 +71,7 @@ class NodeMoves:
         ops.extend(PutMessage(client_id, seq, entry) for seq, entry in stored.messages)
         return base64.b64encode(encode_ops(ops)).decode("ascii")
 
-    def move_in(self, client_id: str, encoded: str) -> Any:
+    def move_in(self, client_id: str, encoded: str, moving: MovingOut | None = None) -> Any:
         """Store and start the session `encoded` carries: its actor reference, or None if it
         does not decode (the other node runs another version) or had expired."""
         try:
@@ -88,7 +92,7 @@ class NodeMoves:
         puts: list[Op] = [PutSession(client_id, renumbered.meta)]
         puts.extend(PutMessage(client_id, seq, entry) for seq, entry in renumbered.messages)
         self._persistence.submit(puts)
-        session = self._sessions.start_stored_session(client_id, renumbered)
+        session = self._sessions.start_stored_session(client_id, renumbered, moving)
         if session is None:
             return None
         logger.info(
