@@ -30,7 +30,11 @@ hand-over then finds nothing to give up).
 
 A persistent session taken over by a CONNECT that resumes it (clean start 0) moves: the
 worker that held it commits it, sends its stored form in the answer (`SessionHandedOver`,
-`cluster.session_moves`), and deletes its copy once the claimant says it stored it. A
+`cluster.session_moves`), forwards what reaches the session meanwhile
+(`cluster.move_forwarding`), and deletes its copy once the claimant says it stored it and
+the forwarding has ended. A pool's workers share a store, so each can send the stored
+form: the claimant takes the one from the worker that forwards, another only once every
+worker has answered. A
 session the watch ends before the claimant's `GiveUp` arrives keeps its stored state for
 that `GiveUp`.
 """

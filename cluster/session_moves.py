@@ -1,10 +1,13 @@
-"""A persistent session moving from one node to another (docs/cluster.md "Sessions move").
+"""A persistent session moving from one node to another (docs/cluster.md "One session per
+client id").
 
 Nodes share no store, so a session taken over on another node travels in the claim's
 answer: its stored form (the `PutSession` and `PutMessage` ops of the store's snapshot,
 encoded by `store.op_codec`, base64 in the `SessionHandedOver` frame). `NodeMoves` makes
 that form from this node's store (`move_out`) and, on the claimant's side, stores the
-session under this node's own delivery numbers and starts it (`move_in`).
+session under this node's own delivery numbers and starts it (`move_in`), moving in with
+what the old node carried (`cluster.move_forwarding` forwards what reaches the session
+meanwhile).
 """
 
 from __future__ import annotations
