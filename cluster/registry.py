@@ -559,16 +559,22 @@ class ClusterRegistry:
         self._peers.send(worker, SessionHandedOver(client_id, revision, ops))
 
     def _end_here(
-        self, client_id: str, revision: int, discard: bool, then: Callable[[], object]
+        self,
+        client_id: str,
+        revision: int,
+        discard: bool,
+        then: Callable[[], object],
+        forward: bool = True,
     ) -> None:
         """A claim on another node at `revision` overtook this worker's: end the session of
         `client_id` held here, if any, its connection closed as taken over and its state
         committed to the store (`discard`: deleted there); `then` once that is committed.
+        Kept (not `discard`) and `forward`, it forwards what reaches it to the claimant.
         One at a time per id: a second call waits for the first, and then ends nothing if
         a newer claim was made here meanwhile."""
         going = self._giving_up.get(client_id)
         if going is not None:
-            going.after.append(partial(self._end_here, client_id, revision, discard, then))
+            going.after.append(partial(self._end_here, client_id, revision, discard, then, forward))
             return
         if revision <= self._claims.get(client_id, 0):  # a newer claim here: it stays
             self._persistence.submit((), then)
@@ -593,11 +599,8 @@ class ClusterRegistry:
 
         going.ended = ended
         # A resumable session keeps its routes and forwards what reaches it meanwhile.
-        move = (
-            None
-            if discard or not self._moves.can_move
-            else self._forwarding.move_out(client_id, session)
-        )
+        forwards = forward and not discard and self._moves.can_move
+        move = self._forwarding.move_out(client_id, session) if forwards else None
         if not tell_if_alive(session, HandOff(discard, ended, move)):
             self._persistence.submit(gone, ended)
 
@@ -623,7 +626,8 @@ class ClusterRegistry:
                 client_id,
                 revision,
             )
-            self._end_here(client_id, revision, False, lambda: None)
+            # Found so at start-up, the session waits for no claimant: none is moving it.
+            self._end_here(client_id, revision, False, lambda: None, forward=not initial)
             if initial and client_id not in self._claims:
                 wait = STALE_WAIT * self._config.claim_timeout
                 gevent.spawn_later(wait, self._discard_stale, client_id, node, revision)
