@@ -43,6 +43,7 @@ from actors.sys_topics import SysPublisher
 from bridge.service import Bridges, limit_queues
 from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
+from core.move_in import insert_qos0
 from core.reasons import DisconnectReason
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
@@ -50,6 +51,7 @@ from net.endpoint import Endpoint
 from net.listener import Listener, bind_unix
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
+from pool.frames.moves import MovingOut
 from router.fan_out import Route
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
@@ -300,9 +302,13 @@ class Broker:
             snapshot = store.load()
         return snapshot.sessions.get(client_id)
 
-    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
+    def start_stored_session(
+        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+    ) -> Any:
         """Start `stored` as the detached session of `client_id` (it moved in from another
-        node) and route its subscriptions; None if it had expired."""
+        node) and route its subscriptions; None if it had expired. `moving`: what the other
+        node carried; the session then holds what its routes bring until that node's
+        forwarding ends (docs/cluster.md)."""
         context = self.context
         meta = stored.meta
         now = time.time()
@@ -310,7 +316,12 @@ class Broker:
         if gone_since + meta.expiry_interval <= now:
             return None
         state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
-        session = SessionActor(state, context, meta.protocol_version).launch()
+        if moving is not None:
+            state.queue = insert_qos0(state.queue, moving.qos0, moving.after)
+        actor = SessionActor(state, context, meta.protocol_version)
+        if moving is not None:
+            actor.moving_in(moving.username, bool(moving.user_known))
+        session = actor.launch()
         routes = [
             (topic_filter, Route(session, options, persistent=True))
             for topic_filter, options in state.subscriptions.items()

@@ -44,6 +44,7 @@ from cluster.config import ClusterConfig
 from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
+from cluster.move_forwarding import MOVE_FRAMES, MoveForwarding
 from cluster.ops import ClusterOps
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
@@ -126,6 +127,12 @@ class ClusterMember:
         self.publishers = Publishers()
         self.remote_gates = RemoteGates(fabric.send)
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
+        self.moves = MoveForwarding(
+            fabric.send,
+            self._when_all_routes_known,
+            config.claim_timeout + config.peer_timeout,
+            self._moved_away,
+        )
         self._replication: RouteReplication = JoinedReplication(None, self)  # the router's
         # The lease: NATS lost since this monotonic time (None: linked), and whether the
         # lease ran out, so this worker's clients were closed and CONNECTs are refused.
@@ -191,6 +198,7 @@ class ClusterMember:
             persistence=context.persistence,
             loss_log=context.loss_log,
             moves=NodeMoves(self._stored_sessions, context.persistence),
+            forwarding=self.moves,
             after_routes=self._after_routes,
             fenced=lambda: self.fenced,
         )
@@ -317,6 +325,7 @@ class ClusterMember:
         self.durable.peer_down(worker)
         self.publishers.peer_down(worker)  # a node gone leaves no publisher here paused
         self.remote_gates.peer_down(worker)
+        self.moves.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
 
@@ -333,6 +342,8 @@ class ClusterMember:
                 self.shares.frame_received(worker, frame)
             elif kind in ROUTE_FRAMES:
                 self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
+            elif kind in MOVE_FRAMES:  # a session moving between nodes
+                self.moves.frame_received(worker, frame)
             elif kind in _CLAIM_FRAMES and self.registry is not None:
                 self._claim_frame(self.registry, worker, frame)
             elif kind is OpsRequest or kind is OpsReply:  # the admin API's, `cluster.ops`
@@ -362,6 +373,15 @@ class ClusterMember:
             self.durable.commit_sync(worker, frame)
         elif isinstance(frame, Committed):
             self.durable.committed(worker, frame)
+
+    def _when_all_routes_known(self, then: Callable[[], object]) -> None:
+        """`then` once the node's other workers and the other nodes have applied this
+        worker's route changes (the router's replication, set after this member)."""
+        self._replication.when_routes_known(then)
+
+    def _moved_away(self, client_id: str) -> None:
+        if self.registry is not None:
+            self.registry.moved_away(client_id)
 
     @staticmethod
     def _claim_frame(registry: ClusterRegistry, worker: int, frame: Frame) -> None:

@@ -30,7 +30,11 @@ hand-over then finds nothing to give up).
 
 A persistent session taken over by a CONNECT that resumes it (clean start 0) moves: the
 worker that held it commits it, sends its stored form in the answer (`SessionHandedOver`,
-`cluster.session_moves`), and deletes its copy once the claimant says it stored it. A
+`cluster.session_moves`), forwards what reaches the session meanwhile
+(`cluster.move_forwarding`), and deletes its copy once the claimant says it stored it and
+the forwarding has ended. A pool's workers share a store, so each can send the stored
+form: the claimant takes the one from the worker that forwards, another only once every
+worker has answered. A
 session the watch ends before the claimant's `GiveUp` arrives keeps its stored state for
 that `GiveUp`.
 """
@@ -64,6 +68,7 @@ from actors.persistence import Persistence
 from actors.refs import Ref
 from actors.runtime import tell_if_alive
 from cluster.config import ClusterConfig
+from cluster.move_forwarding import MoveForwarding
 from cluster.nats_link import NatsLink
 from cluster.session_moves import NodeMoves
 from core.client import ClientInfo
@@ -216,6 +221,7 @@ class ClusterRegistry:
         persistence: Persistence,
         loss_log: RateLimitedLog,
         moves: NodeMoves,
+        forwarding: MoveForwarding,
         fenced: Callable[[], bool],
         after_routes: Callable[[Callable[[], object]], None],
     ) -> None:
@@ -244,7 +250,14 @@ class ClusterRegistry:
         self._hand_overs: dict[tuple[str, int], Callable[[bool], None]] = {}
         # client id -> the peer a session was sent to, until it says it stored it
         self._moving_out: dict[str, int] = {}
+        # client id -> a stored form from a worker that does not hold the session live (a
+        # pool's workers share a store, so each can send it): taken once the others have
+        # answered, as the one holding it forwards what reaches it meanwhile
+        self._unforwarded: dict[str, tuple[int, SessionHandedOver]] = {}
         self._moves = moves
+        self._forwarding = forwarding  # what reaches a session while it moves to another node
+        # Sessions another node stored while they still forward: deleted when that ends.
+        self._stored_there: set[str] = set()
         self._fenced = fenced  # the node's lease ran out: CONNECTs are refused at once
         self._after_routes = after_routes  # calls back once the routes added are known
         self.taken_over = 0  # sessions ended here because another node took their id
@@ -384,8 +397,11 @@ class ClusterRegistry:
                 self._hand_overs.pop((client_id, worker), None)
                 if not replied:
                     silent.add(worker)
+            if self._take_unforwarded(client_id, worker, left) and (done[0] or worker is not None):
+                return  # ended by its answer, or that follows once the session started
             if worker is None or not left:
                 done[0] = True
+                self._unforwarded.pop(client_id, None)
                 for other in left:
                     self._hand_overs.pop((client_id, other), None)
                 answered_all = not left and not silent
@@ -397,6 +413,19 @@ class ClusterRegistry:
                 answered(worker, replied=False)
         if not done[0]:
             gevent.spawn_later(self._config.claim_timeout, answered, None)
+
+    def _take_unforwarded(self, client_id: str, worker: int | None, left: set[int]) -> bool:
+        """Take the stored form of `client_id` a worker sent without forwarding, once every
+        other worker answered (`worker`, the one that just did; None: the claim timed out).
+        Whether it was taken: its own answer then came, or comes once the session started."""
+        waiting = self._unforwarded.get(client_id)
+        if waiting is None or not (worker is None or left <= {waiting[0]}):
+            return False
+        del self._unforwarded[client_id]
+        if waiting[0] == worker:  # it went down since: its form is not taken
+            return False
+        self._take_session(*waiting)
+        return True
 
     def _hand_over_ended(
         self,
@@ -433,9 +462,23 @@ class ClusterRegistry:
             then(True)
         elif self._moving_out.get(client_id) == worker:
             del self._moving_out[client_id]
-            if client_id not in self.inner.sessions and client_id not in self._turns:
-                self._persistence.submit([DeleteSession(client_id)])
+            if self._forwarding.forwarding(client_id):  # puts go on until it ends
+                self._stored_there.add(client_id)
+            else:
+                self._delete_moved(client_id)
             logger.info("cluster: session of %r moved to another node", client_id)
+
+    def moved_away(self, client_id: str) -> None:
+        """The forwarding of `client_id`'s session ended: nothing more is put for it here,
+        so its copy goes if the other node stored the session."""
+        if client_id in self._stored_there:
+            self._stored_there.discard(client_id)
+            self._delete_moved(client_id)
+
+    def _delete_moved(self, client_id: str) -> None:
+        """Delete the copy of a session another node stored, unless the id came back."""
+        if client_id not in self.inner.sessions and client_id not in self._turns:
+            self._persistence.submit([DeleteSession(client_id)])
 
     def session_handed_over(self, worker: int, frame: SessionHandedOver) -> None:
         """The session a `GiveUp` of this worker asked for: stored here, started, and the
@@ -444,17 +487,38 @@ class ClusterRegistry:
         then = self._hand_overs.get((client_id, worker))
         if then is None or frame.revision != self._claims.get(client_id):
             return  # a claim that is over: the sender keeps its copy (fenced there)
+        others = any(key[0] == client_id and key[1] != worker for key in self._hand_overs)
+        if others and self._forwarding.arriving(client_id, worker) is None:
+            self._unforwarded[client_id] = (worker, frame)
+            return
+        self._take_session(worker, frame)
+
+    def _take_session(self, worker: int, frame: SessionHandedOver) -> None:
+        client_id = frame.client_id
+        then = self._hand_overs.get((client_id, worker))
+        if then is None:
+            return
         session = None
+        forwarding = self._forwarding
+        moving = forwarding.arriving(client_id, worker)
         if client_id not in self.inner.sessions:
-            session = self._moves.move_in(client_id, frame.ops)
+            session = self._moves.move_in(client_id, frame.ops, moving)
             if session is not None:
                 self.inner.sessions[client_id] = session
                 self.moved_in += 1
+                forwarding.started(client_id, session)
         self._peers.send(worker, HandedOver(client_id))
         if session is None:
+            if moving is not None:  # nothing to forward to: the old node stops
+                forwarding.routes_known(client_id)
             then(True)
         else:  # its CONNACK once its routes are known everywhere, as after a SUBACK
-            self._after_routes(partial(then, True))
+
+            def known() -> None:
+                forwarding.routes_known(client_id)
+                then(True)
+
+            self._after_routes(known)
 
     def peer_down(self, worker: int) -> None:
         for key in [key for key in self._hand_overs if key[1] == worker]:
@@ -472,6 +536,7 @@ class ClusterRegistry:
             self._peers.send(worker, HandedOver(client_id))
             return
         if frame.clean or not self._moves.can_move:
+            self._forwarding.cancel(client_id)  # fenced by the watch first: nobody takes it
             self._end_here(client_id, revision, True, partial(self._answer, worker, client_id))
             return
 
@@ -486,22 +551,30 @@ class ClusterRegistry:
     def _send_stored(self, worker: int, client_id: str, revision: int) -> None:
         ops = self._moves.move_out(client_id)
         if ops is None:
+            self._forwarding.cancel(client_id)
             self._answer(worker, client_id)
             return
         self._moving_out[client_id] = worker
+        self._forwarding.claim(client_id, worker)  # its `MovingOut` goes first
         self._peers.send(worker, SessionHandedOver(client_id, revision, ops))
 
     def _end_here(
-        self, client_id: str, revision: int, discard: bool, then: Callable[[], object]
+        self,
+        client_id: str,
+        revision: int,
+        discard: bool,
+        then: Callable[[], object],
+        forward: bool = True,
     ) -> None:
         """A claim on another node at `revision` overtook this worker's: end the session of
         `client_id` held here, if any, its connection closed as taken over and its state
         committed to the store (`discard`: deleted there); `then` once that is committed.
+        Kept (not `discard`) and `forward`, it forwards what reaches it to the claimant.
         One at a time per id: a second call waits for the first, and then ends nothing if
         a newer claim was made here meanwhile."""
         going = self._giving_up.get(client_id)
         if going is not None:
-            going.after.append(partial(self._end_here, client_id, revision, discard, then))
+            going.after.append(partial(self._end_here, client_id, revision, discard, then, forward))
             return
         if revision <= self._claims.get(client_id, 0):  # a newer claim here: it stays
             self._persistence.submit((), then)
@@ -525,7 +598,10 @@ class ClusterRegistry:
                 call()
 
         going.ended = ended
-        if not tell_if_alive(session, HandOff(discard, ended, None)):
+        # A resumable session keeps its routes and forwards what reaches it meanwhile.
+        forwards = forward and not discard and self._moves.can_move
+        move = self._forwarding.move_out(client_id, session) if forwards else None
+        if not tell_if_alive(session, HandOff(discard, ended, move)):
             self._persistence.submit(gone, ended)
 
     # ----- fencing ------------------------------------------------------------------------
@@ -550,7 +626,8 @@ class ClusterRegistry:
                 client_id,
                 revision,
             )
-            self._end_here(client_id, revision, False, lambda: None)
+            # Found so at start-up, the session waits for no claimant: none is moving it.
+            self._end_here(client_id, revision, False, lambda: None, forward=not initial)
             if initial and client_id not in self._claims:
                 wait = STALE_WAIT * self._config.claim_timeout
                 gevent.spawn_later(wait, self._discard_stale, client_id, node, revision)

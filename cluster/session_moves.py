@@ -1,10 +1,13 @@
-"""A persistent session moving from one node to another (docs/cluster.md "Sessions move").
+"""A persistent session moving from one node to another (docs/cluster.md "One session per
+client id").
 
 Nodes share no store, so a session taken over on another node travels in the claim's
 answer: its stored form (the `PutSession` and `PutMessage` ops of the store's snapshot,
 encoded by `store.op_codec`, base64 in the `SessionHandedOver` frame). `NodeMoves` makes
 that form from this node's store (`move_out`) and, on the claimant's side, stores the
-session under this node's own delivery numbers and starts it (`move_in`).
+session under this node's own delivery numbers and starts it (`move_in`), moving in with
+what the old node carried (`cluster.move_forwarding` forwards what reaches the session
+meanwhile).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 from typing import Any, Protocol
 
 from actors.persistence import Persistence
+from pool.frames.moves import MovingOut
 from store.base import Op, PutMessage, PutSession, StoredSession, StoreError
 from store.op_codec import decode_ops, encode_ops
 
@@ -33,9 +37,12 @@ class StoredSessions(Protocol):
         """The stored session of `client_id` (waits for the store; StoreError if it fails)."""
         ...
 
-    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
+    def start_stored_session(
+        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+    ) -> Any:
         """Start `stored` as the detached session of `client_id`, its routes added; its
-        actor reference (None: it had expired)."""
+        actor reference (None: it had expired). `moving`: what its previous node carried,
+        whose forwarding it then awaits (`cluster.move_forwarding`)."""
         ...
 
 
@@ -67,7 +74,7 @@ class NodeMoves:
         ops.extend(PutMessage(client_id, seq, entry) for seq, entry in stored.messages)
         return base64.b64encode(encode_ops(ops)).decode("ascii")
 
-    def move_in(self, client_id: str, encoded: str) -> Any:
+    def move_in(self, client_id: str, encoded: str, moving: MovingOut | None = None) -> Any:
         """Store and start the session `encoded` carries: its actor reference, or None if it
         does not decode (the other node runs another version) or had expired."""
         try:
@@ -88,7 +95,7 @@ class NodeMoves:
         puts: list[Op] = [PutSession(client_id, renumbered.meta)]
         puts.extend(PutMessage(client_id, seq, entry) for seq, entry in renumbered.messages)
         self._persistence.submit(puts)
-        session = self._sessions.start_stored_session(client_id, renumbered)
+        session = self._sessions.start_stored_session(client_id, renumbered, moving)
         if session is None:
             return None
         logger.info(

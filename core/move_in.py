@@ -10,7 +10,8 @@ its way through A. `MoveIn` is B's side:
 
 - forwarded deliveries are delivered as they come, except those B loaded from the store
   (the same seq: A commits the put of a delivery before forwarding it, so B may have
-  loaded it already);
+  loaded it already; a delivery from another node of a cluster comes without a seq, as
+  the nodes' stores number apart, and is known by its message id);
 - direct deliveries are held until the end of the forwarding; then those the session
   already has (the same message id as one loaded or forwarded) are dropped as duplicates
   and the rest delivered, in order. So per publisher the order holds: what went through A
@@ -34,7 +35,7 @@ from core.session_state import Delivery
 class MoveIn:
     """The new owner's side of a session's move; see the module docstring."""
 
-    __slots__ = ("_held", "_known_ids", "_seqs", "ended", "forwarded_count")
+    __slots__ = ("_held", "_known_ids", "_loaded_ids", "_seqs", "ended", "forwarded_count")
 
     def __init__(self, loaded: Iterable[Delivery]) -> None:
         """`loaded`: the deliveries the session was loaded with (from the store)."""
@@ -42,6 +43,7 @@ class MoveIn:
         self._seqs = {delivery.seq for delivery in loaded if delivery.seq}
         # Message ids the session has had (0: a message without an id, never a duplicate).
         self._known_ids = {d.message.message_id for d in loaded} - {0}
+        self._loaded_ids = frozenset(self._known_ids)
         self._held: list[Delivery] = []
         self.ended = False
         self.forwarded_count = 0  # deliveries the previous owner forwarded, new or not
@@ -53,6 +55,8 @@ class MoveIn:
             self.forwarded_count += 1
             if delivery.seq and delivery.seq in self._seqs:
                 continue  # loaded from the store: the same stored delivery
+            if not delivery.seq and delivery.message.message_id in self._loaded_ids:
+                continue  # from another node (no seq of this store): one loaded already
             if delivery.seq:
                 self._seqs.add(delivery.seq)
             if delivery.message.message_id:

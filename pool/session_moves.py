@@ -39,7 +39,6 @@ from pool.frames.ownership import HandOver
 logger = logging.getLogger(__name__)
 
 MOVE_TIMEOUT = 5.0  # seconds A forwards at most without B's `MoveRoutesKnown`
-ARRIVAL_TIMEOUT = 2 * MOVE_TIMEOUT  # seconds B waits at most for A's `MoveEnded`
 
 Send = Callable[[int, Frame], object]
 WhenRoutesKnown = Callable[[Callable[[], object]], None]
@@ -66,7 +65,7 @@ class _Outgoing:
         moves.outgoing[self.client_id] = self
         frame = MovingOut(self.client_id, username, int(user_known), tuple(qos0), tuple(after))
         moves.send(self.claimant, frame)
-        self.timer = gevent.spawn_later(MOVE_TIMEOUT, self._timed_out)
+        self.timer = gevent.spawn_later(moves.timeout, self._timed_out)
 
     def forward(self, deliveries: list[Delivery]) -> None:
         self.forwarded += len(deliveries)
@@ -103,7 +102,7 @@ class _Outgoing:
                 "forwarding of what reaches the session here",
                 self.client_id,
                 self.claimant,
-                MOVE_TIMEOUT,
+                self._moves.timeout,
             )
             self.finish()
 
@@ -127,9 +126,16 @@ class SessionMoves:
     """This worker's moves of sessions, both ways; see the module docstring."""
 
     def __init__(
-        self, send: Send, when_routes_known: WhenRoutesKnown, hand_over: Callable[[HandOver], None]
+        self,
+        send: Send,
+        when_routes_known: WhenRoutesKnown,
+        hand_over: Callable[[HandOver], None],
+        timeout: float | None = None,
     ) -> None:
+        """`timeout`: seconds A forwards at most without `MoveRoutesKnown` (MOVE_TIMEOUT
+        unless given); B waits twice that for `MoveEnded`."""
         self.send = send
+        self.timeout = MOVE_TIMEOUT if timeout is None else timeout
         self._when_routes_known = when_routes_known
         self._hand_over = hand_over  # answers a deferred HandOver
         self.outgoing: dict[str, _Outgoing] = {}
@@ -154,7 +160,7 @@ class SessionMoves:
     def moving_in(self, worker: int, frame: MovingOut) -> None:
         entry = _Incoming(worker, frame)
         self.incoming[frame.client_id] = entry
-        entry.timer = gevent.spawn_later(ARRIVAL_TIMEOUT, self._arrival_timed_out, entry)
+        entry.timer = gevent.spawn_later(2 * self.timeout, self._arrival_timed_out, entry)
 
     def arriving(self, client_id: str) -> MovingOut | None:
         """What the previous owner carried for `client_id`, if its session is moving in."""
@@ -234,7 +240,7 @@ class SessionMoves:
                 "what was held",
                 client_id,
                 entry.source,
-                ARRIVAL_TIMEOUT,
+                2 * self.timeout,
             )
             self._end(client_id, entry)
 

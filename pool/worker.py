@@ -41,6 +41,7 @@ from bridge.service import Bridges
 from core.move_in import insert_qos0
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
+from pool.frames.moves import MovingOut
 from pool.frames.store import StoreFailing
 from pool.link import UnixFabric
 from pool.node import PoolNode
@@ -303,11 +304,17 @@ class PoolBroker(Broker):
                 logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
         self.node.settle(client_id, has_session=client_id in registry.sessions)
 
-    def start_stored_session(self, client_id: str, stored: StoredSession) -> Any:
-        return self._start_stored(client_id, stored)
+    def start_stored_session(
+        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+    ) -> Any:
+        return self._start_stored(client_id, stored, moving=moving)
 
     def _start_stored(
-        self, client_id: str, stored: StoredSession, adoption: int | None = None
+        self,
+        client_id: str,
+        stored: StoredSession,
+        adoption: int | None = None,
+        moving: MovingOut | None = None,
     ) -> Any:
         context = self.context
         meta = stored.meta
@@ -319,7 +326,8 @@ class PoolBroker(Broker):
         if stored.messages:
             context.persistence.advance_past(max(seq for seq, _entry in stored.messages))
         state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
-        moving = self.node.moves.arriving(client_id)
+        if moving is None:  # from another node, or another worker of this one
+            moving = self.node.moves.arriving(client_id)
         if moving is not None:  # what the store does not hold came with the hand-over
             state.queue = insert_qos0(state.queue, moving.qos0, moving.after)
         actor = SessionActor(state, context, meta.protocol_version)

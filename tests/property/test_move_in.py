@@ -43,6 +43,15 @@ def test_direct_deliveries_wait_for_the_end_and_lose_their_duplicates() -> None:
     assert move.forwarded_count == 3
 
 
+def test_a_delivery_from_another_node_is_known_by_its_message_id() -> None:
+    # Across nodes the stores number apart: the forwarded copy of a loaded delivery comes
+    # without a seq and is recognised by its message id; a new one is delivered.
+    move = MoveIn([_delivery(0, seq=10), _delivery(1, seq=11)])
+    fresh = move.forwarded([_delivery(0), _delivery(1), _delivery(2)])
+    assert _numbers(fresh) == [2]
+    assert move.end() == ([], [])
+
+
 def test_a_message_without_an_id_is_never_taken_for_a_duplicate() -> None:
     move = MoveIn([])
     anonymous = Delivery(Message(topic="t", payload=b"x", message_id=0), 0, False)

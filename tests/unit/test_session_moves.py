@@ -130,7 +130,7 @@ def test_moves_that_do_not_end_in_time_end_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(pool.session_moves, "MOVE_TIMEOUT", 0.01)
-    monkeypatch.setattr(pool.session_moves, "ARRIVAL_TIMEOUT", 0.02)
+    # B waits twice A's timeout for the end: 0.02 s.
     worker, leaving, arriving = Worker(), Session(), Session()
     worker.moves.move_out("out", 1, leaving).begin(None, False, [], [])
     worker.moves.moving_in(1, MovingOut("in", None, 0, (), ()))
