@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 import pykka
@@ -45,13 +45,13 @@ from core.auth_failures import AuthFailureDelays
 from core.message import Message, skip_message_ids
 from core.move_in import insert_qos0
 from core.reasons import DisconnectReason
+from core.session_state import Delivery
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from net.endpoint import Endpoint
 from net.listener import Listener, bind_unix
 from plugins.base import PluginContext
 from plugins.loader import LoadedPlugin, close_plugins, load_plugins, reload_plugins
-from pool.frames.moves import MovingOut
 from router.fan_out import Route
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
@@ -75,6 +75,24 @@ REAUTHORIZE_TIMEOUT = 10.0  # seconds a reload waits for one session's re-author
 
 class ListenError(Exception):
     """A listener could not bind its address; the message names the listener."""
+
+
+class Arriving(Protocol):
+    """What a session moving in carries beside its stored form (the pool's `MovingOut`):
+    its last user, if known, and the QoS 0 deliveries of its queue, each after the stored
+    delivery whose seq `after` names."""
+
+    @property
+    def username(self) -> str | None: ...
+
+    @property
+    def user_known(self) -> int: ...
+
+    @property
+    def qos0(self) -> tuple[Delivery, ...]: ...
+
+    @property
+    def after(self) -> tuple[int, ...]: ...
 
 
 class Broker:
@@ -303,12 +321,12 @@ class Broker:
         return snapshot.sessions.get(client_id)
 
     def start_stored_session(
-        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+        self, client_id: str, stored: StoredSession, moving: Arriving | None = None
     ) -> Any:
         """Start `stored` as the detached session of `client_id` (it moved in from another
         node) and route its subscriptions; None if it had expired. `moving`: what the other
-        node carried; the session then holds what its routes bring until that node's
-        forwarding ends (docs/cluster.md)."""
+        node carried (its `MovingOut`, pool.frames.moves); the session then holds what its
+        routes bring until that node's forwarding ends (docs/cluster.md)."""
         context = self.context
         meta = stored.meta
         now = time.time()
