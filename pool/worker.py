@@ -31,7 +31,7 @@ import gevent.socket
 
 import core.message
 from actors.admission import Admission
-from actors.broker import LISTEN_BACKLOG, Broker
+from actors.broker import LISTEN_BACKLOG, Arriving, Broker
 from actors.config import BrokerConfig
 from actors.messages import AddRoutes, Sync
 from actors.persistence import restored_state
@@ -41,7 +41,6 @@ from bridge.service import Bridges
 from core.move_in import insert_qos0
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
-from pool.frames.moves import MovingOut
 from pool.frames.store import StoreFailing
 from pool.link import UnixFabric
 from pool.node import PoolNode
@@ -305,7 +304,7 @@ class PoolBroker(Broker):
         self.node.settle(client_id, has_session=client_id in registry.sessions)
 
     def start_stored_session(
-        self, client_id: str, stored: StoredSession, moving: MovingOut | None = None
+        self, client_id: str, stored: StoredSession, moving: Arriving | None = None
     ) -> Any:
         return self._start_stored(client_id, stored, moving=moving)
 
@@ -314,7 +313,7 @@ class PoolBroker(Broker):
         client_id: str,
         stored: StoredSession,
         adoption: int | None = None,
-        moving: MovingOut | None = None,
+        moving: Arriving | None = None,
     ) -> Any:
         context = self.context
         meta = stored.meta
