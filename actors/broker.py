@@ -42,7 +42,7 @@ from actors.session_registry import SessionRegistry, new_session_state
 from actors.sys_topics import SysPublisher
 from bridge.service import Bridges, limit_queues
 from core.auth_failures import AuthFailureDelays
-from core.message import Message, skip_message_ids
+from core.message import MESSAGE_ID_SPACE, Message, message_id_floor, skip_message_ids
 from core.move_in import insert_qos0
 from core.reasons import DisconnectReason
 from core.session_state import Delivery
@@ -274,6 +274,7 @@ class Broker:
         settings = self.config.store
         if settings.kind == "none":
             logger.info("store: none (retained messages and sessions live in memory only)")
+            skip_message_ids(self.message_id_floor())
             return Snapshot(retained=[], sessions={})
         started = time.monotonic()
         data_dir = Path(settings.data_dir)
@@ -285,7 +286,9 @@ class Broker:
         message_ids = [m.message_id for m in snapshot.retained] + [
             d.message.message_id for s in snapshot.sessions.values() for _, d in s.messages
         ]
-        skip_message_ids(max(message_ids, default=0))
+        low = self.message_id_floor()
+        mine = [i for i in message_ids if low <= i < low + MESSAGE_ID_SPACE]
+        skip_message_ids(max(mine, default=low))
         writer = self.store_writer = StoreWriter(store)
         self.context.persistence = Persistence(writer, first_seq=max(seqs, default=0) + 1)
         logger.info(
@@ -319,6 +322,11 @@ class Broker:
         else:
             snapshot = store.load()
         return snapshot.sessions.get(client_id)
+
+    def message_id_floor(self) -> int:
+        """Where this process's message ids start (`core.message.message_id_floor`)."""
+        cluster = self.config.cluster
+        return message_id_floor(0, None if cluster is None else cluster.node)
 
     def start_stored_session(
         self, client_id: str, stored: StoredSession, moving: Arriving | None = None

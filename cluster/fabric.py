@@ -32,6 +32,7 @@ import gevent
 
 from cluster.config import ClusterConfig
 from cluster.nats_link import NatsLink
+from core.message import message_id_floor
 from pool.fabric import FabricHandler
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
 from pool.frames.peers import Hello, Leaving
@@ -76,6 +77,7 @@ class NatsFabric:
         self._mine = f"{prefix}.to.{self.name}."
         self._broadcast_subject = f"{prefix}.all.{self.name}"
         self._own_node = f"{config.node}."
+        self._id_clashes: set[str] = set()  # nodes said to count message ids as this one
         self._peers: dict[str, _Peer] = {}  # by name
         self._names: dict[int, str] = {}  # number -> name
         self._queue: list[tuple[int | None, Frame]] = []
@@ -264,6 +266,18 @@ class NatsFabric:
         peer.up = True
         peer.greet = greet
         logger.info("cluster: linked to %s", name)
+        node = name.rpartition(".")[0]
+        own = self._own_node[:-1]
+        alike = node != own and message_id_floor(0, node) == message_id_floor(0, own)
+        if alike and node not in self._id_clashes:
+            self._id_clashes.add(node)
+            logger.warning(
+                "cluster: nodes %r and %r count message ids in the same space (their names "
+                "hash alike), so a session moving between nodes may take two messages for one; "
+                "rename one of them ([cluster] node)",
+                own,
+                node,
+            )
         self._handler.peer_up(peer.number, peer.epoch)
 
     def _down(self, peer: _Peer, *, quiet: bool = False) -> None:

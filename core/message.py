@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, cast
@@ -16,9 +17,23 @@ from typing import Any, ParamSpec, cast
 _message_ids = itertools.count(1)
 _Fields = ParamSpec("_Fields")
 
+# Message ids are unique across a pool's workers and a cluster's nodes, as moves and a dead
+# worker's orphans tell messages apart by id: each worker counts in a space of its own,
+# above a part of the id that its cluster node's name sets.
+MESSAGE_ID_SPACE = 1 << 40  # a worker's ids: [floor, floor + MESSAGE_ID_SPACE)
+_NODE_SHIFT = 50  # above 1,024 workers' spaces
+_NODE_MASK = (1 << 12) - 1  # under 2**63: the store keeps ids as SQLite's signed integers
+
+
+def message_id_floor(worker: int, node: str | None = None) -> int:
+    """The lowest message id of `worker` (0 for one process) on the cluster node `node`
+    (None: not in a cluster). Two node names share a part of the id once in 4,096 pairs."""
+    node_part = 0 if node is None else zlib.crc32(node.encode()) & _NODE_MASK
+    return (node_part << _NODE_SHIFT) + worker * MESSAGE_ID_SPACE
+
 
 def next_message_id() -> int:
-    """A process-unique, increasing message id (the worker id is folded in by the pool)."""
+    """A process-unique, increasing message id (from the process's `message_id_floor` on)."""
     return next(_message_ids)
 
 

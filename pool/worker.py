@@ -55,7 +55,6 @@ from store.base import Snapshot, Store, StoredSession, StoreError
 logger = logging.getLogger(__name__)
 
 LINK_WAIT = 3.0  # seconds a starting worker waits to hear every other worker's ownerships
-MESSAGE_ID_SPACE = 1 << 40  # each worker's message ids: [worker << 40, (worker + 1) << 40)
 STORE_SOCKET = "store.sock"
 STOP_MARGIN = 0.5  # seconds kept between the last commits' wait and the supervisor's kill
 ROUTES_TIMEOUT = 5.0  # seconds a resumed session waits for its routes to be known pool-wide
@@ -99,11 +98,6 @@ class PoolBroker(Broker):
         snapshot = super()._open_store()
         seqs = [seq for s in snapshot.sessions.values() for seq, _ in s.messages]
         self.context.persistence.interleave(self.worker_id, self.workers, max(seqs, default=0))
-        low = self.worker_id * MESSAGE_ID_SPACE
-        mine = [
-            m.message_id for m in snapshot.retained if low <= m.message_id < low + MESSAGE_ID_SPACE
-        ]
-        core.message.skip_message_ids(max(mine, default=low))
         if self.store_writer is not None:  # the pool's store: every worker hears its faults
             node = self.node
             self.store_writer.on_failing = lambda failing: node.broadcast(
@@ -302,6 +296,12 @@ class PoolBroker(Broker):
                 registry.adopt_restored(client_id, session)
                 logger.info("worker %d: re-hosted the session of %r", self.worker_id, client_id)
         self.node.settle(client_id, has_session=client_id in registry.sessions)
+
+    def message_id_floor(self) -> int:
+        cluster = self.config.cluster
+        return core.message.message_id_floor(
+            self.worker_id, None if cluster is None else cluster.node
+        )
 
     def start_stored_session(
         self, client_id: str, stored: StoredSession, moving: Arriving | None = None

@@ -524,3 +524,15 @@ def test_a_paused_node_finds_its_client_ids_taken_and_closes_them_when_it_resume
     second.send(Subscribe(1, [Subscription("still/here", 1)]))
     assert isinstance(second.expect(5), SubAck)  # the new owner's connection is untouched
     second.close()
+
+
+def test_nodes_whose_names_share_a_message_id_space_are_told_to_rename_one(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    # "n8" and "n982" have the same 12 bits of CRC-32, so their workers count message ids
+    # in the same spaces (core.message.message_id_floor): each node says so once linked.
+    with nodes_of(tmp_path, nats, {"n8": "", "n982": "", "a": ""}) as nodes:
+        line = wait_for_log(nodes["n8"], "count message ids in the same space")
+        assert "'n8' and 'n982'" in line and "rename one of them" in line
+        wait_for_log(nodes["n982"], "'n982' and 'n8' count message ids in the same space")
+        assert "message ids in the same space" not in nodes["a"].log()
