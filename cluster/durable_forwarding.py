@@ -53,7 +53,7 @@ class DurableForwarding:
         config: ClusterConfig,
         fabric: NatsFabric,
         durable: RemoteRoutes,
-        persistence: Persistence,
+        persistence: Callable[[], Persistence],
         *,
         split: Split,
         deliver: Deliver,
@@ -62,6 +62,8 @@ class DurableForwarding:
         self._config = config
         self._fabric = fabric
         self._durable = durable  # the other nodes' workers' persistent sessions' filters
+        # The node's persistence, read when a `Committed` is due: the broker replaces the one
+        # it starts with (no store) once its store is open, after this object is made.
         self._persistence = persistence
         self._split = split
         self._deliver = deliver
@@ -236,7 +238,7 @@ class DurableForwarding:
             self._deliver(worker, tuple(self._taking.pop(worker)), publisher)
             self._received.taken(worker)
         fabric, token = self._fabric, frame.token
-        self._persistence.submit((), lambda: fabric.send(worker, Committed(token)))
+        self._persistence().submit((), lambda: fabric.send(worker, Committed(token)))
 
     def committed(self, worker: int, frame: Committed) -> None:
         self._acks.committed(worker, self._sent.confirmed(worker, frame.token))

@@ -117,7 +117,7 @@ class ClusterMember:
             config,
             fabric,
             self.routes.durable,
-            context.persistence,
+            lambda: context.persistence,  # the store's, once `Broker.start` opened it
             split=split_payloads,
             deliver=self._forwarded_here,
         )

@@ -1,0 +1,82 @@
+"""A node's `Committed` answers its store's commit (docs/cluster.md "Forwarding a QoS 1/2
+message"): a `ClusterMember` is made before `Broker.start` opens the store and replaces the
+context's persistence (none) with the store's, so its forwarding must answer through the
+persistence the context has when the `CommitSync` comes, not the one it had when it was
+made: that one has no store and answered at once, before the puts of the batch were
+committed, so the publisher's PUBACK did not wait for them.
+
+In-process: the member's real `NatsFabric`, not started, so what it publishes stays in its
+link's outgoing queue, decoded here with the real codec; a real `StoreWriter` over a
+`MemoryStore` whose commits are held until the test lets them through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gevent
+import gevent.event
+
+from actors.config import BrokerConfig
+from actors.context import BrokerContext
+from actors.persistence import Persistence
+from cluster.config import ClusterConfig
+from cluster.member import ClusterMember
+from core.message import Message
+from core.stats import BrokerStats
+from hooks.hook_bus import HookBus
+from pool.frames.codec import Frame, FrameDecoder, encode_frame
+from pool.frames.forwarding import CommitSync, Committed
+from pool.frames.peers import Hello
+from router.route_table import RouteTable
+from store.base import Op, PutRetained
+from store.memory_store import MemoryStore
+from store.writer import StoreWriter
+
+CLUSTER = ClusterConfig(name="t", node="b", nats=("nats://127.0.0.1:4222",))
+
+
+class HeldStore(MemoryStore):
+    """A memory store whose commits wait until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = gevent.event.Event()
+
+    def apply(self, ops: Sequence[Op]) -> None:
+        self.release.wait()
+        super().apply(ops)
+
+
+def sent_to_a(member: ClusterMember) -> list[Frame]:
+    """The frames node b's worker published to a.0 so far."""
+    subject = "mqtt.t.to.a.0.b.0"
+    return [
+        frame
+        for sent_subject, body in member.fabric.link._out
+        if sent_subject == subject
+        for frame in FrameDecoder().feed(body)
+    ]
+
+
+def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> None:
+    context = BrokerContext(
+        config=BrokerConfig(),
+        hooks=HookBus(),
+        route_table=RouteTable(),
+        stats=BrokerStats(),
+        persistence=Persistence(None),  # as `Broker.__init__` makes it
+    )
+    member = ClusterMember(CLUSTER, 0, context, None, retained=lambda: None, clears=lambda: None)
+    store = HeldStore()
+    context.persistence = Persistence(StoreWriter(store))  # as `Broker.start` opens the store
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links
+    # What a delivery of a numbered batch submitted (its puts), then the batch's end.
+    context.persistence.submit([PutRetained(Message(topic="r", payload=b"x", retain=True))])
+    receive([("mqtt.t.to.b.0.a.0", encode_frame(CommitSync(5)))])
+    gevent.sleep(0.05)
+    assert Committed(5) not in sent_to_a(member)  # the put is not committed yet
+    store.release.set()
+    gevent.sleep(0.05)
+    assert Committed(5) in sent_to_a(member)
