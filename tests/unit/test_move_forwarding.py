@@ -4,17 +4,13 @@ answered when the test says so."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import gevent
 
 from actors.messages import EndForwarding, MovedIn
 from cluster.move_forwarding import MoveForwarding
-from core.message import Message
-from core.session_state import Delivery
 from pool.frames.codec import Frame
 from pool.frames.moves import MovedDeliveries, MoveEnded, MoveRoutesKnown, MovingOut
-from tests.unit.test_session_moves import Session
+from tests.support.moves import Rounds, Session, delivery
 
 
 class Node:
@@ -22,7 +18,7 @@ class Node:
 
     def __init__(self, timeout: float = 5.0) -> None:
         self.sent: list[tuple[int, Frame]] = []
-        self.rounds: list[Callable[[], object]] = []
+        self.rounds = Rounds()
         self.ended: list[str] = []
         self.forwarding = MoveForwarding(
             lambda worker, frame: self.sent.append((worker, frame)),
@@ -32,14 +28,7 @@ class Node:
         )
 
     def complete_rounds(self) -> None:
-        rounds, self.rounds = self.rounds, []
-        for then in rounds:
-            then()
-
-
-def _delivery(number: int, seq: int = 0) -> Delivery:
-    message = Message(topic="t", payload=b"%d" % number, qos=1, timestamp=0.0, message_id=number)
-    return Delivery(message, 1, False, (), None, seq)
+        self.rounds.complete()
 
 
 def test_what_reaches_the_session_before_the_claimant_is_known_is_kept_then_sent() -> None:
@@ -47,15 +36,15 @@ def test_what_reaches_the_session_before_the_claimant_is_known_is_kept_then_sent
     a, session = Node(), Session()
     move = a.forwarding.move_out("c", session)
     move.begin("bob", True, [], [])
-    move.forward([_delivery(1, 10)])
+    move.forward([delivery(1, 10)])
     assert a.sent == []
     a.forwarding.claim("c", 7)
     assert a.sent == [
         (7, MovingOut("c", "bob", 1, (), ())),
-        (7, MovedDeliveries("c", (_delivery(1, 10),))),
+        (7, MovedDeliveries("c", (delivery(1, 10),))),
     ]
-    move.forward([_delivery(2, 11)])
-    assert a.sent[-1] == (7, MovedDeliveries("c", (_delivery(2, 11),)))
+    move.forward([delivery(2, 11)])
+    assert a.sent[-1] == (7, MovedDeliveries("c", (delivery(2, 11),)))
     a.forwarding.frame_received(7, MoveRoutesKnown("c"))
     a.complete_rounds()
     assert session.told == [EndForwarding()]
@@ -79,6 +68,6 @@ def test_forwarded_deliveries_lose_the_old_nodes_seqs() -> None:
     b.forwarding.frame_received(3, MovingOut("c", None, 0, (), ()))
     assert b.forwarding.arriving("c", 3) == MovingOut("c", None, 0, (), ())
     assert b.forwarding.arriving("c", 4) is None
-    b.forwarding.frame_received(3, MovedDeliveries("c", (_delivery(1, 10),)))
+    b.forwarding.frame_received(3, MovedDeliveries("c", (delivery(1, 10),)))
     b.forwarding.started("c", session)
-    assert session.told == [MovedIn([_delivery(1)])]
+    assert session.told == [MovedIn([delivery(1)])]

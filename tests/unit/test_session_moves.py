@@ -5,34 +5,16 @@ in-process: frames out are recorded, sessions are recorders of what they are tol
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import gevent
-import pykka
 import pytest
 
 import pool.session_moves
 from actors.messages import EndForwarding, ForwardingEnded, MovedIn, MoveSettled
-from core.message import Message
-from core.session_state import Delivery
 from pool.frames.codec import Frame
 from pool.frames.moves import MovedDeliveries, MoveEnded, MoveRoutesKnown, MovingOut
 from pool.frames.ownership import HandOver
 from pool.session_moves import SessionMoves
-
-
-class Session:
-    """An actor ref that records what it is told (`alive` False: it has stopped)."""
-
-    def __init__(self) -> None:
-        self.told: list[Any] = []
-        self.alive = True
-
-    def tell(self, message: Any) -> None:
-        if not self.alive:
-            raise pykka.ActorDeadError("stopped")
-        self.told.append(message)
+from tests.support.moves import Rounds, Session, delivery
 
 
 class Worker:
@@ -40,7 +22,7 @@ class Worker:
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, Frame]] = []
-        self.rounds: list[Callable[[], object]] = []
+        self.rounds = Rounds()
         self.handed: list[HandOver] = []
         self.moves = SessionMoves(
             lambda worker, frame: self.sent.append((worker, frame)),
@@ -49,26 +31,19 @@ class Worker:
         )
 
     def complete_rounds(self) -> None:
-        rounds, self.rounds = self.rounds, []
-        for then in rounds:
-            then()
-
-
-def _delivery(number: int, seq: int = 0) -> Delivery:
-    message = Message(topic="t", payload=b"%d" % number, qos=1, timestamp=0.0, message_id=number)
-    return Delivery(message, 1, False, (), None, seq)
+        self.rounds.complete()
 
 
 def test_the_previous_owner_forwards_until_the_round_after_the_new_routes() -> None:
     a, session = Worker(), Session()
     move = a.moves.move_out("c", 1, session)
     assert a.moves.outgoing == {}  # nothing until the session begins (a stored one)
-    move.begin("bob", True, [_delivery(9)], [4])
-    assert a.sent == [(1, MovingOut("c", "bob", 1, (_delivery(9),), (4,)))]
-    move.forward([_delivery(1, 10), _delivery(2, 12)])
-    assert a.sent[-1] == (1, MovedDeliveries("c", (_delivery(1, 10), _delivery(2, 12))))
+    move.begin("bob", True, [delivery(9)], [4])
+    assert a.sent == [(1, MovingOut("c", "bob", 1, (delivery(9),), (4,)))]
+    move.forward([delivery(1, 10), delivery(2, 12)])
+    assert a.sent[-1] == (1, MovedDeliveries("c", (delivery(1, 10), delivery(2, 12))))
     a.moves.claimant_routes_known(0, "c")  # not the claimant: ignored
-    assert a.rounds == []
+    assert a.rounds.waiting == []
     a.moves.claimant_routes_known(1, "c")
     assert session.told == []  # one round first: what was on its way to this worker arrives
     a.complete_rounds()
@@ -82,12 +57,12 @@ def test_the_new_owner_buffers_until_started_and_holds_hand_overs_until_the_end(
     b, session = Worker(), Session()
     b.moves.moving_in(0, MovingOut("c", "bob", 1, (), ()))
     assert b.moves.arriving("c") == MovingOut("c", "bob", 1, (), ())
-    b.moves.forwarded(0, MovedDeliveries("c", (_delivery(1, 10),)))
-    b.moves.forwarded(1, MovedDeliveries("c", (_delivery(7, 11),)))  # not from the source
+    b.moves.forwarded(0, MovedDeliveries("c", (delivery(1, 10),)))
+    b.moves.forwarded(1, MovedDeliveries("c", (delivery(7, 11),)))  # not from the source
     b.moves.started("c", session)
-    assert session.told == [MovedIn([_delivery(1, 10)])]
-    b.moves.forwarded(0, MovedDeliveries("c", (_delivery(2, 12),)))
-    assert session.told[-1] == MovedIn([_delivery(2, 12)])
+    assert session.told == [MovedIn([delivery(1, 10)])]
+    b.moves.forwarded(0, MovedDeliveries("c", (delivery(2, 12),)))
+    assert session.told[-1] == MovedIn([delivery(2, 12)])
     b.moves.routes_known("c")
     b.moves.routes_known("c")
     assert b.sent == [(0, MoveRoutesKnown("c"))]  # once
