@@ -157,3 +157,18 @@ class SwitchableSubscriber:
     def close(self) -> None:
         self._closed = True
         self.sock.close()
+
+
+def held_then_drained(
+    slow: SwitchableSubscriber, publisher: PipelinedPublisher, count: int
+) -> None:
+    """`publisher`, held by `slow`'s session, stays held; once `slow` reads again, all
+    `count` messages arrive, once and in order, and every one is acknowledged."""
+    held_at = publisher.acked_count()
+    time.sleep(1.0)
+    assert publisher.acked_count() == held_at  # held, not merely slow: nothing drained
+    slow.reading.set()
+    assert slow.wait_received(count, timeout=90), slow.count()
+    assert publisher.wait_acked(count, timeout=10)
+    sequence = [int.from_bytes(payload[1:5], "big") for payload in slow.received]
+    assert sequence == list(range(1, count + 1))  # nothing lost, in order
