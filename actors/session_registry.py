@@ -55,13 +55,8 @@ class SessionRegistry:
         also for a connection whose session ended before the connection could take it
         over (`SessionActor._waits_for_arrived`)."""
         client = attach.client
-        if self.fence is not None:
-            why = self.fence(client.client_id)
-            if why is not None:
-                logger.info("client %r: refused CONNECT: %s", client.client_id, why)
-                refused = ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, why)
-                tell_if_alive(attach.client_ref, refused)
-                return
+        if self.fenced_out(client, attach.client_ref):
+            return
         session = self.sessions.get(client.client_id)
         if session is not None and (client.clean_start or not session.is_alive()):
             if session.is_alive():
@@ -74,6 +69,17 @@ class SessionRegistry:
             session = SessionActor.start(state, self._context, client.protocol_version)
             self.sessions[client.client_id] = session
         session.tell(attach)
+
+    def fenced_out(self, client: ClientInfo, client_ref: Ref[ClientMessage]) -> bool:
+        """Whether the CONNECT is refused because its id is not this node's to open any more
+        (`fence`): asked before anything is taken from another connection of the id, and
+        again as the session attaches."""
+        why = None if self.fence is None else self.fence(client.client_id)
+        if why is None:
+            return False
+        logger.info("client %r: refused CONNECT: %s", client.client_id, why)
+        tell_if_alive(client_ref, ConnectRefused(ReasonCode.SERVER_UNAVAILABLE, why))
+        return True
 
     def ended(self, client_id: str, session: Any) -> None:
         """A session actor stopped: forget it (unless a newer one took its client id)."""

@@ -93,6 +93,9 @@ RETRY_PAUSE = 0.1
 # kept this many claim timeouts after the watch found it (a claim under way may still ask
 # for it), then discarded.
 STALE_WAIT = 2
+# Seconds a worker keeps the claim and fence of a client id it no longer serves: longer
+# than opening a session at the node's registry takes (the pool's hand-over waits 5 s).
+FORGET_AFTER = 10.0
 _UNANSWERED = (TimeoutError, NoRespondersError, ServiceUnavailableError, NoStreamResponseError)
 T = TypeVar("T")
 
@@ -304,7 +307,15 @@ class ClusterRegistry:
             # node may have ended it first, and that hand-off was then never read).
             self._persistence.submit((), going.ended)
         if client_id not in self.inner.sessions and client_id not in self._turns:
-            self._claims.pop(client_id, None)  # the next CONNECT claims afresh
+            # Forgotten later, not now: a connection of the id whose claim is over may still
+            # be opening at the node's registry (in a pool, at the id's home worker), and
+            # it must still meet a fence set meanwhile, and its own claim.
+            gevent.spawn_later(FORGET_AFTER, self._forget, client_id)
+
+    def _forget(self, client_id: str) -> None:
+        """Nothing of `client_id` is here any more: the next CONNECT claims afresh."""
+        if client_id not in self.inner.sessions and client_id not in self._turns:
+            self._claims.pop(client_id, None)
             self._fences.pop(client_id, None)
 
     # ----- a claim ------------------------------------------------------------------------

@@ -138,6 +138,10 @@ class PoolRegistry(SessionRegistry):
             return
         node = self._node
         client_id = client.client_id
+        if self.fenced_out(client, client_ref):  # a later claim elsewhere won: take nothing
+            if granted is not None:
+                node.settle(client_id, has_session=client_id in self.sessions)
+            return
         deadline = time.monotonic() + self._context.config.store.connect_wait
         previous = granted.previous if granted is not None else None
         died = None
