@@ -137,7 +137,7 @@ async def answered(request: Callable[[], Awaitable[T]]) -> T:
 
 
 class Bucket:
-    """The records, on the NATS thread: every method is a coroutine run by `NatsLink.run`."""
+    """The records, on the NATS loop: every method is a coroutine run by `NatsLink.run`."""
 
     def __init__(self, config: ClusterConfig) -> None:
         self.name = f"mqtt-{config.name}-clients"
