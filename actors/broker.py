@@ -209,8 +209,30 @@ class Broker:
         self._log_ready(ready.name.split(" ", 1)[1])
 
     def _start_bridges(self, bridges: Bridges) -> None:
-        """Start the bridges (a pool worker starts those it owns: `PoolBroker`)."""
-        bridges.start()
+        """Start the bridges (a pool worker starts those it owns: `PoolBroker`; a cluster
+        node those it runs, `_bridge_placement`)."""
+        if self.cluster is None:
+            bridges.start()
+            return
+        self._bridge_placement(bridges, lambda: (0, 1, {0}))()
+
+    def _bridge_placement(
+        self, bridges: Bridges, workers: Callable[[], tuple[int, int, set[int]]]
+    ) -> Callable[[], None]:
+        """What places the bridges (`bridge.placement`), to be called now and whenever the
+        live workers change: `workers()` says this worker, the pool's size and the live
+        workers. In a cluster the cluster calls it too, whenever the live nodes change."""
+        cluster = self.cluster
+        node = None if self.config.cluster is None else self.config.cluster.node
+
+        def place() -> None:
+            worker, count, live = workers()
+            nodes = None if cluster is None else cluster.live_nodes()
+            gevent.spawn(bridges.place, worker, count, live, node=node, nodes=nodes)
+
+        if cluster is not None:
+            cluster.on_nodes_changed(place)
+        return place
 
     def _log_ready(self, address: str) -> None:
         logger.info("ready: accepting MQTT connections on %s", address)
@@ -449,6 +471,8 @@ class Broker:
             self._http.stop()
         if self._sys is not None:
             self._sys.stop()
+        if self.cluster is not None:
+            self.cluster.on_nodes_changed(None)  # going down: no bridge is taken over here
         if self.bridges is not None:
             self.bridges.stop()  # their sessions stay, offline, not closed as clients' are
         for server in self._servers:

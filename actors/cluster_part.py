@@ -5,6 +5,7 @@ cluster package itself."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from actors.context import Sessions
@@ -39,6 +40,15 @@ class ClusterPart(Protocol):
     def gather(self, op: str, args: dict[str, Any], timeout: float) -> NodesGathered:
         """Every other node's rows for `op` (`admin.tables`), and the nodes left out."""
         ...
+
+    def live_nodes(self) -> frozenset[str] | None:
+        """The nodes this worker takes for live, its own among them; None while it cannot
+        tell: for `peer_timeout` after it starts (until every live node has been heard),
+        and while its NATS connection is lost."""
+        ...
+
+    def on_nodes_changed(self, call: Callable[[], None] | None) -> None:
+        """Call `call` whenever `live_nodes` may have changed (None: no longer)."""
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this worker sees it, for the admin API."""

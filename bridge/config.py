@@ -52,7 +52,7 @@ class BridgeConfig:
     name: str = ""
     addresses: tuple[str, ...] = ()  # "host:port", tried in turn
     protocol_version: str = "3.1.1"  # or "5.0"
-    client_id: str = ""  # at the remote broker; "": "<node_name>.<name>"
+    client_id: str = ""  # at the remote; "": "<node_name>.<name>" ("<cluster>.<name>")
     username: str = ""  # at the remote broker; "": none
     password: str = ""
     keepalive: int = 60  # seconds

@@ -4,12 +4,18 @@ Each bridge runs in exactly one worker: the first live one counting up from the 
 session's client id (`pool.ownership.home_of("$bridge/<name>")`), wrapping around. While
 the home is up it runs the bridge; when it dies the next live worker takes the bridge over
 (its session, with the queue, moves there as any session does: docs/pool.md), and gives it
-back when the home is linked again. A cluster can give each bridge one owner cluster-wide
-the same way, over the list of live nodes.
+back when the home is linked again.
+
+In a cluster each bridge runs on one node: the live node that ranks first for it
+(`runner_node`, rendezvous hashing: each node's rank is a hash of the bridge's name and the
+node's), and there in the worker `runner_of` picks. Nodes need no list of the cluster's
+members for that: a node that comes back takes back the bridges it ranks first for, and the
+others keep theirs.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Collection
 
 from core.client import BRIDGE_CLIENT_PREFIX
@@ -24,3 +30,8 @@ def runner_of(name: str, workers: int, live: Collection[int]) -> int | None:
         if candidate in live:
             return candidate
     return None
+
+
+def runner_node(name: str, nodes: Collection[str]) -> str | None:
+    """The node of `nodes` (the live ones) that runs bridge `name` (None: no node)."""
+    return max(nodes, key=lambda node: (zlib.crc32(f"{name}\0{node}".encode()), node), default=None)

@@ -18,7 +18,7 @@ from typing import Any
 from actors.context import BrokerContext
 from bridge.config import BridgeConfig
 from bridge.local_link import bridge_endpoint, bridge_settings, open_local
-from bridge.placement import runner_of
+from bridge.placement import runner_node, runner_of
 from bridge.remote import client_context
 from bridge.runner import BridgeRunner
 from core.client import BRIDGE_CLIENT_PREFIX
@@ -57,7 +57,13 @@ class Bridges:
                 bridge,
                 open_local=connect,
                 tls=client_context(bridge),
-                node_name=context.config.node_name,
+                # The remote client id's default prefix: in a cluster the cluster's name,
+                # so the remote keeps one session per bridge whichever node runs it.
+                node_name=(
+                    context.config.node_name
+                    if context.config.cluster is None
+                    else context.config.cluster.name
+                ),
                 report_state=self._report_state,
                 max_packet_size=limits.max_packet_size,
                 receive_maximum=settings.offer.receive_maximum,
@@ -71,16 +77,31 @@ class Bridges:
         for runner in self.runners.values():
             runner.stop()
 
-    def place(self, worker: int, workers: int, live: Collection[int]) -> None:
-        """In a pool: run here the bridges whose runner `worker` is while `live` are up
-        (`bridge.placement`), and stop those another worker runs now."""
+    def place(
+        self,
+        worker: int,
+        workers: int,
+        live: Collection[int],
+        *,
+        node: str | None = None,
+        nodes: Collection[str] | None = None,
+    ) -> None:
+        """Run here the bridges whose runner `worker` is while `live` are up
+        (`bridge.placement`), and stop those another worker runs now. In a cluster (`node`:
+        this node's name) only those whose runner node is this one while `nodes` are live;
+        none while `nodes` is None (this node does not know which are)."""
         for name, runner in self.runners.items():
-            owner = runner_of(name, workers, live)
+            if node is None or (nodes is not None and runner_node(name, nodes) == node):
+                owner = runner_of(name, workers, live)
+                where = f"worker {owner}"
+            else:
+                owner = None
+                where = "no node" if nodes is None else f"node {runner_node(name, nodes)}"
             if owner == worker and not runner.running:
                 logger.info("bridge %r: runs in this worker", name)
                 runner.start()
             elif owner != worker and runner.running:
-                logger.info("bridge %r: worker %s runs it now; stopping it here", name, owner)
+                logger.info("bridge %r: %s runs it now; stopping it here", name, where)
                 runner.stop()
 
     def _report_state(self, name: str, connected: bool) -> None:

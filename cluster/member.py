@@ -45,7 +45,7 @@ from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.move_forwarding import MOVE_FRAMES, MoveForwarding
-from cluster.ops import ClusterOps
+from cluster.ops import ClusterOps, node_of
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
 from cluster.shares import ClusterShares
@@ -140,12 +140,17 @@ class ClusterMember:
         self.fenced = False
         self._answered_at = time.monotonic()  # the last answer to a probe of NATS
         self._prober: gevent.Greenlet[[], None] | None = None
+        # The live nodes are known once every live node has been heard since the start
+        # (`live_nodes`); whoever places the bridges is told when they may have changed.
+        self._nodes_known = False
+        self._nodes_changed: Callable[[], None] | None = None
         fabric.on_link_state = self._link_state
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
 
     def start(self) -> None:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
+        gevent.spawn_later(self.config.peer_timeout, self._nodes_heard)
         self.fabric.start()
         self.durable.start()
         self._prober = gevent.spawn(self._probe_nats)
@@ -153,6 +158,7 @@ class ClusterMember:
             self.registry.start()
 
     def stop(self) -> None:
+        self._nodes_changed = None  # going down: no bridge is taken over here
         self.durable.stop()
         if self._prober is not None:
             self._prober.kill()
@@ -204,6 +210,27 @@ class ClusterMember:
         )
         return self.registry
 
+    # ----- the live nodes (where the bridges run: bridge.placement) ------------------------
+
+    def live_nodes(self) -> frozenset[str] | None:
+        if not self._nodes_known or self._lost_at is not None or self.fenced:
+            return None
+        fabric = self.fabric
+        return frozenset({self.config.node, *(node_of(fabric.name_of(w)) for w in fabric.peers)})
+
+    def on_nodes_changed(self, call: Callable[[], None] | None) -> None:
+        self._nodes_changed = call
+
+    def _nodes_heard(self) -> None:
+        """`peer_timeout` after the start: every live node has said so (each says it every
+        `heartbeat`) if NATS was reached meanwhile."""
+        self._nodes_known = True
+        self._tell_nodes_changed()
+
+    def _tell_nodes_changed(self) -> None:
+        if self._nodes_changed is not None:
+            self._nodes_changed()
+
     # ----- the lease -----------------------------------------------------------------------
 
     def _link_state(self, up: bool) -> None:
@@ -214,8 +241,10 @@ class ClusterMember:
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
+            self._tell_nodes_changed()
             return
         self._lost_at = time.monotonic()
+        self._tell_nodes_changed()
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
 
     def _probe_nats(self) -> None:
@@ -274,6 +303,7 @@ class ClusterMember:
         self.durable.peer_up(worker, epoch)
         if self.fabric.worker == 0:  # one worker per node answers for the node
             self._send_retained(worker)
+        self._tell_nodes_changed()
 
     def _send_retained(self, worker: int) -> None:
         """A worker of another node came up (started, restarted, or back): it gets the
@@ -328,6 +358,7 @@ class ClusterMember:
         self.moves.peer_down(worker)
         if self.registry is not None:
             self.registry.peer_down(worker)
+        self._tell_nodes_changed()
 
     def frames_received(self, worker: int, frames: list[Frame]) -> None:
         for frame in frames:

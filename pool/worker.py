@@ -212,10 +212,11 @@ class PoolBroker(Broker):
         or lost (`bridge.placement`)."""
         node = self.node
 
-        def place() -> None:
+        def workers() -> tuple[int, int, set[int]]:
             live = {self.worker_id, *(node.fabric.peers if node.fabric is not None else ())}
-            gevent.spawn(bridges.place, self.worker_id, self.workers, live)
+            return self.worker_id, self.workers, live
 
+        place = self._bridge_placement(bridges, workers)
         node.peers_changed = place
         place()
 

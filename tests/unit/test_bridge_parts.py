@@ -18,7 +18,7 @@ from bridge.config import (
     parse_bridges,
 )
 from bridge.frames import RawPublish, is_plain_ack, split
-from bridge.placement import runner_of
+from bridge.placement import runner_node, runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
 from bridge.topics import CACHED, Subscription, TopicMap
@@ -199,6 +199,26 @@ def test_each_bridge_has_one_runner_and_the_next_live_worker_takes_over() -> Non
     assert runner_of("cloud", 3, {0, 1, 2} - {home}) == (home + 1) % 3
     assert runner_of("cloud", 3, {(home + 2) % 3}) == (home + 2) % 3
     assert runner_of("cloud", 3, set()) is None
+
+
+@given(
+    st.text(min_size=1, max_size=12),
+    st.sets(st.text(min_size=1, max_size=8), min_size=2, max_size=6),
+)
+def test_a_bridge_runs_on_one_node_that_only_its_own_going_moves(
+    name: str, nodes: set[str]
+) -> None:
+    """Every node computes the same runner from the same live nodes; a node that is not
+    the runner coming or going leaves the bridge where it is, and the runner going hands
+    it to one of the others."""
+    runner = runner_node(name, nodes)
+    assert runner in nodes
+    assert runner_node(name, sorted(nodes, reverse=True)) == runner  # order does not matter
+    other = next(node for node in sorted(nodes) if node != runner)
+    assert runner_node(name, nodes - {other}) == runner
+    assert runner_node(name, nodes | {other + "-new"}) in {runner, other + "-new"}
+    assert runner_node(name, nodes - {runner}) in nodes - {runner}
+    assert runner_node(name, set()) is None
 
 
 def _bridges(text: str) -> object:
