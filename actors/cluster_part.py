@@ -43,8 +43,8 @@ class ClusterPart(Protocol):
 
     def live_nodes(self) -> frozenset[str] | None:
         """The nodes this worker takes for live, its own among them; None while it cannot
-        tell: for `peer_timeout` after it starts (until every live node has been heard),
-        and while its NATS connection is lost."""
+        tell: while its NATS connection is lost, and for `peer_timeout` after it is gained
+        (at start, or back), until every live node has been heard."""
         ...
 
     def on_nodes_changed(self, call: Callable[[], None] | None) -> None:

@@ -140,9 +140,11 @@ class ClusterMember:
         self.fenced = False
         self._answered_at = time.monotonic()  # the last answer to a probe of NATS
         self._prober: gevent.Greenlet[[], None] | None = None
-        # The live nodes are known once every live node has been heard since the start
-        # (`live_nodes`); whoever places the bridges is told when they may have changed.
+        # The live nodes are known once every live node has been heard since NATS was
+        # (re)gained (`live_nodes`); whoever places the bridges is told when they may have
+        # changed. `_link_ups` counts the times NATS was gained, to tell stale timers.
         self._nodes_known = False
+        self._link_ups = 0
         self._nodes_changed: Callable[[], None] | None = None
         fabric.on_link_state = self._link_state
         self.forwarded = 0  # messages sent to other nodes' workers
@@ -150,7 +152,6 @@ class ClusterMember:
 
     def start(self) -> None:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
-        gevent.spawn_later(self.config.peer_timeout, self._nodes_heard)
         self.fabric.start()
         self.durable.start()
         self._prober = gevent.spawn(self._probe_nats)
@@ -221,11 +222,13 @@ class ClusterMember:
     def on_nodes_changed(self, call: Callable[[], None] | None) -> None:
         self._nodes_changed = call
 
-    def _nodes_heard(self) -> None:
-        """`peer_timeout` after the start: every live node has said so (each says it every
-        `heartbeat`) if NATS was reached meanwhile."""
-        self._nodes_known = True
-        self._tell_nodes_changed()
+    def _nodes_heard(self, link_up: int) -> None:
+        """`peer_timeout` after NATS was gained (at start, or back after a loss, when the
+        others may have taken this node for gone): every live node has said so since
+        (each says it every `heartbeat`), unless NATS was lost again meanwhile."""
+        if link_up == self._link_ups and self._lost_at is None:
+            self._nodes_known = True
+            self._tell_nodes_changed()
 
     def _tell_nodes_changed(self) -> None:
         if self._nodes_changed is not None:
@@ -241,9 +244,11 @@ class ClusterMember:
             if self.fenced:
                 self.fenced = False
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
-            self._tell_nodes_changed()
+            self._link_ups += 1
+            gevent.spawn_later(self.config.peer_timeout, self._nodes_heard, self._link_ups)
             return
         self._lost_at = time.monotonic()
+        self._nodes_known = False
         self._tell_nodes_changed()
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
 

@@ -13,18 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.cluster import (
     PEER_TIMEOUT,
     drain,
     kill_node,
+    linked,
     needs_nats_server,
     node_config,
     nodes_of,
 )
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
 from tests.support.nats_server import NatsServer
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [
     needs_nats_server,
@@ -115,4 +118,39 @@ def test_one_node_runs_a_bridge_and_another_takes_it_when_that_node_dies(
             _both_ways(survivors, remote, "after")
             assert remote.log().count(connected) == connections, remote.log()
     finally:
+        remote.stop()
+
+
+def test_a_node_back_from_a_cut_hears_the_others_before_it_places_a_bridge(
+    tmp_path: Path,
+) -> None:
+    """Node c cut off from NATS (a silent partition) takes the others for gone; when it is
+    back it waits to hear them again, instead of starting every bridge as the only node
+    left and taking the bridge's remote connection from the node that runs it."""
+    remote = start_mosquitto(tmp_path)
+    server = NatsServer()
+    server.start()
+    proxy = TcpProxy(server.port)
+    proxy.start()
+    bridge = _bridge(remote.port)
+    try:
+        with nodes_of(tmp_path, server, {"a": bridge, "b": bridge}) as nodes:
+            config = node_config(tmp_path, "a", "c").replace(server.url, proxy.url)
+            (tmp_path / "c").mkdir()
+            nodes["c"] = start_broker(tmp_path / "c", config)
+            linked(nodes)
+            _one_runner(nodes)
+            proxy.cut()
+            wait_for_log(nodes["c"], "cluster: no NATS for", timeout=10)
+            _one_runner({name: nodes[name] for name in "ab"})
+            takeovers = remote.log().count("already connected")
+            proxy.heal()
+            wait_for_log(nodes["c"], "cluster: NATS is back", timeout=15)
+            time.sleep(PEER_TIMEOUT + 1.0)
+            assert remote.log().count("already connected") == takeovers, remote.log()
+            _one_runner(nodes)
+            _both_ways(nodes, remote, "healed")
+    finally:
+        proxy.close()
+        server.remove()
         remote.stop()
