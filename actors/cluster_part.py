@@ -41,10 +41,11 @@ class ClusterPart(Protocol):
         """Every other node's rows for `op` (`admin.tables`), and the nodes left out."""
         ...
 
-    def live_nodes(self) -> frozenset[str] | None:
-        """The nodes this worker takes for live, its own among them; None while it cannot
-        tell: while its NATS connection is lost, and for `peer_timeout` after it is gained
-        (at start, or back), until every live node has been heard."""
+    def live_nodes(self) -> dict[str, frozenset[str]] | None:
+        """The nodes this worker takes for live, its own among them, each with the bridges
+        it has configured; None while it cannot tell: while its NATS connection is lost, and
+        for `peer_timeout` after it is gained (at start, or back), until every live node has
+        been heard."""
         ...
 
     def on_nodes_changed(self, call: Callable[[], None] | None) -> None:

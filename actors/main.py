@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             broker,
             retained=lambda: broker.retained_index,
             clears=lambda: broker.retained_clears,
+            bridges=tuple(bridge.name for bridge in config.bridges),
         )
         broker.cluster.ops.answer = partial(local_rows, broker)  # the other nodes' questions
     broker.admin = AdminServer

@@ -6,7 +6,8 @@ the home is up it runs the bridge; when it dies the next live worker takes the b
 (its session, with the queue, moves there as any session does: docs/pool.md), and gives it
 back when the home is linked again.
 
-In a cluster each bridge runs on one node: the live node that ranks first for it
+In a cluster each bridge runs on one node: of the live nodes that have it configured
+(`bridge_nodes`: each node says which in its heartbeats), the one that ranks first for it
 (`runner_node`, rendezvous hashing: each node's rank is a hash of the bridge's name and the
 node's), and there in the worker `runner_of` picks. Nodes need no list of the cluster's
 members for that: a node that comes back takes back the bridges it ranks first for, and the
@@ -16,7 +17,7 @@ others keep theirs.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from core.client import BRIDGE_CLIENT_PREFIX
 from pool.ownership import home_of
@@ -30,6 +31,11 @@ def runner_of(name: str, workers: int, live: Collection[int]) -> int | None:
         if candidate in live:
             return candidate
     return None
+
+
+def bridge_nodes(name: str, nodes: Mapping[str, Collection[str]]) -> list[str]:
+    """The nodes of `nodes` (node -> the bridges it has configured) that have `name`."""
+    return [node for node, bridges in nodes.items() if name in bridges]
 
 
 def runner_node(name: str, nodes: Collection[str]) -> str | None:

@@ -12,13 +12,13 @@ session the bridge's queue bound instead of `[limits] max_queued_messages` /
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from actors.context import BrokerContext
 from bridge.config import BridgeConfig
 from bridge.local_link import bridge_endpoint, bridge_settings, open_local
-from bridge.placement import runner_node, runner_of
+from bridge.placement import bridge_nodes, runner_node, runner_of
 from bridge.remote import client_context
 from bridge.runner import BridgeRunner
 from core.client import BRIDGE_CLIENT_PREFIX
@@ -84,19 +84,21 @@ class Bridges:
         live: Collection[int],
         *,
         node: str | None = None,
-        nodes: Collection[str] | None = None,
+        nodes: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         """Run here the bridges whose runner `worker` is while `live` are up
         (`bridge.placement`), and stop those another worker runs now. In a cluster (`node`:
-        this node's name) only those whose runner node is this one while `nodes` are live;
-        none while `nodes` is None (this node does not know which are)."""
+        this node's name) only those whose runner node is this one among the live `nodes`
+        that have the bridge configured (node -> its bridges); none while `nodes` is None
+        (this node does not know which are live)."""
         for name, runner in self.runners.items():
-            if node is None or (nodes is not None and runner_node(name, nodes) == node):
+            at = None if nodes is None else runner_node(name, bridge_nodes(name, nodes))
+            if node is None or at == node:
                 owner = runner_of(name, workers, live)
                 where = f"worker {owner}"
             else:
                 owner = None
-                where = "no node" if nodes is None else f"node {runner_node(name, nodes)}"
+                where = f"node {at}" if at else "no node"
             if owner == worker and not runner.running:
                 logger.info("bridge %r: runs in this worker", name)
                 runner.start()

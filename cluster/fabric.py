@@ -44,7 +44,7 @@ _BROADCAST = None  # the destination of a broadcast frame in the outgoing queue
 
 
 class _Peer:
-    __slots__ = ("epoch", "greet", "heard", "number", "up")
+    __slots__ = ("bridges", "epoch", "greet", "heard", "number", "up")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -52,6 +52,7 @@ class _Peer:
         self.up = False
         self.greet = False  # the next direct message begins with a Hello
         self.heard = 0.0  # monotonic time of its last message
+        self.bridges: tuple[str, ...] = ()  # its node's, as its last Hello said
 
 
 class NatsFabric:
@@ -63,12 +64,14 @@ class NatsFabric:
         worker: int,
         handler: FabricHandler,
         *,
+        bridges: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self.worker = worker
         self.name = f"{config.node}.{worker}"
         self.epoch = int.from_bytes(os.urandom(6), "big")  # this life of this worker
+        self._hello = Hello(worker, self.epoch, bridges)  # its node's bridges: in every one
         self._handler = handler
         self._clock = clock
         prefix = f"mqtt.{config.name}"
@@ -93,6 +96,9 @@ class NatsFabric:
         self._ticker: gevent.Greenlet[..., Any] | None = None
         self.connected = False
         self.on_link_state: Callable[[bool], None] | None = None  # told of each up and down
+        # Told when an up peer's Hello names other bridges than before (one that came up
+        # on another frame is heard with none until its next heartbeat).
+        self.on_bridges_heard: Callable[[], None] | None = None
 
     # ----- the Fabric ---------------------------------------------------------------------
 
@@ -140,6 +146,10 @@ class NatsFabric:
         """The `<node>.<worker>` name of peer number `worker`."""
         return self._names[worker]
 
+    def bridges_of(self, worker: int) -> tuple[str, ...]:
+        """The bridges peer number `worker`'s node has configured, as it last said."""
+        return self._peers[self._names[worker]].bridges
+
     # ----- outgoing -----------------------------------------------------------------------
 
     def _flush_soon(self) -> None:
@@ -164,7 +174,7 @@ class NatsFabric:
                 peer = self._peers[self._names[destination]]
                 if peer.greet:
                     peer.greet = False
-                    body.append(encode_frame(Hello(self.worker, self.epoch)))
+                    body.append(encode_frame(self._hello))
             target = destination
             body.append(encoded)
             size += len(encoded)
@@ -183,7 +193,7 @@ class NatsFabric:
         """Every heartbeat: say this worker is alive, and take silent peers for gone."""
         while True:
             if self.connected:
-                self._queue.append((_BROADCAST, Hello(self.worker, self.epoch)))
+                self._queue.append((_BROADCAST, self._hello))
                 self._flush()
             now = self._clock()
             for name, peer in self._peers.items():
@@ -203,7 +213,7 @@ class NatsFabric:
         if self.on_link_state is not None:
             self.on_link_state(up)
         if up:
-            self._queue.append((_BROADCAST, Hello(self.worker, self.epoch)))
+            self._queue.append((_BROADCAST, self._hello))
             self._flush()
 
     def _messages(self, messages: list[tuple[str, bytes]]) -> None:
@@ -249,8 +259,12 @@ class NatsFabric:
                 logger.info("cluster: %s restarted", sender)
                 self._down(peer, quiet=True)
             peer.epoch = hello.epoch
+            heard_other = peer.bridges != hello.bridges
+            peer.bridges = hello.bridges
             if not peer.up:
                 self._up(peer, sender, greet=not direct)
+            elif heard_other and self.on_bridges_heard is not None:
+                self.on_bridges_heard()
         elif not peer.up and not (frames and type(frames[-1]) is Leaving):
             self._up(peer, sender, greet=True)
         leaving = bool(frames) and type(frames[-1]) is Leaving

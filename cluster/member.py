@@ -97,13 +97,16 @@ class ClusterMember:
         *,
         retained: Callable[[], RetainedIndex[Message] | None],
         clears: Callable[[], RetainedClears | None],
+        bridges: tuple[str, ...] = (),
     ) -> None:
+        """`bridges`: the names of the bridges this node has configured (`[[bridges]]`)."""
         self.config = config
         self._context = context
         self._stored_sessions = stored_sessions
         self._retained = retained  # this worker's retained index (the retainer's)
         self._clears = clears  # and the clears its retainer remembers
-        self.fabric = NatsFabric(config, worker, self)
+        self._bridges = bridges
+        self.fabric = NatsFabric(config, worker, self, bridges=bridges)
         loop = gevent.get_hub().loop
         fabric = self.fabric
         self.routes = PoolRoutes(
@@ -147,6 +150,7 @@ class ClusterMember:
         self._link_ups = 0
         self._nodes_changed: Callable[[], None] | None = None
         fabric.on_link_state = self._link_state
+        fabric.on_bridges_heard = self._tell_nodes_changed
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
 
@@ -213,11 +217,16 @@ class ClusterMember:
 
     # ----- the live nodes (where the bridges run: bridge.placement) ------------------------
 
-    def live_nodes(self) -> frozenset[str] | None:
+    def live_nodes(self) -> dict[str, frozenset[str]] | None:
         if not self._nodes_known or self._lost_at is not None or self.fenced:
             return None
         fabric = self.fabric
-        return frozenset({self.config.node, *(node_of(fabric.name_of(w)) for w in fabric.peers)})
+        nodes: dict[str, set[str]] = {self.config.node: set(self._bridges)}
+        for worker in fabric.peers:
+            nodes.setdefault(node_of(fabric.name_of(worker)), set()).update(
+                fabric.bridges_of(worker)
+            )
+        return {node: frozenset(bridges) for node, bridges in nodes.items()}
 
     def on_nodes_changed(self, call: Callable[[], None] | None) -> None:
         self._nodes_changed = call

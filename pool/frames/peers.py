@@ -8,10 +8,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """The first frame on a link: who is talking, and which life of that worker it is."""
+    """The first frame on a link: who is talking, and which life of that worker it is. A
+    cluster node's workers also say, in every heartbeat, the bridges their node has
+    configured (`bridge.placement`: only those nodes run them); a pool's links send none."""
 
     worker: int
     epoch: int
+    bridges: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.placement import runner_node
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
@@ -117,6 +118,20 @@ def test_one_node_runs_a_bridge_and_another_takes_it_when_that_node_dies(
             connections = remote.log().count(connected)
             _both_ways(survivors, remote, "after")
             assert remote.log().count(connected) == connections, remote.log()
+    finally:
+        remote.stop()
+
+
+def test_a_bridge_configured_on_one_node_runs_there(tmp_path: Path, nats: NatsServer) -> None:
+    """Only node b has the bridge: b runs it, for the whole cluster, although "m" ranks
+    another node first (each node says in its heartbeats which bridges it has)."""
+    assert runner_node("m", ["a", "b", "c"]) != "b"
+    remote = start_mosquitto(tmp_path)
+    try:
+        nodes_config = {"a": "", "b": _bridge(remote.port), "c": ""}
+        with nodes_of(tmp_path, nats, nodes_config) as nodes:
+            assert _one_runner(nodes) == "b"
+            _both_ways(nodes, remote, "only-b")
     finally:
         remote.stop()
 

@@ -156,7 +156,12 @@ def share_counts(draw: st.DrawFn) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 frames: st.SearchStrategy[Frame] = st.one_of(
-    st.builds(Hello, worker_ids, st.integers(0, 2**40)),
+    st.builds(
+        Hello,
+        worker_ids,
+        st.integers(0, 2**40),
+        st.lists(st.text(max_size=8), max_size=3).map(tuple),
+    ),
     st.builds(RoutesChanged, filter_sets, filter_sets),
     st.builds(RoutesSnapshot, filter_sets),
     st.builds(Forward, message_batches, publisher_ids),

@@ -18,7 +18,7 @@ from bridge.config import (
     parse_bridges,
 )
 from bridge.frames import RawPublish, is_plain_ack, split
-from bridge.placement import runner_node, runner_of
+from bridge.placement import bridge_nodes, runner_node, runner_of
 from bridge.relay import Relay
 from bridge.runner import session_window
 from bridge.topics import CACHED, Subscription, TopicMap
@@ -219,6 +219,13 @@ def test_a_bridge_runs_on_one_node_that_only_its_own_going_moves(
     assert runner_node(name, nodes | {other + "-new"}) in {runner, other + "-new"}
     assert runner_node(name, nodes - {runner}) in nodes - {runner}
     assert runner_node(name, set()) is None
+
+
+def test_a_bridge_is_placed_among_the_nodes_that_have_it() -> None:
+    nodes = {"a": {"cloud", "m"}, "b": {"m"}, "c": set()}
+    assert bridge_nodes("m", nodes) == ["a", "b"]
+    assert bridge_nodes("cloud", nodes) == ["a"]
+    assert bridge_nodes("other", nodes) == []
 
 
 def _bridges(text: str) -> object:
