@@ -136,11 +136,13 @@ async def answered(request: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(RETRY_PAUSE)
 
 
-class Bucket:
-    """The records, on the NATS thread: every method is a coroutine run by `NatsLink.run`."""
+class KvBucket:
+    """A key-value bucket of the cluster, `mqtt-<cluster>-<what>`, made on first use with
+    `[cluster] replicas` copies, on the NATS thread: every method is a coroutine run by
+    `NatsLink.run`."""
 
-    def __init__(self, config: ClusterConfig) -> None:
-        self.name = f"mqtt-{config.name}-clients"
+    def __init__(self, config: ClusterConfig, what: str) -> None:
+        self.name = f"mqtt-{config.name}-{what}"
         self._replicas = config.replicas
         self._kv: KeyValue | None = None
 
@@ -154,6 +156,13 @@ class Bucket:
                     KeyValueConfig(bucket=self.name, history=1, replicas=self._replicas)
                 )
         return self._kv
+
+
+class Bucket(KvBucket):
+    """The client-id records (see the module docstring)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config, "clients")
 
     async def claim(self, client: Client, client_id: str, node: str) -> tuple[str | None, int]:
         """Record `node` as the owner of `client_id`: (the node that held it before, if
