@@ -64,7 +64,7 @@ def pair(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
 
 @pytest.fixture
 def flapping_on_a(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
-    """Flapping detection on node a only: node b counts nothing, so a ban there is a's."""
+    """Flapping detection on node a only: node b counts nothing, so a ban it applies is a's."""
     yield from cluster_of(tmp_path, nats, {"a": FLAPPING, "b": ""})
 
 
