@@ -15,7 +15,9 @@ once at start, and a JSON file keeps them readable and editable by an operator. 
 In a pool every worker holds every ban: a change made here is told to `replica`
 (`pool.ops.PoolOps`), which broadcasts it, and a change a peer made arrives with
 `replicate=False`. Only worker 0 is given the file's path, so the workers never overwrite
-each other's bans.
+each other's bans. In a cluster the replica is the cluster's (`cluster.bans`), which also
+writes the change to the cluster's bucket; the bucket keeps the bans, so no worker is given
+the file's path (worker 0 imports the file into the bucket once, `read_bans`).
 """
 
 from __future__ import annotations
@@ -39,11 +41,16 @@ FORGET_EVERY = 1000  # connects between sweeps of idle flapping histories
 
 
 class BanReplica(Protocol):
-    """Who tells the other workers of a pool about a ban added or lifted on this one."""
+    """Who tells the other workers of a pool (and the other nodes of a cluster) about a ban
+    added or lifted on this one."""
 
     def ban_added(self, ban: Ban) -> None: ...
 
     def ban_removed(self, kind: BanKind, value: str) -> None: ...
+
+    def settle(self) -> None:
+        """Block this greenlet until the changes told so far are recorded beyond this
+        worker, or the replica's own bound has passed (the admin API answers then)."""
 
 
 class Admission:
@@ -123,23 +130,18 @@ class Admission:
             self.replica.ban_removed(kind, value)
         return removed
 
+    def settle(self) -> None:
+        """Wait until the bans added or lifted here are recorded beyond this worker (a
+        cluster's bucket), within the replica's bound; at once without a replica."""
+        if self.replica is not None:
+            self.replica.settle()
+
     def _load(self, path: Path) -> None:
-        try:
-            raw = orjson.loads(path.read_bytes())
-        except FileNotFoundError:
+        bans = read_bans(path)
+        if bans is None:
             return
-        except (OSError, orjson.JSONDecodeError) as error:
-            logger.error("cannot read the bans in %s: %s; starting with no bans", path, error)
-            return
-        now = time.time()
-        for entry in raw if isinstance(raw, list) else []:
-            try:
-                ban = ban_from_dict(entry)
-            except (BanError, TypeError, AttributeError) as error:
-                logger.error("%s: skipped a malformed ban %r: %s", path, entry, error)
-                continue
-            if not ban.expired(now):
-                self.table.add(ban)
+        for ban in bans:
+            self.table.add(ban)
         logger.info("bans: %d in force, from %s", len(self.table), path)
 
     def _save(self) -> None:
@@ -161,6 +163,29 @@ class Admission:
                 path,
                 error,
             )
+
+
+def read_bans(path: Path) -> list[Ban] | None:
+    """The bans in force in the bans file `path`; None if there is none or it cannot be read
+    (logged). A malformed entry is skipped with an error line."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as error:
+        logger.error("cannot read the bans in %s: %s; starting with no bans", path, error)
+        return None
+    now = time.time()
+    bans = []
+    for entry in raw if isinstance(raw, list) else []:
+        try:
+            ban = ban_from_dict(entry)
+        except (BanError, TypeError, AttributeError) as error:
+            logger.error("%s: skipped a malformed ban %r: %s", path, entry, error)
+            continue
+        if not ban.expired(now):
+            bans.append(ban)
+    return bans
 
 
 def _why(ban: Ban) -> str:

@@ -148,7 +148,7 @@ class Broker:
         self.plugins = load_plugins(self.config.plugins, context.hooks, plugin_context)
         limit_queues(context, self.config.bridges)  # before any session starts
         snapshot = self._open_store()
-        context.admission = self._make_admission()
+        admission = context.admission = self._make_admission()
         replica = self.route_replica
         if self.cluster is not None:
             replica = self.cluster.joined_replication(replica)
@@ -184,7 +184,8 @@ class Broker:
         context.registry = self._make_registry(sessions)
         if self.cluster is not None:
             context.registry = self.cluster.joined_sessions(context.registry)
-            self.cluster.start()  # linked before the listeners open
+            self.cluster.keep_bans(admission, self._bans_path())
+            self.cluster.start()  # linked, and with the cluster's bans, before the listeners open
         self._actors = [context.retainer, context.router]
         context.flow.start()
         for endpoint in self.endpoints:
@@ -241,13 +242,18 @@ class Broker:
         return SessionRegistry(self.context, sessions)
 
     def _make_admission(self) -> Admission:
-        return Admission(self.config.flapping, self._bans_path())
+        return Admission(self.config.flapping, self._admission_file())
 
     def _bans_path(self) -> Path | None:
         """Where the bans are kept (None: in memory only, `[store] kind = "none"`)."""
         if self.config.store.kind == "none":
             return None
         return Path(self.config.store.data_dir) / BANS_FILE
+
+    def _admission_file(self) -> Path | None:
+        """The bans file the admission keeps: none in a cluster, whose bucket keeps the bans
+        (the cluster imports the file once, `ClusterPart.keep_bans`)."""
+        return None if self.config.cluster is not None else self._bans_path()
 
     def _http_listener(self) -> Any:
         """A socket already listening for the admin HTTP API, or None: bind `[http]`."""

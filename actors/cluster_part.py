@@ -6,8 +6,10 @@ cluster package itself."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
+from actors.admission import Admission
 from actors.context import Sessions
 from actors.dispatch import RemoteForwarder
 from actors.router_actor import RouteReplication
@@ -19,8 +21,8 @@ NodesGathered = tuple[dict[str, list[list[dict[str, Any]]]], list[str]]
 
 class ClusterPart(Protocol):
     """This worker in the cluster: it hears the route changes, forwards publishes to the
-    other nodes beside the pool's forwarding, and claims each client id cluster-wide before
-    the node's registry opens a session."""
+    other nodes beside the pool's forwarding, claims each client id cluster-wide before
+    the node's registry opens a session, and shares the bans."""
 
     def joined_replication(self, pool: RouteReplication | None) -> RouteReplication: ...
 
@@ -32,6 +34,11 @@ class ClusterPart(Protocol):
         """A persistent session restored from the store at start-up subscribes to
         `topic_filter`: the other nodes forward to it and wait for its commits (share groups
         stay on their node)."""
+
+    def keep_bans(self, admission: Admission, bans_file: Path | None) -> None:
+        """From `start` on, `admission`'s bans are the cluster's: made here, they go to its
+        bucket too, and what the bucket holds holds here; `bans_file` (the node's, given to
+        one worker) is imported into it once."""
 
     def start(self) -> None: ...
 

@@ -401,6 +401,7 @@ class Api:
         admission = self._context.admission
         assert admission is not None
         admission.add(ban)
+        admission.settle()  # in a cluster: in its bucket, or [cluster] claim_timeout passed
         _parts, missing = self._gather("sync", {})  # in force on every worker when answered
         return Response(201, orjson.dumps(with_missing(ban.as_dict(), missing)))
 
@@ -412,6 +413,7 @@ class Api:
             removed = admission.remove(kind, request.params["value"])
         except (ValueError, BanError) as error:
             raise ApiError(400, str(error)) from error
+        admission.settle()  # lifted in a cluster's bucket too, even if not held here
         if not removed:
             raise ApiError(404, f"no ban of {request.params['kind']} {request.params['value']!r}")
         self._gather("sync", {})  # lifted on every worker when answered

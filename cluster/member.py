@@ -15,7 +15,8 @@ their holds go back as `FlowHold` / `FlowRelease`.
 Client ids are owned cluster-wide (`cluster.registry`): `joined_sessions` puts the claim in
 front of the node's own registry, and the frames of a claim (`GiveUp`, `HandedOver`) travel
 over the same fabric, as do the admin API's questions to the other nodes (`cluster.ops`).
-Share groups span the nodes (`cluster.shares`): `PoolRoutes` announces this worker's member
+Bans hold on every node (`cluster.bans`, the cluster's bucket of them). Share groups span
+the nodes (`cluster.shares`): `PoolRoutes` announces this worker's member
 counts, the other nodes' join the dispatcher's stand-ins, and a message whose pick is another
 node's worker goes to it in a `ForwardShared`. Left to each node (docs/cluster.md "Not
 guaranteed yet"): its `$SYS/broker/...` tree (each node reports its own figures, and adds up
@@ -29,17 +30,20 @@ import math
 import time
 from collections.abc import Callable
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
 
+from actors.admission import Admission
 from actors.cluster_part import NodesGathered
 from actors.context import BrokerContext, Sessions
 from actors.dispatch import RemoteForwarder
 from actors.messages import CloseConnection, StoreRetained, Sync
 from actors.router_actor import RouteReplication
 from actors.runtime import tell_if_alive
+from cluster.bans import ClusterBans
 from cluster.config import ClusterConfig
 from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
@@ -130,6 +134,7 @@ class ClusterMember:
         self.publishers = Publishers()
         self.remote_gates = RemoteGates(fabric.send)
         self.registry: ClusterRegistry | None = None  # once the node's registry is made
+        self.bans: ClusterBans | None = None  # once the worker's admission is made
         self.moves = MoveForwarding(
             fabric.send,
             self._when_all_routes_known,
@@ -161,9 +166,13 @@ class ClusterMember:
         self._prober = gevent.spawn(self._probe_nats)
         if self.registry is not None:
             self.registry.start()
+        if self.bans is not None:
+            self.bans.start()
 
     def stop(self) -> None:
         self._nodes_changed = None  # going down: no bridge is taken over here
+        if self.bans is not None:
+            self.bans.stop()
         self.durable.stop()
         if self._prober is not None:
             self._prober.kill()
@@ -196,6 +205,12 @@ class ClusterMember:
         forwarder = JoinedForwarder(pool, self)
         self.shares.use(forwarder.shares)
         return forwarder
+
+    def keep_bans(self, admission: Admission, bans_file: Path | None) -> None:
+        """The bans are the cluster's from `start` on (`cluster.bans`)."""
+        self.bans = ClusterBans(
+            self.config, self.fabric.link, self.fabric.worker, admission, bans_file
+        )
 
     def joined_sessions(self, inner: Sessions) -> Sessions:
         """The node's registry (one process's, or the pool's), each id claimed cluster-wide

@@ -136,11 +136,13 @@ async def answered(request: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(RETRY_PAUSE)
 
 
-class Bucket:
-    """The records, on the NATS loop: every method is a coroutine run by `NatsLink.run`."""
+class KvBucket:
+    """A key-value bucket of the cluster, `mqtt-<cluster>-<what>`, made on first use with
+    `[cluster] replicas` copies, on the NATS loop: every method is a coroutine run by
+    `NatsLink.run`."""
 
-    def __init__(self, config: ClusterConfig) -> None:
-        self.name = f"mqtt-{config.name}-clients"
+    def __init__(self, config: ClusterConfig, what: str) -> None:
+        self.name = f"mqtt-{config.name}-{what}"
         self._replicas = config.replicas
         self._kv: KeyValue | None = None
 
@@ -154,6 +156,13 @@ class Bucket:
                     KeyValueConfig(bucket=self.name, history=1, replicas=self._replicas)
                 )
         return self._kv
+
+
+class Bucket(KvBucket):
+    """The client-id records (see the module docstring)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config, "clients")
 
     async def claim(self, client: Client, client_id: str, node: str) -> tuple[str | None, int]:
         """Record `node` as the owner of `client_id`: (the node that held it before, if
@@ -184,7 +193,7 @@ class Bucket:
         raise ClaimContendedError(f"{CLAIM_TRIES} attempts")
 
     async def watch(self, client: Client, seen: Callable[[str, str, int, bool], None]) -> None:
-        """Tell `seen(client_id, node, revision, initial)` (from the NATS thread) of every
+        """Tell `seen(client_id, node, revision, initial)` (from the NATS loop) of every
         record, now (`initial`: the records as the watch found them) and as it changes,
         until cancelled."""
         kv = await answered(lambda: self.open(client))
@@ -273,7 +282,7 @@ class ClusterRegistry:
     def start(self) -> None:
         """Watch the records (fencing), from the first connection to NATS on."""
         self._link.run(
-            lambda client: self._bucket.watch(client, self._seen_on_nats_thread),
+            lambda client: self._bucket.watch(client, self._seen_on_nats_loop),
             self._watch_ended,
             timeout=None,
         )
@@ -617,7 +626,7 @@ class ClusterRegistry:
 
     # ----- fencing ------------------------------------------------------------------------
 
-    def _seen_on_nats_thread(self, client_id: str, node: str, revision: int, initial: bool) -> None:
+    def _seen_on_nats_loop(self, client_id: str, node: str, revision: int, initial: bool) -> None:
         if node != self._node:
             self._link.post(partial(self._seen, client_id, node, revision, initial))
 

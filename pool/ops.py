@@ -189,3 +189,6 @@ class PoolOps:
 
     def ban_removed(self, kind: BanKind, value: str) -> None:
         self._broadcast(BanLifted(kind.value, value))
+
+    def settle(self) -> None:
+        """Nothing to wait for here: the admin API's `sync` round waits for the workers."""

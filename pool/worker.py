@@ -162,11 +162,13 @@ class PoolBroker(Broker):
         return session
 
     def _make_admission(self) -> Admission:
-        return PoolAdmission(self.config.flapping, self._bans_path(), self.worker_id, self.workers)
+        file = self._admission_file()
+        return PoolAdmission(self.config.flapping, file, self.worker_id, self.workers)
 
     def _bans_path(self) -> Path | None:
-        """Worker 0 alone keeps `bans.json`, from the pool-wide table (every worker holds
-        every ban); the others learn the bans from their peers when they link."""
+        """Worker 0 alone keeps `bans.json` (in a cluster: imports it), from the pool-wide
+        table (every worker holds every ban); the others learn the bans from their peers
+        when they link."""
         return super()._bans_path() if self.worker_id == 0 else None
 
     def _make_registry(self, sessions: dict[str, Any]) -> SessionRegistry:

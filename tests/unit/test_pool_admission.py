@@ -67,6 +67,9 @@ class Replica:
             if worker != self._worker:
                 admission.remove(kind, value, replicate=False)
 
+    def settle(self) -> None:
+        """Applied at once above: nothing to wait for."""
+
 
 class Pool:
     def __init__(self, workers: int, flapping: FlappingConfig, clock: Clock) -> None:

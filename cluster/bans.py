@@ -1,0 +1,361 @@
+"""Bans that hold across the cluster (docs/cluster.md "Bans"): a JetStream key-value bucket
+of their own, `mqtt-<cluster>-bans`, which every worker of every node watches.
+
+A ban is one key, its kind and its value (base64url, as keys allow few characters:
+`clientid.Y2xpZW50LTE=`), holding the ban as JSON (`Ban.as_dict`); a lift deletes the key.
+
+- `ClusterBans` is the worker's `BanReplica` (actors.admission), in front of the pool's
+  (`pool.ops.PoolOps`, if any): a ban added or lifted here (the admin API, `ctl`, flapping
+  detection) holds here at once, is broadcast to the node's other workers as on one node,
+  and is written to the bucket, one write at a time in the order made, each within
+  `[cluster] claim_timeout`. One that cannot be written holds on this node only, with a
+  warning saying so.
+- Every worker watches the bucket and applies each put and delete to its own table without
+  telling anyone (the watch tells every worker of every node). Its start waits, at most
+  `claim_timeout`, for the watch's initial values, so a node opens its listeners with the
+  cluster's bans.
+- Worker 0 of each node imports the node's `bans.json` once, when it starts in a cluster:
+  the bans the bucket lacks are created in it (create-if-absent: a ban made elsewhere is
+  never overwritten), and the file is renamed `bans.json.imported`, so that it brings back
+  no ban lifted later elsewhere. The bucket is then the node's only record of its bans.
+- Worker 0 of each node deletes the keys of expired bans every SWEEP_EVERY seconds, each at
+  the revision it saw (a ban made again meanwhile stays); a table ignores expired bans
+  anyway. Every node sweeps, so the key of a ban whose maker has stopped goes too.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import gevent
+import gevent.event
+import orjson
+from nats.aio.client import Client
+from nats.js.errors import APIError, KeyWrongLastSequenceError
+
+from actors.admission import Admission, BanReplica, read_bans
+from cluster.config import ClusterConfig
+from cluster.nats_link import Job, NatsLink
+from cluster.registry import KvBucket, answered
+from core.bans import Ban, BanKind, ban_from_dict, parse_network
+
+logger = logging.getLogger(__name__)
+
+SWEEP_EVERY = 60.0  # seconds between worker 0's deletions of expired bans' keys
+IMPORTED = ".imported"  # what a node's bans file is renamed with once in the bucket
+_WRONG_LAST = 10071  # JetStream's error: the key is no longer at the revision given
+_DELETIONS = ("DEL", "PURGE")
+
+# What the watch tells: a key and its value (None: deleted), at a revision.
+Seen = Callable[[str, bytes | None, int], None]
+
+
+def ban_key(kind: BanKind, value: str) -> str:
+    """The bucket key of the ban of `kind` on `value` (keys allow letters, digits and `-/_=.`
+    only); a peer address as its normalised network, as the table keeps it."""
+    if kind is BanKind.PEER:
+        value = str(parse_network(value))
+    encoded = base64.urlsafe_b64encode(value.encode("utf-8", "surrogatepass")).decode("ascii")
+    return f"{kind.value}.{encoded}"
+
+
+def ban_of_key(key: str) -> tuple[BanKind, str]:
+    """The kind and value `ban_key` made `key` of; ValueError if it made no such key."""
+    kind, _, encoded = key.partition(".")
+    raw = base64.b64decode(encoded.encode("ascii"), altchars=b"-_", validate=True)
+    return BanKind(kind), raw.decode("utf-8", "surrogatepass")
+
+
+class BanBucket(KvBucket):
+    """The bans' bucket, on the NATS loop (coroutines run by `NatsLink.run`)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config, "bans")
+
+    async def write(self, client: Client, key: str, value: bytes | None) -> None:
+        """Put `value` at `key`; None: delete it (a key already gone is fine)."""
+        kv = await answered(lambda: self.open(client))
+        if value is None:
+            await answered(lambda: kv.delete(key))
+        else:
+            await answered(lambda: kv.put(key, value))
+
+    async def delete_expired(self, client: Client, key: str, revision: int) -> bool:
+        """Delete `key` if it is still at `revision`; whether it was."""
+        kv = await answered(lambda: self.open(client))
+        try:
+            await answered(lambda: kv.delete(key, last=revision))
+        except APIError as error:
+            if error.err_code == _WRONG_LAST:
+                return False  # lifted, or made again, meanwhile
+            raise
+        return True
+
+    async def create(self, client: Client, bans: list[Ban]) -> int:
+        """Create the key of each of `bans` that the bucket lacks; how many it lacked."""
+        kv = await answered(lambda: self.open(client))
+        created = 0
+        for ban in bans:
+            create = partial(kv.create, ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict()))
+            try:
+                await answered(create)
+            except KeyWrongLastSequenceError:
+                continue  # there already (made elsewhere, or by an earlier import)
+            created += 1
+        return created
+
+    async def watch(self, client: Client, seen: Seen, read: Callable[[], None]) -> None:
+        """Tell `seen` (from the NATS loop) of every key, now and as it changes, until
+        cancelled; `read()` once the keys the watch found are told."""
+        kv = await answered(lambda: self.open(client))
+        watcher = await kv.watchall()
+        async for entry in watcher:
+            if entry is None:
+                read()  # the end of the initial values
+            elif entry.revision is not None:
+                deleted = entry.operation in _DELETIONS
+                seen(entry.key, None if deleted else (entry.value or b""), entry.revision)
+
+
+class _Write:
+    """A put (`value`) or a delete (None) of the bucket, and when it is over."""
+
+    __slots__ = ("done", "key", "value", "what")
+
+    def __init__(self, key: str, value: bytes | None, what: str) -> None:
+        self.key = key
+        self.value = value
+        self.what = what  # "the ban of clientid 'x'", for the log
+        self.done = gevent.event.Event()
+
+
+class ClusterBans:
+    """This worker's bans in the cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        link: NatsLink,
+        worker: int,
+        admission: Admission,
+        bans_file: Path | None,
+    ) -> None:
+        self._config = config
+        self._link = link
+        self._worker = worker
+        self._admission = admission
+        self._file = bans_file  # worker 0's: the node's bans file, imported once
+        self._bucket = BanBucket(config)
+        self._pool: BanReplica | None = None  # the node's other workers (`PoolOps`)
+        self._writes: deque[_Write] = deque()  # in the order made; the first is under way
+        self._read = gevent.event.Event()  # set: the watch's initial values are applied
+        # Worker 0: key -> (until, revision) of the bans with an end that the bucket holds.
+        self._ending: dict[str, tuple[float, int]] = {}
+        self._sweeper: gevent.Greenlet[[], None] | None = None
+
+    def start(self) -> None:
+        """Stand in front of the pool's replica, import the node's bans file (worker 0),
+        watch the bucket, and wait at most `claim_timeout` for the bans it holds."""
+        admission = self._admission
+        self._pool, admission.replica = admission.replica, self
+        bans = None if self._file is None else read_bans(self._file)
+        if bans is None:
+            self._watch()
+        else:
+            self._link.run(
+                lambda client: self._bucket.create(client, bans),
+                partial(self._imported, len(bans)),
+                timeout=None,
+            )
+        if self._worker == 0:
+            self._sweeper = gevent.spawn(self._sweep)
+        if not self._read.wait(self._config.claim_timeout):
+            logger.warning(
+                "cluster: the bans in bucket %s were not read within %s s ([cluster] "
+                "claim_timeout); CONNECTs are checked against them once they are. Is NATS "
+                "(with JetStream) reachable?",
+                self._bucket.name,
+                self._config.claim_timeout,
+            )
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.kill()
+
+    # ----- BanReplica: bans made or lifted on this worker -----------------------------------
+
+    def ban_added(self, ban: Ban) -> None:
+        if self._pool is not None:
+            self._pool.ban_added(ban)
+        what = f"the ban of {ban.kind.value} {ban.value!r}"
+        self._write(_Write(ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict()), what))
+
+    def ban_removed(self, kind: BanKind, value: str) -> None:
+        if self._pool is not None:
+            self._pool.ban_removed(kind, value)
+        what = f"the lift of the ban of {kind.value} {value!r}"
+        self._write(_Write(ban_key(kind, value), None, what))
+
+    def settle(self) -> None:
+        """Wait until the writes made so far are over, at most `claim_timeout`."""
+        if self._writes:
+            self._writes[-1].done.wait(self._config.claim_timeout)
+
+    def _write(self, write: _Write) -> None:
+        self._writes.append(write)
+        if len(self._writes) == 1:
+            self._send(write)
+
+    def _send(self, write: _Write) -> None:
+        self._link.run(
+            lambda client: self._bucket.write(client, write.key, write.value),
+            self._written,
+            timeout=self._config.claim_timeout,
+        )
+
+    def _written(self, _result: None, error: BaseException | None) -> None:
+        write = self._writes.popleft()
+        if error is not None:
+            again = (
+                "add it again (POST /api/v1/banned, or ctl ban add)"
+                if write.value is not None
+                else "lift it again through another node (DELETE /api/v1/banned/..., or ctl "
+                "ban remove)"
+            )
+            logger.warning(
+                "cluster: %s holds on this node only: bucket %s could not be written within "
+                "%s s ([cluster] claim_timeout): %s; once NATS is back, %s so that it holds "
+                "on every node",
+                write.what,
+                self._bucket.name,
+                self._config.claim_timeout,
+                str(error) or type(error).__name__,
+                again,
+            )
+        write.done.set()
+        if self._writes:
+            self._send(self._writes[0])
+
+    # ----- the bucket's content -------------------------------------------------------------
+
+    def _imported(self, count: int, created: int | None, error: BaseException | None) -> None:
+        path = self._file
+        assert path is not None
+        if created is None:
+            logger.warning(
+                "cluster: the %d bans of %s could not be put in bucket %s (%s); the file is "
+                "kept and imported at the next start",
+                count,
+                path,
+                self._bucket.name,
+                str(error) or type(error).__name__,
+            )
+        else:
+            target = path.with_name(path.name + IMPORTED)
+            try:
+                path.replace(target)
+            except OSError as rename_error:
+                logger.error(
+                    "cluster: cannot rename %s to %s after importing its bans: %s; rename or "
+                    "remove it, or its bans are imported again at the next start",
+                    path,
+                    target.name,
+                    rename_error,
+                )
+            else:
+                logger.info(
+                    "cluster: imported the bans of %s into bucket %s (%d put, %d there "
+                    "already); the file is renamed %s: the bucket keeps the cluster's bans",
+                    path,
+                    self._bucket.name,
+                    created,
+                    count - created,
+                    target.name,
+                )
+        self._watch()
+
+    def _watch(self) -> None:
+        self._link.run(
+            lambda client: self._bucket.watch(client, self._seen_on_nats_loop, self._was_read),
+            self._watch_ended,
+            timeout=None,
+        )
+
+    def _seen_on_nats_loop(self, key: str, value: bytes | None, revision: int) -> None:
+        self._link.post(partial(self._seen, key, value, revision))
+
+    def _was_read(self) -> None:
+        self._link.post(self._read.set)
+
+    def _seen(self, key: str, value: bytes | None, revision: int) -> None:
+        """The bucket's `key` holds `value` (None: deleted) at `revision`: the same in this
+        worker's table, unless it is so already."""
+        try:
+            kind, text = ban_of_key(key)
+            ban = None if value is None else ban_from_dict(orjson.loads(value))
+            if ban is not None and (ban.kind, ban.value) != (kind, text):
+                raise ValueError(f"it holds the ban of {ban.kind.value} {ban.value!r}")
+        except (ValueError, TypeError, AttributeError) as error:
+            logger.warning(
+                "cluster: key %r of bucket %s holds no ban of the broker's (%s): skipped; "
+                "delete it (nats kv del %s %r)",
+                key,
+                self._bucket.name,
+                error,
+                self._bucket.name,
+                key,
+            )
+            return
+        admission = self._admission
+        if ban is None:
+            self._ending.pop(key, None)
+            if admission.table.get(kind, text) is not None:
+                admission.remove(kind, text, replicate=False)
+            return
+        if ban.until is not None and self._worker == 0:
+            self._ending[key] = (ban.until, revision)
+        else:
+            self._ending.pop(key, None)
+        if not ban.expired(time.time()) and admission.table.get(kind, text) != ban:
+            admission.add(ban, replicate=False)
+
+    def _watch_ended(self, _result: None, error: BaseException | None) -> None:
+        logger.error(
+            "cluster: the watch of bucket %s ended (%s): bans made or lifted on other nodes "
+            "reach this worker no more until it restarts",
+            self._bucket.name,
+            error,
+        )
+
+    def _sweep(self) -> None:
+        """Every SWEEP_EVERY seconds, delete the keys of the bans that have expired."""
+        while True:
+            gevent.sleep(SWEEP_EVERY)
+            now = time.time()
+            for key, (until, revision) in list(self._ending.items()):
+                if until <= now:
+                    self._link.run(
+                        self._deletion(key, revision),
+                        partial(self._swept, key),
+                        timeout=self._config.claim_timeout,
+                    )
+
+    def _deletion(self, key: str, revision: int) -> Job[bool]:
+        return lambda client: self._bucket.delete_expired(client, key, revision)
+
+    def _swept(self, key: str, _deleted: bool | None, error: BaseException | None) -> None:
+        if error is not None:
+            logger.warning(
+                "cluster: the key %r of an expired ban could not be deleted from bucket %s "
+                "(%s); tried again in %.0f s",
+                key,
+                self._bucket.name,
+                str(error) or type(error).__name__,
+                SWEEP_EVERY,
+            )

@@ -1,0 +1,194 @@
+"""Bans across a cluster of brokers (three, or two where a third adds nothing) over a real
+NATS server (docs/cluster.md "Bans"): a ban made through one node's admin API, or by
+flapping detection on one node, refuses the CONNECTs of every node, is listed by every node
+and lifted through any; a node that was down meanwhile starts with the cluster's bans; a
+node's `bans.json` is imported into the cluster's bucket once; a ban that NATS cannot take
+holds on its node, with a warning.
+
+Each test runs with one process per node and with a pool of two workers per node (the
+integration suite's two modes): every worker of every node watches the bucket, so a ban is
+checked over several CONNECTs, which the pool spreads over its workers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from mqtt.packets import ConnAck
+from mqtt.reason_codes import ReasonCode
+from tests.support.admin import Admin, free_port, http_config
+from tests.support.broker_config import wait_for_log
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.clients import unique
+from tests.support.cluster import needs_nats_server, nodes_of, restart_node
+from tests.support.nats_server import NatsServer
+from tests.support.raw_client import RawClient
+
+pytestmark = needs_nats_server
+
+NODES = ("a", "b", "c")
+NOT_AUTHORISED = 5  # 3.1.1's CONNACK return code for a banned client
+FLAPPING = "[flapping]\nmax_connects = 3\nwindow = 10\nban_time = 60\n"
+
+
+class Cluster:
+    """Nodes (a, b and c, or a and b), each with its admin API."""
+
+    def __init__(self, nodes: dict[str, BrokerProcess], ports: dict[str, int]) -> None:
+        self.nodes = nodes
+        self.admin = {node: Admin(nodes[node], port) for node, port in ports.items()}
+
+
+def cluster_of(tmp_path: Path, nats: NatsServer, extra: dict[str, str]) -> Iterator[Cluster]:
+    """Nodes named by `extra`'s keys, each with the admin API and that configuration."""
+    ports = {node: free_port() for node in extra}
+    texts = {node: http_config(ports[node]) + text for node, text in extra.items()}
+    with nodes_of(tmp_path, nats, texts) as nodes:
+        yield Cluster(nodes, ports)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
+    yield from cluster_of(tmp_path, nats, dict.fromkeys(NODES, ""))
+
+
+@pytest.fixture
+def pair(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
+    yield from cluster_of(tmp_path, nats, {"a": "", "b": ""})
+
+
+@pytest.fixture
+def flapping_on_a(tmp_path: Path, nats: NatsServer) -> Iterator[Cluster]:
+    """Flapping detection on node a only: node b counts nothing, so a ban it applies is a's."""
+    yield from cluster_of(tmp_path, nats, {"a": FLAPPING, "b": ""})
+
+
+def connack_code(broker: BrokerProcess, client_id: str, version: int = 5, **kwargs: Any) -> int:
+    """The CONNACK's reason code (3.1.1: return code) for a CONNECT of `client_id`."""
+    client = RawClient(broker.host, broker.port, version=version)
+    try:
+        connack = client.connect(client_id, **kwargs)
+        assert isinstance(connack, ConnAck), connack
+        return int(connack.reason_code)
+    finally:
+        client.close()
+
+
+def answers(broker: BrokerProcess, client_id: str, code: int, **kwargs: Any) -> None:
+    """CONNECTs of `client_id` get `code` within 5 s, and the three after that too (a pool
+    spreads them over its workers, each of which holds the bans)."""
+    deadline = time.monotonic() + 5
+    while (got := connack_code(broker, client_id, **kwargs)) != code:
+        assert time.monotonic() < deadline, f"CONNECT of {client_id!r} still answered {got}"
+        time.sleep(0.05)
+    for _ in range(3):
+        assert connack_code(broker, client_id, **kwargs) == code
+
+
+def listed(admin: Admin) -> list[tuple[str, str]]:
+    return [(ban["kind"], ban["value"]) for ban in admin.get("/api/v1/banned")["data"]]
+
+
+@pytest.mark.parametrize("kind", ["clientid", "peerhost"])
+def test_a_ban_made_through_one_node_holds_on_every_node_until_lifted_through_another(
+    cluster: Cluster, kind: str
+) -> None:
+    client_id = unique("banned")
+    value = client_id if kind == "clientid" else "127.0.0.1"
+    body = {"kind": kind, "value": value, "reason": "test"}
+    assert cluster.admin["a"].request("POST", "/api/v1/banned", body).status == 201
+    answers(cluster.nodes["b"], client_id, ReasonCode.BANNED)
+    assert connack_code(cluster.nodes["b"], client_id, version=4) == NOT_AUTHORISED
+    assert listed(cluster.admin["c"]) == [(kind, value if kind == "clientid" else "127.0.0.1/32")]
+    assert cluster.admin["c"].request("DELETE", f"/api/v1/banned/{kind}/{value}").status == 204
+    for node in ("a", "b"):
+        answers(cluster.nodes[node], client_id, ReasonCode.SUCCESS)
+    assert listed(cluster.admin["a"]) == []
+
+
+def test_a_node_that_was_down_starts_with_the_bans_made_and_lifted_meanwhile(
+    pair: Cluster, tmp_path: Path
+) -> None:
+    cluster = pair
+    kept, lifted = unique("kept"), unique("lifted")
+    admin = cluster.admin["a"]
+    admin.request("POST", "/api/v1/banned", {"kind": "clientid", "value": lifted})
+    answers(cluster.nodes["b"], lifted, ReasonCode.BANNED)
+    assert cluster.nodes["b"].stop() == 0
+    assert (
+        admin.request("POST", "/api/v1/banned", {"kind": "clientid", "value": kept}).status == 201
+    )
+    assert admin.request("DELETE", f"/api/v1/banned/clientid/{lifted}").status == 204
+    b = cluster.nodes["b"] = restart_node(tmp_path, "b")
+    # Its listeners opened with the cluster's bans: the first CONNECTs are answered so.
+    for _ in range(3):
+        assert connack_code(b, kept) == ReasonCode.BANNED
+        assert connack_code(b, lifted) == ReasonCode.SUCCESS
+    assert listed(cluster.admin["b"]) == [("clientid", kept)]
+
+
+def test_a_client_that_flaps_on_one_node_is_refused_on_the_others(flapping_on_a: Cluster) -> None:
+    cluster = flapping_on_a
+    client_id = unique("flappy")
+    codes = [connack_code(cluster.nodes["a"], client_id) for _ in range(3)]
+    assert codes == [0, 0, ReasonCode.BANNED]  # the 3rd within 10 s
+    wait_for_log(cluster.nodes["a"], f"client {client_id!r} flapping: 3 CONNECTs within 10 s")
+    answers(cluster.nodes["b"], client_id, ReasonCode.BANNED)
+    bans = cluster.admin["b"].get("/api/v1/banned")["data"]
+    assert [(ban["value"], ban["reason"]) for ban in bans] == [(client_id, "flapping")]
+    assert bans[0]["until"] > time.time() + 50
+
+
+def test_a_nodes_bans_file_is_imported_into_the_cluster_once(pair: Cluster, tmp_path: Path) -> None:
+    """A node started in the cluster with a `bans.json` (a broker that joins one) puts its
+    bans in the cluster's bucket and renames the file."""
+    cluster = pair
+    from_file, expired = unique("from-file"), unique("expired")
+    assert cluster.nodes["b"].stop() == 0
+    bans_file = tmp_path / "b" / "data" / "bans.json"
+    now = time.time()
+    bans_file.write_bytes(
+        orjson.dumps(
+            [
+                {"kind": "clientid", "value": from_file, "until": None, "reason": "old"},
+                {"kind": "clientid", "value": expired, "until": now - 1, "reason": "old"},
+            ]
+        )
+    )
+    b = cluster.nodes["b"] = restart_node(tmp_path, "b")
+    line = wait_for_log(b, f"cluster: imported the bans of {bans_file} into bucket")
+    assert "(1 put, 0 there already)" in line
+    assert not bans_file.exists()
+    assert (tmp_path / "b" / "data" / "bans.json.imported").exists()
+    answers(cluster.nodes["a"], from_file, ReasonCode.BANNED)
+    assert connack_code(cluster.nodes["a"], expired) == ReasonCode.SUCCESS
+    assert listed(cluster.admin["a"]) == [("clientid", from_file)]
+
+
+def test_a_ban_made_while_nats_is_down_holds_on_its_node_with_a_warning(tmp_path: Path) -> None:
+    own = NatsServer()
+    own.start()
+    port = free_port()
+    config = (
+        f'[cluster]\nname = "x"\nnode = "a"\nnats = ["{own.url}"]\nclaim_timeout = 1.0\n'
+        f"heartbeat = 0.2\npeer_timeout = 10.0\n{http_config(port)}"
+    )
+    broker = start_broker(tmp_path, config)
+    try:
+        own.stop()
+        client_id = unique("unshared")
+        started = time.monotonic()
+        body = {"kind": "clientid", "value": client_id}
+        assert Admin(broker, port).request("POST", "/api/v1/banned", body).status == 201
+        assert time.monotonic() - started < 3  # the bucket is not waited for past 1 s
+        line = wait_for_log(broker, f"cluster: the ban of clientid {client_id!r} holds on this")
+        assert "once NATS is back, add it again" in line
+        answers(broker, client_id, ReasonCode.BANNED)  # checked before the claim, which fails
+    finally:
+        broker.stop()
+        own.remove()
