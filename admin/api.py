@@ -10,10 +10,11 @@ In a pool (docs/pool.md) the clients, sessions, subscriptions, routes, figures, 
 reloads are pool-wide: `admin.tables` builds each worker's rows, this worker gathers the
 others' over the fabric (`pool.ops`) and merges them before paging; an answer that
 leaves a silent worker out says so in `missing_workers`. In a cluster (docs/cluster.md) the
-clients, sessions, subscriptions and a client's detail or kick are cluster-wide: every
-worker of every other node is asked too (`cluster.ops`), each row carries its `node`, and
-an answer that leaves a node out says so in `missing_nodes`. Bans are replicated by the
-admission table itself; retained messages are in every worker's replica.
+clients, sessions, subscriptions, routes and a client's detail or kick are cluster-wide:
+every worker of every other node is asked too (`cluster.ops`), each row carries its `node`,
+and an answer that leaves a node out says so in `missing_nodes`; the stats add a `cluster`
+part, the figures of every node added up (`admin.cluster_figures`). Bans are replicated by
+the admission table itself; retained messages are in every worker's replica.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import gevent
 import orjson
 
-from admin.figures_cache import FiguresCache
+from admin.cluster_figures import ClusterFigures, read_cluster_figures, stats_fields
+from admin.figures_cache import FiguresCache, Reading, SharedReading
 from admin.routing import ApiError, Request, Response, Router
 from admin.tables import Rows, local_rows, merge_counted, merge_route_counts, merge_top_topics
 from core.bans import BanError, BanKind, ban_from_dict
@@ -122,6 +124,8 @@ class Api:
         self._broker = broker
         self._context = broker.context
         self._figures = figures
+        # With the other nodes' figures, shared as the pool's are (in a cluster only).
+        self._cluster_figures = SharedReading(self._read_cluster_figures)
 
     # ----- health -------------------------------------------------------------------------
 
@@ -134,17 +138,28 @@ class Api:
         return Response(503, b'{"ready":false}')
 
     def stats(self, _request: Request) -> Any:
-        pool_figures, missing = self._figures.read()  # shared with /metrics, once a second
-        figures = with_missing(asdict(pool_figures), missing)
-        figures.pop("store_commits")
-        figures.pop("hook_latency")
-        figures.pop("backend_latency")
+        """This node's pool-wide figures and, in a cluster, a `cluster` part: every node's
+        figures added up, the nodes they are of and the nodes left out."""
+        whole: ClusterFigures | None = None
+        if self._broker.cluster is None:
+            reading = self._figures.read()  # shared with /metrics, once a second
+        else:
+            reading, whole = self._cluster_figures.read()  # this node's reading inside
+        pool_figures, missing = reading
+        figures = with_missing(stats_fields(pool_figures), missing)
         figures["time"] = time.time()
         figures["node"] = self._broker.config.node_name
         # Sampled (one batch in TOPIC_SAMPLE), per worker, then added up.
         parts, _missing = self._gather("top_topics", {"limit": str(TOP_TOPICS)})
         figures["top_topics"] = merge_top_topics(parts, TOP_TOPICS)
+        if whole is not None:
+            figures["cluster"] = whole.as_json()
         return figures
+
+    def _read_cluster_figures(self) -> tuple[Reading, ClusterFigures]:
+        cluster, config = self._broker.cluster, self._broker.config.cluster
+        assert cluster is not None and config is not None  # asked in a cluster only
+        return read_cluster_figures(cluster, config.node, self._figures)
 
     def config(self, _request: Request) -> Any:
         config = self._broker.config
@@ -230,9 +245,10 @@ class Api:
         )
 
     def routes(self, request: Request) -> Any:
-        """Topic filters and how many sessions subscribe to each."""
-        parts, missing = self._gather("routes", {})
-        return with_missing(paged(request, merge_route_counts(parts)), missing)
+        """Topic filters, how many sessions subscribe to each and on which nodes (in a
+        cluster, every node's; else this one's)."""
+        gathered = self._gather_nodes("routes", {})
+        return gathered.said(paged(request, merge_route_counts(gathered.parts)))
 
     # ----- bridges -------------------------------------------------------------------------
 

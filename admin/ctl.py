@@ -93,6 +93,8 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 def _cell(column: str, value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, list):  # a route's nodes
+        return ",".join(str(item) for item in value)
     if column in ("until", "connected_at", "created_at") and isinstance(value, int | float):
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
     return str(value)
@@ -135,9 +137,25 @@ def left_out(result: Any) -> str:
 
 
 def _status_text(stats: dict[str, Any]) -> str:
+    """This node's figures; in a cluster, then the nodes' added up, indented."""
     rows = [
         ("node", stats["node"]),
         ("uptime", f"{int(stats['uptime'])} s"),
+        *_figure_rows(stats, ""),
+    ]
+    if stats.get("missing_workers"):  # a pool's workers that did not answer in time
+        rows.append(("left out", f"workers {stats['missing_workers']}"))
+    cluster = stats.get("cluster")
+    if cluster is not None:
+        rows.append(("cluster", ", ".join(cluster["nodes"])))
+        if cluster["missing_nodes"]:  # nodes that did not answer in time
+            rows.append(("  left out", f"nodes {', '.join(cluster['missing_nodes'])}"))
+        rows += _figure_rows(cluster, "  ")
+    return "\n".join(f"{name:<16} {value}" for name, value in rows)
+
+
+def _figure_rows(stats: dict[str, Any], indent: str) -> list[tuple[str, Any]]:
+    rows = [
         ("connections", f"{stats['connections']} (max {stats['connections_max']})"),
         ("sessions", stats["sessions"]),
         ("subscriptions", stats["subscriptions"]),
@@ -149,9 +167,7 @@ def _status_text(stats: dict[str, Any]) -> str:
         ("queued/inflight", f"{stats['queued']} / {stats['inflight']}"),
         ("bans", stats["banned"]),
     ]
-    if stats.get("missing_workers"):  # a pool's workers that did not answer in time
-        rows.append(("left out", f"workers {stats['missing_workers']}"))
-    return "\n".join(f"{name:<16} {value}" for name, value in rows)
+    return [(indent + name, value) for name, value in rows]
 
 
 COLUMNS: dict[tuple[str, str | None], list[str]] = {
@@ -170,6 +186,7 @@ COLUMNS: dict[tuple[str, str | None], list[str]] = {
     ("ban", "list"): ["kind", "value", "until", "reason"],
     ("plugins", "list"): ["name", "reloadable"],
     ("plugins", "reload"): ["name", "reloadable"],
+    ("routes", None): ["topic", "subscribers", "nodes"],
     ("cluster", None): ["node", "state", "workers"],
     ("bridges", None): [
         "name",
@@ -189,6 +206,10 @@ PLAIN_GETS = {  # command -> path
     "bridges": "/api/v1/bridges",
     "cluster": "/api/v1/cluster",
 }
+PAGED_GETS = {  # command -> path of a list taking --page and --limit only
+    "sessions": "/api/v1/sessions",
+    "routes": "/api/v1/routes",
+}
 
 
 def run(args: argparse.Namespace, client: Client) -> Any:  # noqa: PLR0911 - one per command
@@ -201,8 +222,8 @@ def run(args: argparse.Namespace, client: Client) -> Any:  # noqa: PLR0911 - one
             return client.call("GET", "/api/v1/clients", query=query)
         path = "/api/v1/clients/" + quote(args.clientid, safe="")
         return client.call("DELETE" if action == "kick" else "GET", path)
-    if command == "sessions":
-        return client.call("GET", "/api/v1/sessions", query=_paged(args))
+    if command in PAGED_GETS:
+        return client.call("GET", PAGED_GETS[command], query=_paged(args))
     if command == "subscriptions":
         query = _paged(args, {"clientid": args.clientid})
         return client.call("GET", "/api/v1/subscriptions", query=query)
@@ -265,6 +286,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         dest="action", required=True
     )
     listing(subscriptions.add_parser("list")).add_argument("--clientid")
+    listing(commands.add_parser("routes", help="topic filters, subscribers and their nodes"))
     retained = commands.add_parser("retained").add_subparsers(dest="action", required=True)
     listing(retained.add_parser("list")).add_argument("--topic", help="a topic filter")
     retained.add_parser("get").add_argument("topic")

@@ -2,9 +2,9 @@
 
 `local_rows(broker, op, args)` answers an operation for this worker alone: its connected
 clients, its sessions, its subscriptions and routes (filtered by `args`, the request's
-query), one client's detail, a kick, its figures, a reload. A row of a client, session or
-subscription carries its `node` (`node_name`), so tables gathered from several nodes of a
-cluster (`cluster.ops`) say where each row lives. The worker that serves the API
+query), one client's detail, a kick, its figures, a reload. A row of a client, session,
+subscription or route carries its `node` (`node_name`), so tables gathered from several
+nodes of a cluster (`cluster.ops`) say where each row lives. The worker that serves the API
 runs it for itself; in a pool every other worker runs it for an `OpsRequest`
 (`pool.ops`), so the rows are built where the tables are and only they travel.
 
@@ -161,13 +161,15 @@ def subscriptions(broker: BrokerView, query: dict[str, Any]) -> Rows:
 
 
 def routes(broker: BrokerView, _query: dict[str, Any]) -> Rows:
-    """Topic filters and how many of this worker's sessions subscribe to each."""
+    """Topic filters and how many of this worker's sessions subscribe to each, with this
+    worker's `node`."""
     counts: dict[str, int] = {}
     for session in _sessions(broker).values():
         state = session_state(session)
         for topic_filter in state.subscriptions if state else ():
             counts[topic_filter] = counts.get(topic_filter, 0) + 1
-    return [{"topic": t, "subscribers": n} for t, n in sorted(counts.items())]
+    node = broker.config.node_name
+    return [{"topic": t, "subscribers": n, "node": node} for t, n in sorted(counts.items())]
 
 
 def figures(broker: BrokerView, _query: dict[str, Any]) -> Rows:
@@ -283,9 +285,17 @@ def merge_counted(parts: Iterable[Rows], *keys: str) -> tuple[int, Rows]:
 
 
 def merge_route_counts(parts: list[Rows]) -> Rows:
-    """Route rows of several workers: one row per topic filter, subscribers added up."""
+    """Route rows of several workers (of several nodes, in a cluster): one row per topic
+    filter, subscribers added up, and the nodes that have it (sorted)."""
     counts = _add_up(parts, "topic", "subscribers")
-    return [{"topic": topic, "subscribers": n} for topic, n in sorted(counts.items())]
+    nodes: dict[str, set[str]] = {}
+    for part in parts:
+        for row in part:
+            nodes.setdefault(row["topic"], set()).add(row["node"])
+    return [
+        {"topic": topic, "subscribers": n, "nodes": sorted(nodes[topic])}
+        for topic, n in sorted(counts.items())
+    ]
 
 
 def merge_top_topics(parts: list[Rows], limit: int) -> Rows:

@@ -31,8 +31,11 @@ from pool.ops import GATHER_TIMEOUT, Answer, Gathering, answer_request
 
 logger = logging.getLogger(__name__)
 
-# What another node may ask: its tables, a kick, the counts `$SYS/cluster/...` adds up.
-CLUSTER_OPS = frozenset({"clients", "client", "kick", "sessions", "subscriptions", "counts"})
+# What another node may ask: its tables and routes, a kick, its figures (the cluster part of
+# `/api/v1/stats`), the counts `$SYS/cluster/...` adds up.
+CLUSTER_OPS = frozenset(
+    {"clients", "client", "kick", "sessions", "subscriptions", "routes", "figures", "counts"}
+)
 REFUSAL = (
     "which another node may not ask; answered with nothing (do all nodes run the same "
     "broker version?)"

@@ -114,12 +114,16 @@ def test_rows_of_several_workers_merge_in_key_order() -> None:
     assert merge_rows([[], []], "clientid") == []
 
 
-def test_route_counts_of_several_workers_add_up_per_filter() -> None:
-    worker_0 = [{"topic": "a/#", "subscribers": 2}, {"topic": "b", "subscribers": 1}]
-    worker_1 = [{"topic": "a/#", "subscribers": 3}]
-    assert merge_route_counts([worker_0, worker_1]) == [
-        {"topic": "a/#", "subscribers": 5},
-        {"topic": "b", "subscribers": 1},
+def test_route_counts_of_several_workers_add_up_per_filter_with_their_nodes() -> None:
+    worker_0 = [
+        {"topic": "a/#", "subscribers": 2, "node": "b"},
+        {"topic": "b", "subscribers": 1, "node": "b"},
+    ]
+    worker_1 = [{"topic": "a/#", "subscribers": 3, "node": "b"}]
+    other_node = [{"topic": "a/#", "subscribers": 1, "node": "a"}]
+    assert merge_route_counts([worker_0, worker_1, other_node]) == [
+        {"topic": "a/#", "subscribers": 6, "nodes": ["a", "b"]},
+        {"topic": "b", "subscribers": 1, "nodes": ["b"]},
     ]
 
 
