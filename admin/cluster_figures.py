@@ -24,11 +24,11 @@ import gevent
 from actors.cluster_part import ClusterPart
 from actors.figures import Figures, figures_from_wire, pool_figures
 from admin.figures_cache import FiguresCache, Reading
+from admin.tables import Rows
 from pool.ops import GATHER_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
-Rows = list[dict[str, Any]]
 # Not answered: latency histograms (per worker, `/metrics` has them); in the cluster part
 # also the fields that name one process of this node.
 HIDDEN = ("store_commits", "hook_latency", "backend_latency")

@@ -25,7 +25,6 @@ A ban is one key, its kind and its value (base64url, as keys allow few character
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections import deque
@@ -42,7 +41,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError
 from actors.admission import Admission, BanReplica, read_bans
 from cluster.config import ClusterConfig
 from cluster.nats_link import Job, NatsLink
-from cluster.registry import KvBucket, answered
+from cluster.registry import KvBucket, answered, key_of, text_of
 from core.bans import Ban, BanKind, ban_from_dict, parse_network
 
 logger = logging.getLogger(__name__)
@@ -57,19 +56,17 @@ Seen = Callable[[str, bytes | None, int], None]
 
 
 def ban_key(kind: BanKind, value: str) -> str:
-    """The bucket key of the ban of `kind` on `value` (keys allow letters, digits and `-/_=.`
-    only); a peer address as its normalised network, as the table keeps it."""
+    """The bucket key of the ban of `kind` on `value`; a peer address as its normalised
+    network, as the table keeps it."""
     if kind is BanKind.PEER:
         value = str(parse_network(value))
-    encoded = base64.urlsafe_b64encode(value.encode("utf-8", "surrogatepass")).decode("ascii")
-    return f"{kind.value}.{encoded}"
+    return f"{kind.value}.{key_of(value)}"
 
 
 def ban_of_key(key: str) -> tuple[BanKind, str]:
     """The kind and value `ban_key` made `key` of; ValueError if it made no such key."""
     kind, _, encoded = key.partition(".")
-    raw = base64.b64decode(encoded.encode("ascii"), altchars=b"-_", validate=True)
-    return BanKind(kind), raw.decode("utf-8", "surrogatepass")
+    return BanKind(kind), text_of(encoded)
 
 
 class BanBucket(KvBucket):

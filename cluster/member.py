@@ -170,7 +170,6 @@ class ClusterMember:
             self.bans.start()
 
     def stop(self) -> None:
-        self._nodes_changed = None  # going down: no bridge is taken over here
         if self.bans is not None:
             self.bans.stop()
         self.durable.stop()

@@ -114,13 +114,16 @@ class Peers(Protocol):
     def send(self, worker: int, frame: Frame) -> bool: ...
 
 
-def record_key(client_id: str) -> str:
-    """The bucket key of `client_id` (keys allow letters, digits and `-/_=.` only)."""
-    return base64.urlsafe_b64encode(client_id.encode("utf-8", "surrogatepass")).decode("ascii")
+def key_of(text: str) -> str:
+    """`text` (a client id, a banned value) as a bucket key, which allows letters, digits
+    and `-/_=.` only: base64url."""
+    return base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
 
 
-def client_id_of(key: str) -> str:
-    return base64.urlsafe_b64decode(key.encode("ascii")).decode("utf-8", "surrogatepass")
+def text_of(key: str) -> str:
+    """The text `key_of` made `key` of; ValueError if it made no such key."""
+    raw = base64.b64decode(key.encode("ascii"), altchars=b"-_", validate=True)
+    return raw.decode("utf-8", "surrogatepass")
 
 
 async def answered(request: Callable[[], Awaitable[T]]) -> T:
@@ -168,7 +171,7 @@ class Bucket(KvBucket):
         """Record `node` as the owner of `client_id`: (the node that held it before, if
         another, and the record's revision after this claim)."""
         kv = await answered(lambda: self.open(client))
-        key = record_key(client_id)
+        key = key_of(client_id)
         mine = node.encode()
         # The last other node read as the owner: a write of this claim that was applied but
         # left unanswered (sent again, it fails on the revision) then reads as this node's.
@@ -205,7 +208,7 @@ class Bucket(KvBucket):
                 continue
             if entry.value is None or entry.revision is None:
                 continue  # a deletion
-            seen(client_id_of(entry.key), entry.value.decode(), entry.revision, initial)
+            seen(text_of(entry.key), entry.value.decode(), entry.revision, initial)
 
 
 class _GivingUp:
