@@ -56,7 +56,7 @@ def role(pid: int) -> str:
             argv = cmdline.read().decode(errors="replace").split("\0")
     except OSError:
         return "gone"
-    if argv == [""]:  # exited and not yet reaped (a zombie): its command line is empty
+    if argv == [""]:  # exited and not yet reaped (a zombie), or mid-exec: read empty
         return "gone"
     if "store.store_process" in argv:
         return "store"

@@ -8,10 +8,10 @@ import time
 
 from loadtest.tree_cpu import TreeSampler, role
 
-# Sleeps, then becomes a process whose command line names a pool worker, as a forked worker
-# does once it has exec'd.
+# Says it runs, sleeps, then becomes a process whose command line names a pool worker, as a
+# forked worker does once it has exec'd.
 _EXECS_LATER = (
-    "import os, sys, time; time.sleep(1); "
+    "import os, sys, time; print('up', flush=True); time.sleep(1); "
     "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(5)', "
     "'--worker-id', '3'])"
 )
@@ -45,8 +45,11 @@ def test_roles_from_command_lines() -> None:
 
 
 def test_a_process_seen_before_its_exec_gets_the_role_it_execs_into() -> None:
-    process = subprocess.Popen([sys.executable, "-c", _EXECS_LATER])
+    process = subprocess.Popen([sys.executable, "-c", _EXECS_LATER], stdout=subprocess.PIPE)
     try:
+        # Popen returns once the exec has begun, and the kernel fills in the command line a
+        # moment later (read empty meanwhile): sample once the child says it runs.
+        assert process.stdout is not None and process.stdout.readline() == b"up\n"
         sampler = TreeSampler(process.pid)
         sampler.sample()
         assert sampler.report()[0]["role"] == "broker"  # its parent's kind of command line
@@ -58,6 +61,8 @@ def test_a_process_seen_before_its_exec_gets_the_role_it_execs_into() -> None:
     finally:
         process.kill()
         process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def test_a_process_that_exited_keeps_the_role_it_had() -> None:
