@@ -2,10 +2,10 @@
 node's worker confirms it stored it, and how a worker takes numbered batches once each
 (docs/cluster.md "Forwarding a QoS 1/2 message"); pure.
 
-A publish batch with QoS 1/2 messages for a persistent session on another node's worker is
-sent to that worker as a numbered batch: `Numbered(seq, first, epoch)`, the `Forward`
-frames, then the pool's `CommitSync(token)`, answered `Committed(token)` once the receiver's
-store has committed what it got before. The sender keeps:
+A publish batch with QoS 1/2 messages for another node's worker is sent to that worker as a
+numbered batch: `Numbered(seq, first, epoch)`, the `Forward` frames, then the pool's
+`CommitSync(token)`, answered `Committed(token)` once the receiver's store has committed
+what it got before. The sender keeps:
 
 - `SentBatches`: per peer, every batch not confirmed yet (its number, commit token,
   messages and when it was last sent), to send again after a lost NATS connection on either

@@ -4,9 +4,10 @@ replicated, and publishes forwarded to the workers that want them (docs/cluster.
 `ClusterMember` is the `FabricHandler` of this worker's `NatsFabric` and reuses the pool's
 pure parts over it: `PoolRoutes` for the routes (filter -> peer, the `RoutesSync` round a
 SUBACK waits for; the `durable` replica of persistent sessions' filters) and `ForwardOutbox`
-for one `Forward` per peer per publish batch. A batch with QoS 1/2 messages for persistent
-sessions of a peer is numbered, kept until that peer has stored it and awaited by the
-publisher's acknowledgement (`cluster.durable_forwarding`). A `Forward` received goes to
+for one `Forward` per peer per publish batch. A batch with QoS 1/2 messages for a peer is
+numbered and kept until that peer confirms it, and awaited by the publisher's
+acknowledgement where the peer's persistent sessions store one
+(`cluster.numbered_forwarding`). A `Forward` received goes to
 this worker's subscribers only, never onwards; a `Retained` into this worker's retained
 index. Flow control crosses the nodes as it crosses a pool's workers (`pool.flow_control`):
 a `Forward` names its publishing connection, the sessions here hold a stand-in for it, and
@@ -45,10 +46,10 @@ from actors.router_actor import RouteReplication
 from actors.runtime import tell_if_alive
 from cluster.bans import ClusterBans
 from cluster.config import ClusterConfig
-from cluster.durable_forwarding import DurableForwarding
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.move_forwarding import MOVE_FRAMES, MoveForwarding
+from cluster.numbered_forwarding import NumberedForwarding
 from cluster.ops import ClusterOps, node_of
 from cluster.registry import ClusterRegistry
 from cluster.session_moves import NodeMoves, StoredSessions
@@ -120,7 +121,7 @@ class ClusterMember:
         self._wanted_by = self.routes.remote.workers_cached  # topic -> other nodes' workers
         self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
         self.shares = ClusterShares(config.node, fabric)
-        self.durable = DurableForwarding(
+        self.numbered = NumberedForwarding(
             config,
             fabric,
             self.routes.durable,
@@ -162,7 +163,7 @@ class ClusterMember:
     def start(self) -> None:
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
-        self.durable.start()
+        self.numbered.start()
         self._prober = gevent.spawn(self._probe_nats)
         if self.registry is not None:
             self.registry.start()
@@ -172,7 +173,7 @@ class ClusterMember:
     def stop(self) -> None:
         if self.bans is not None:
             self.bans.stop()
-        self.durable.stop()
+        self.numbered.stop()
         if self._prober is not None:
             self._prober.kill()
         self.fabric.stop()
@@ -262,7 +263,7 @@ class ClusterMember:
     def _link_state(self, up: bool) -> None:
         if up:
             self._lost_at = None
-            self.durable.link_up()
+            self.numbered.link_up()
             self._answered_at = time.monotonic()  # not lost since before: probes count anew
             if self.fenced:
                 self.fenced = False
@@ -328,7 +329,7 @@ class ClusterMember:
 
     def peer_up(self, worker: int, epoch: int) -> None:
         self.routes.peer_up(worker)
-        self.durable.peer_up(worker, epoch)
+        self.numbered.peer_up(worker, epoch)
         if self.fabric.worker == 0:  # one worker per node answers for the node
             self._send_retained(worker)
         self._tell_nodes_changed()
@@ -380,7 +381,7 @@ class ClusterMember:
         self.routes.peer_down(worker)
         self.ops.peer_down(worker)
         self.shares.peer_down(worker)
-        self.durable.peer_down(worker)
+        self.numbered.peer_down(worker)
         self.publishers.peer_down(worker)  # a node gone leaves no publisher here paused
         self.remote_gates.peer_down(worker)
         self.moves.peer_down(worker)
@@ -418,20 +419,20 @@ class ClusterMember:
 
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
         """A publish batch's frames: plain, for a share group, or numbered and confirmed
-        (`cluster.durable_forwarding`)."""
+        (`cluster.numbered_forwarding`)."""
         if isinstance(frame, Forward):
-            self.durable.forward(worker, frame)
+            self.numbered.forward(worker, frame)
         elif isinstance(frame, ForwardShared):
             self.received += len(frame.messages)
             marks = self.shares.incoming(frame.marks)
             gate = self._gate(worker, frame.publisher)
             self._context.dispatcher.publish_forwarded(frame.messages, marks, gate)
         elif isinstance(frame, Numbered):
-            self.durable.numbered(worker, frame)
+            self.numbered.numbered(worker, frame)
         elif isinstance(frame, CommitSync):
-            self.durable.commit_sync(worker, frame)
+            self.numbered.commit_sync(worker, frame)
         elif isinstance(frame, Committed):
-            self.durable.committed(worker, frame)
+            self.numbered.committed(worker, frame)
 
     def _when_all_routes_known(self, then: Callable[[], object]) -> None:
         """`then` once the node's other workers and the other nodes have applied this
@@ -496,7 +497,7 @@ class ClusterMember:
             return False
         self._outbox.add(workers, message)
         if message.qos:
-            self.durable.add(message)
+            self.numbered.add(message, workers)
         return True
 
     def add_share(self, peer: int, message: Message, share: ShareOrigin) -> None:
@@ -531,7 +532,7 @@ class ClusterMember:
                     marks = frame.marks[start:end]
                     self.fabric.send(worker, ForwardShared(part, marks, flow_id))
                     start = end
-            local_part = self.durable.send(frames, on_durable, flow_id)
+            local_part = self.numbered.send(frames, on_durable, flow_id)
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
             self.fabric.broadcast(Retained(kept))

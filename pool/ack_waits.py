@@ -9,7 +9,7 @@ cluster: taken for gone; the pool: a worker that stopped, or one that died, whos
 then becomes an orphan wait). In the pool, a batch also waits for the dead workers whose
 persistent sessions are not all hosted again (`orphans`, pool.orphans): a message for
 them is kept until each worker has adopted its part. The pool's node (pool.node) and the
-cluster's forwarding (cluster.durable_forwarding) keep one `AckWaits` each.
+cluster's forwarding (cluster.numbered_forwarding) keep one `AckWaits` each.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """At-least-once forwarding across the nodes of a cluster (docs/cluster.md "Forwarding a QoS
 1/2 message"): a publisher's PUBACK/PUBCOMP waits until the node of a persistent subscriber
-has stored the message, and what crosses NATS survives its restart.
+has stored the message, and QoS 1/2 messages crossing NATS, for persistent and clean
+sessions, survive its restart.
 
 Real brokers over a real nats-server on loopback, real paho clients; each test runs with one
 process per node and with a pool of two workers per node (the integration suite's modes)."""
@@ -99,16 +100,17 @@ def test_the_sessions_a_node_restores_from_its_store_are_subscribed_on_the_other
         subscriber.close()
 
 
-@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize(("qos", "clean"), [(1, False), (2, False), (1, True), (2, True)])
 def test_messages_published_while_nats_restarts_reach_the_other_node_once_each_in_order(
-    tmp_path: Path, nats: NatsServer, qos: int
+    tmp_path: Path, nats: NatsServer, qos: int, clean: bool
 ) -> None:
     # A peer timeout longer than the restart: the nodes keep each other (and their clients)
-    # through it, and what was forwarded meanwhile is sent again once NATS is back.
+    # through it, and what was forwarded meanwhile is sent again once NATS is back, to a
+    # clean session too (whose node the PUBACKs do not wait for).
     try:
         with nodes_of(tmp_path, nats, {"a": "", "b": ""}, peer_timeout=5.0) as nodes:
             client_id, topic = unique("keeper"), f"restart/{unique('t')}"
-            subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
+            subscriber = PahoCollector(nodes["b"], client_id, clean_session=clean)
             assert subscriber.subscribe(topic, qos) == [qos]
             publisher = burst_publisher(nodes["a"], 100)
             for index in range(20):
@@ -176,8 +178,8 @@ def test_qos2_crosses_nodes_exactly_once_to_an_offline_persistent_session(
 def test_clean_subscribers_and_qos0_do_not_wait_for_other_nodes(
     cluster: dict[str, BrokerProcess],
 ) -> None:
-    # Only a persistent session's QoS 1/2 messages are numbered and confirmed: a clean
-    # session's node is not waited for, even when it is silent.
+    # Only a persistent session's QoS 1/2 messages are awaited: a clean session's node is
+    # not waited for, even when it is silent; its message is sent again once it is back.
     topic = f"clean/{unique('t')}"
     subscriber = PahoCollector(cluster["b"], unique("sub"))
     assert subscriber.subscribe(topic, 1) == [1]

@@ -106,7 +106,7 @@ def test_one_nats_server_of_three_killed_traffic_resumes_and_connects_go_on(
         publisher = PahoCollector(nodes["a"], unique("pub"))
         victim = nats.server_of("/a.0")
         nats.lead(bucket_stream(tmp_path), victim)
-        sent: list[float] = []  # message number -> when it was published
+        published = 0  # messages, numbered 0, 1, ...
         acked: list[int] = []  # the numbers whose PUBACK came
         connecting: list[tuple[int, float]] = []  # a CONNECT made as the server dies
         killed_at = 0.0
@@ -116,22 +116,24 @@ def test_one_nats_server_of_three_killed_traffic_resumes_and_connects_go_on(
                 victim.kill()
                 killed_at = time.monotonic()
                 threading.Thread(target=_timed_connect, args=(nodes["b"], connecting)).start()
-            info = publisher.client.publish("flow/x", str(len(sent)).encode(), qos=1)
-            sent.append(time.monotonic())
+            info = publisher.client.publish("flow/x", str(published).encode(), qos=1)
+            published += 1
             info.wait_for_publish(5)
             if info.is_published():
-                acked.append(len(sent) - 1)
+                acked.append(published - 1)
             time.sleep(0.02)
-        # On the publisher's own node: every acknowledged message, once, in order.
-        got_local = _all_of(local)
-        assert set(acked) <= set(got_local), sorted(set(acked) - set(got_local))[:20]
-        assert got_local == sorted(set(got_local)), "duplicated or out of order on the node"
-        # Across nodes, at most once: none twice or out of order; those missed were all
-        # published within RESUME seconds of the kill, and every later one arrived.
-        got_remote = _all_of(remote)
-        assert got_remote == sorted(set(got_remote)), "duplicated or out of order across nodes"
-        missed = [sent[i] - killed_at for i in range(len(sent)) if i not in set(got_remote)]
-        assert all(-0.5 < after < RESUME for after in missed), missed
+        # Traffic across nodes has resumed: the last message, published RESUME + 2 s after
+        # the kill, reaches node b within a second or two (after those before it).
+        assert acked[-1] == published - 1
+        arrived: list[int] = []
+        while published - 1 not in arrived:
+            arrived.append(int(remote.next_message(2.0).payload))
+        # On each node, the publisher's and the other (whose batches went through the
+        # dead server and are sent again): every acknowledged message, once, in order.
+        for where, subscriber in (("on the node", local), ("across nodes", remote)):
+            got = _all_of(subscriber) if subscriber is local else arrived + _all_of(subscriber)
+            assert set(acked) <= set(got), (where, sorted(set(acked) - set(got))[:20])
+            assert got == sorted(set(got)), f"duplicated or out of order {where}"
         # The bucket keeps a quorum (two of three): the CONNECT made as its leader died was
         # accepted once JetStream elected another, within claim_timeout; the next at once.
         deadline = time.monotonic() + 15

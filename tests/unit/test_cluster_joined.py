@@ -69,7 +69,7 @@ def test_without_a_pool_only_the_cluster_forwards() -> None:
 
 def test_route_changes_and_durable_ones_go_to_both() -> None:
     # A persistent session's route is told to the other nodes too: their publishers' acks
-    # wait for this node's commits (cluster.durable_forwarding).
+    # wait for this node's commits (cluster.numbered_forwarding).
     pool, member = FakeSide(set()), FakeSide(set())
     joined = JoinedReplication(pool, member)  # type: ignore[arg-type]
     joined.route_changed("a/#", True)

@@ -1,17 +1,18 @@
-"""A worker's QoS 1/2 forwarding to persistent sessions on other nodes: numbered, confirmed
-by the receiver's commit, sent again after a lost NATS connection, and awaited by the
-publisher's acknowledgement (docs/cluster.md "Forwarding a QoS 1/2 message").
+"""A worker's QoS 1/2 forwarding to other nodes: numbered, confirmed by the receiver, sent
+again after a lost NATS connection, and awaited by the publisher's acknowledgement where a
+persistent session stores it (docs/cluster.md "Forwarding a QoS 1/2 message").
 
-`ClusterMember` hands it each publish batch's frames per peer. A peer whose persistent
-sessions (the replicated `durable` routes, as in the pool) want a QoS 1/2 message of the
-batch gets `Numbered`, the `Forward` frames and `CommitSync`; the batch is kept
-(`cluster.commits.SentBatches`) until the peer's `Committed`, and the publisher's
-acknowledgement waits for it (`pool.ack_waits.AckWaits`, as the pool's waits for its
-workers' commits). Kept batches are sent again, in order, to a peer that has not confirmed
-the oldest of them for `peer_timeout` seconds, to every peer a heartbeat after this worker's
-NATS connection comes back, and to a peer that is linked again in the same life; the
-receiver takes each number once, delivering a batch when it has arrived whole, at its
-`CommitSync` (`ReceivedBatches`).
+`ClusterMember` hands it each publish batch's frames per peer. A peer that wants a QoS 1/2
+message of the batch gets `Numbered`, the `Forward` frames and `CommitSync`; the batch is
+kept (`cluster.commits.SentBatches`) until the peer's `Committed`, which it sends once its
+store has what it got before. If one of the peer's persistent sessions (the replicated
+`durable` routes, as in the pool) wants such a message, the publisher's acknowledgement
+waits for that `Committed` too (`pool.ack_waits.AckWaits`, as the pool's waits for its
+workers' commits); for clean sessions only, it does not. Kept batches are sent again, in
+order, to a peer that has not confirmed the oldest of them for `peer_timeout` seconds, to
+every peer a heartbeat after this worker's NATS connection comes back, and to a peer that
+is linked again in the same life; the receiver takes each number once, delivering a batch
+when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
 
 A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
 the acknowledgements go. What it had not confirmed is sent again if it comes back in the
@@ -45,7 +46,7 @@ Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
 Deliver = Callable[[int, tuple[Message, ...], int], None]
 
 
-class DurableForwarding:
+class NumberedForwarding:
     """This worker's numbered batches to other nodes' workers, and theirs to it."""
 
     def __init__(
@@ -68,7 +69,8 @@ class DurableForwarding:
         self._split = split
         self._deliver = deliver
         self._clock = clock
-        self._to: set[int] = set()  # peers with persistent sessions wanting this batch
+        self._to: set[int] = set()  # peers wanting a QoS 1/2 message of this batch
+        self._stored_by: set[int] = set()  # those of them whose persistent sessions want one
         self._token = 0
         self._sent = SentBatches()
         self._acks = AckWaits()
@@ -89,11 +91,13 @@ class DurableForwarding:
 
     # ----- sending ------------------------------------------------------------------------
 
-    def add(self, message: Message) -> None:
-        """`message`, QoS 1 or 2, is forwarded in this batch: note the peers that store it."""
+    def add(self, message: Message, peers: tuple[int, ...]) -> None:
+        """`message`, QoS 1 or 2, is forwarded to `peers` in this batch: they get it
+        numbered; note those whose persistent sessions store it."""
+        self._to.update(peers)
         durable = self._durable.workers_cached(message.topic)
         if durable:
-            self._to.update(durable)
+            self._stored_by.update(durable)
 
     def send(
         self,
@@ -101,20 +105,22 @@ class DurableForwarding:
         on_durable: Callable[[], object] | None,
         publisher: int = 0,
     ) -> Callable[[], None] | None:
-        """Send the batch's `Forward` per peer, numbered to the peers that store it. If any
-        and `on_durable` is given, `on_durable` waits for their commits: the callback
-        returned is to be called once this worker's own part is committed."""
-        durable_to, self._to = self._to, set()
+        """Send the batch's `Forward` per peer, numbered to the peers that want a QoS 1/2
+        message of it. If persistent sessions of some of them store one and `on_durable` is
+        given, `on_durable` waits for their commits: the callback returned is to be called
+        once this worker's own part is committed."""
+        numbered_to, self._to = self._to, set()
+        stored_by, self._stored_by = self._stored_by, set()
         fabric = self._fabric
         waiting: set[int] = set()
         token = 0
         for worker, frame in frames:
-            if worker in durable_to and self._sent.epoch_of(worker) is not None:
+            if worker in numbered_to and self._sent.epoch_of(worker) is not None:
                 if not token:
                     self._token += 1
                     token = self._token
                 batch = self._sent.add(worker, token, frame.messages, self._clock())
-                if self._send_batch(worker, batch, publisher):
+                if self._send_batch(worker, batch, publisher) and worker in stored_by:
                     waiting.add(worker)
             else:
                 for part in self._split(frame.messages):
@@ -146,7 +152,7 @@ class DurableForwarding:
             self._resend_all = False
             for worker, batches in self._sent.due(self._clock(), after, self._fabric.peers).items():
                 logger.warning(
-                    "cluster: %d batches (%d messages) for persistent sessions on %s not "
+                    "cluster: %d batches (%d messages) with QoS 1/2 messages for %s not "
                     "confirmed yet: sent again (a NATS connection was lost meanwhile?)",
                     len(batches),
                     sum(len(batch.messages) for batch in batches),
@@ -171,10 +177,10 @@ class DurableForwarding:
         lost = self._sent.forget(worker, epoch)
         if lost:
             logger.error(
-                "cluster: %s restarted before confirming it stored %d QoS 1/2 messages for "
-                "its persistent sessions: those it had not stored are lost (their publishers "
-                "were acknowledged when it was taken for gone); see its log for why it "
-                "restarted",
+                "cluster: %s restarted before confirming %d messages forwarded to it: those "
+                "it had not stored for its persistent sessions are lost (their publishers "
+                "were acknowledged when it was taken for gone), and its clean sessions ended "
+                "with it; see its log for why it restarted",
                 self._fabric.name_of(worker),
                 len(lost),
             )
