@@ -32,15 +32,19 @@ from core.message import Message
 
 
 class Batch:
-    """One numbered batch sent to one peer."""
+    """One numbered batch sent to one peer; `awaited`: a publisher's acknowledgement waits
+    for the peer's confirmation of it."""
 
-    __slots__ = ("messages", "sent_at", "seq", "token")
+    __slots__ = ("awaited", "messages", "sent_at", "seq", "token")
 
-    def __init__(self, seq: int, token: int, messages: tuple[Message, ...], sent_at: float):
+    def __init__(
+        self, seq: int, token: int, messages: tuple[Message, ...], sent_at: float, awaited: bool
+    ) -> None:
         self.seq = seq
         self.token = token
         self.messages = messages
         self.sent_at = sent_at
+        self.awaited = awaited
 
 
 class _Peer:
@@ -83,11 +87,13 @@ class SentBatches:
         state = self._peers.get(peer)
         return None if state is None else state.epoch
 
-    def add(self, peer: int, token: int, messages: tuple[Message, ...], now: float) -> Batch:
+    def add(
+        self, peer: int, token: int, messages: tuple[Message, ...], now: float, *, awaited: bool
+    ) -> Batch:
         """Number a batch of `messages` for `peer` (known from `peer_up`), kept until a
         `Committed` of `token` or later."""
         state = self._peers[peer]
-        batch = Batch(state.next_seq, token, messages, now)
+        batch = Batch(state.next_seq, token, messages, now, awaited)
         state.next_seq += 1
         state.batches.append(batch)
         return batch

@@ -14,6 +14,11 @@ every peer a heartbeat after this worker's NATS connection comes back, and to a 
 is linked again in the same life; the receiver takes each number once, delivering a batch
 when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
 
+The receiver confirms a batch that an acknowledgement waits for (`Numbered.awaited`) at
+once, and gathers the confirmations of the others for up to CONFIRM_DELAY (one `Committed`,
+of the latest, confirms them all): a stream of batches for clean sessions then costs a few
+NATS messages back a second, not one per batch.
+
 A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
 the acknowledgements go. What it had not confirmed is sent again if it comes back in the
 same life (its NATS connection was cut), and forgotten, with an error line, if it restarted.
@@ -38,6 +43,8 @@ from pool.frames.forwarding import CommitSync, Committed, Forward, Numbered
 from router.route_replica import RemoteRoutes
 
 logger = logging.getLogger(__name__)
+
+CONFIRM_DELAY = 0.02  # seconds a receiver may gather the confirmations nothing waits for
 
 # Splits a batch's messages into runs that each make one `Forward` (cluster.member's).
 Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
@@ -76,6 +83,10 @@ class NumberedForwarding:
         self._acks = AckWaits()
         self._received = ReceivedBatches()
         self._verdicts: dict[int, Verdict] = {}  # per sender: its current batch's
+        self._awaited: dict[int, bool] = {}  # per sender: whether its current batch is
+        # Per sender: the latest token committed here and not confirmed yet (gathered).
+        self._unconfirmed: dict[int, int] = {}
+        self._confirming: gevent.Greenlet[..., Any] | None = None  # sends them, soon
         self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
         self._taking_from: dict[int, int] = {}  # per sender: the batch's publisher id
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
@@ -88,6 +99,8 @@ class NumberedForwarding:
     def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.kill()
+        if self._confirming is not None:
+            self._confirming.kill()
 
     # ----- sending ------------------------------------------------------------------------
 
@@ -119,8 +132,11 @@ class NumberedForwarding:
                 if not token:
                     self._token += 1
                     token = self._token
-                batch = self._sent.add(worker, token, frame.messages, self._clock())
-                if self._send_batch(worker, batch, publisher) and worker in stored_by:
+                awaited = worker in stored_by
+                batch = self._sent.add(
+                    worker, token, frame.messages, self._clock(), awaited=awaited
+                )
+                if self._send_batch(worker, batch, publisher) and awaited:
                     waiting.add(worker)
             else:
                 for part in self._split(frame.messages):
@@ -136,7 +152,8 @@ class NumberedForwarding:
         epoch = self._sent.epoch_of(worker)
         assert epoch is not None
         fabric = self._fabric
-        if not fabric.send(worker, Numbered(batch.seq, self._sent.first(worker), epoch)):
+        numbered = Numbered(batch.seq, self._sent.first(worker), epoch, batch.awaited)
+        if not fabric.send(worker, numbered):
             return False
         for part in self._split(batch.messages):
             fabric.send(worker, Forward(part, publisher))
@@ -173,6 +190,7 @@ class NumberedForwarding:
 
     def peer_up(self, worker: int, epoch: int) -> None:
         self._verdicts.pop(worker, None)  # a batch cut by the link's loss is sent again
+        self._awaited.pop(worker, None)
         self._taking.pop(worker, None)
         lost = self._sent.forget(worker, epoch)
         if lost:
@@ -220,6 +238,7 @@ class NumberedForwarding:
                 self._fabric.name_of(worker),
             )
         self._verdicts[worker] = verdict
+        self._awaited[worker] = frame.awaited
         if verdict is Verdict.TAKE:
             self._taking[worker] = []
 
@@ -243,8 +262,29 @@ class NumberedForwarding:
             publisher = self._taking_from.pop(worker, 0)
             self._deliver(worker, tuple(self._taking.pop(worker)), publisher)
             self._received.taken(worker)
-        fabric, token = self._fabric, frame.token
-        self._persistence().submit((), lambda: fabric.send(worker, Committed(token)))
+        token = frame.token
+        if self._awaited.pop(worker, True):
+            self._persistence().submit((), lambda: self._confirm(worker, token))
+        else:
+            self._persistence().submit((), lambda: self._confirm_soon(worker, token))
+
+    def _confirm(self, worker: int, token: int) -> None:
+        """Everything `worker` sent up to `token` is committed here: tell it now (which
+        confirms a gathered token too, an older one)."""
+        self._unconfirmed.pop(worker, None)
+        self._fabric.send(worker, Committed(token))
+
+    def _confirm_soon(self, worker: int, token: int) -> None:
+        """As `_confirm`, within CONFIRM_DELAY, with whatever `worker` sends meanwhile."""
+        self._unconfirmed[worker] = token
+        if self._confirming is None:
+            self._confirming = gevent.spawn_later(CONFIRM_DELAY, self._confirm_gathered)
+
+    def _confirm_gathered(self) -> None:
+        self._confirming = None
+        unconfirmed, self._unconfirmed = self._unconfirmed, {}
+        for worker, token in unconfirmed.items():
+            self._fabric.send(worker, Committed(token))
 
     def committed(self, worker: int, frame: Committed) -> None:
         self._acks.committed(worker, self._sent.confirmed(worker, frame.token))

@@ -58,11 +58,14 @@ class Numbered:
     life `epoch`. `first` is the sender's oldest batch not confirmed yet: it never sends
     an older one again. The receiver takes each number once and in order (cluster.commits):
     a resent batch it has is skipped (its `CommitSync` still answered), one after a missing
-    batch waits for the resend (not answered)."""
+    batch waits for the resend (not answered). `awaited`: a publisher's acknowledgement
+    waits for the batch's `Committed` (a persistent session of the receiver stores one of
+    its messages), which is then sent at once; else it may be gathered with later ones."""
 
     seq: int
     first: int
     epoch: int
+    awaited: bool
 
 
 @dataclass(frozen=True, slots=True)

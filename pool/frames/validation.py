@@ -14,6 +14,7 @@ from typing import Any
 _NONE = type(None)
 _FIELD_SHAPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     "int": ((int,), None),
+    "bool": ((bool,), None),
     "str": ((str,), None),
     "int | None": ((int, _NONE), None),
     "str | None": ((str, _NONE), None),

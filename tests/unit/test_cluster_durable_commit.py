@@ -1,9 +1,10 @@
 """A node's `Committed` answers its store's commit (docs/cluster.md "Forwarding a QoS 1/2
-message"): a `ClusterMember` is made before `Broker.start` opens the store and replaces the
-context's persistence (none) with the store's, so its forwarding must answer through the
-persistence the context has when the `CommitSync` comes, not the one it had when it was
-made: that one has no store and answered at once, before the puts of the batch were
-committed, so the publisher's PUBACK did not wait for them.
+message"), at once where a publisher's acknowledgement waits for it, else gathered with the
+next ones for a moment. A `ClusterMember` is made before `Broker.start` opens the store and
+replaces the context's persistence (none) with the store's, so its forwarding must answer
+through the persistence the context has when the `CommitSync` comes, not the one it had
+when it was made: that one has no store and answered at once, before the puts of the batch
+were committed, so the publisher's PUBACK did not wait for them.
 
 In-process: the member's real `NatsFabric`, not started, so what it publishes stays in its
 link's outgoing queue, decoded here with the real codec; a real `StoreWriter` over a
@@ -22,11 +23,12 @@ from actors.context import BrokerContext
 from actors.persistence import Persistence
 from cluster.config import ClusterConfig
 from cluster.member import ClusterMember
+from cluster.numbered_forwarding import CONFIRM_DELAY
 from core.message import Message
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.forwarding import CommitSync, Committed
+from pool.frames.forwarding import CommitSync, Committed, Numbered
 from pool.frames.peers import Hello
 from router.route_table import RouteTable
 from store.base import Op, PutRetained
@@ -59,15 +61,21 @@ def sent_to_a(member: ClusterMember) -> list[Frame]:
     ]
 
 
-def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> None:
+def new_member() -> tuple[BrokerContext, ClusterMember]:
+    """Node b's worker 0, with no store yet, as `Broker.__init__` makes it."""
     context = BrokerContext(
         config=BrokerConfig(),
         hooks=HookBus(),
         route_table=RouteTable(),
         stats=BrokerStats(),
-        persistence=Persistence(None),  # as `Broker.__init__` makes it
+        persistence=Persistence(None),
     )
     member = ClusterMember(CLUSTER, 0, context, None, retained=lambda: None, clears=lambda: None)
+    return context, member
+
+
+def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> None:
+    context, member = new_member()
     store = HeldStore()
     context.persistence = Persistence(StoreWriter(store))  # as `Broker.start` opens the store
     receive = member.fabric._messages
@@ -80,3 +88,44 @@ def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> Non
     store.release.set()
     gevent.sleep(0.05)
     assert Committed(5) in sent_to_a(member)
+
+
+class Delivered:
+    """Stands in for the worker's dispatcher: what reached this worker's subscribers."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[Message, ...]] = []
+
+    def publish_forwarded(self, messages: tuple[Message, ...], *_args: object) -> None:
+        self.batches.append(messages)
+
+
+def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at_once() -> None:
+    context, member = new_member()  # no store: every batch is committed when it arrives
+    delivered = Delivered()
+    context.dispatcher = delivered  # type: ignore[assignment]
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links
+    epoch = member.fabric.epoch  # the life of b.0 that a.0's batches are for
+
+    def batch(seq: int, awaited: bool) -> None:
+        """a.0's numbered batch `seq` (commit token `seq`), with no messages."""
+        subject = "mqtt.t.to.b.0.a.0"
+        receive([(subject, encode_frame(Numbered(seq, 1, epoch, awaited)))])
+        receive([(subject, encode_frame(CommitSync(seq)))])
+
+    def confirmations() -> list[Frame]:
+        gevent.sleep(0)  # the fabric sends what a loop turn gathered
+        return [frame for frame in sent_to_a(member) if isinstance(frame, Committed)]
+
+    batch(1, awaited=False)
+    batch(2, awaited=False)
+    assert confirmations() == []  # gathered
+    gevent.sleep(CONFIRM_DELAY * 3)
+    assert confirmations() == [Committed(2)]  # one, which confirms both
+    batch(3, awaited=False)
+    batch(4, awaited=True)
+    assert confirmations() == [Committed(2), Committed(4)]  # at once, confirming 3 too
+    gevent.sleep(CONFIRM_DELAY * 3)
+    assert confirmations() == [Committed(2), Committed(4)]  # 3's gathered one is not sent
+    assert delivered.batches == [(), (), (), ()]  # each batch taken once
