@@ -29,20 +29,22 @@ import enum
 from collections import deque
 
 from core.message import Message
+from pool.frames.forwarding import Forward, ForwardShared
 
 
 class Batch:
-    """One numbered batch sent to one peer; `awaited`: a publisher's acknowledgement waits
-    for the peer's confirmation of it."""
+    """One numbered batch sent to one peer: its frame (a share group's picks marked in a
+    `ForwardShared`); `awaited`: a publisher's acknowledgement waits for the peer's
+    confirmation of it."""
 
-    __slots__ = ("awaited", "messages", "sent_at", "seq", "token")
+    __slots__ = ("awaited", "frame", "sent_at", "seq", "token")
 
     def __init__(
-        self, seq: int, token: int, messages: tuple[Message, ...], sent_at: float, awaited: bool
+        self, seq: int, token: int, frame: Forward | ForwardShared, sent_at: float, awaited: bool
     ) -> None:
         self.seq = seq
         self.token = token
-        self.messages = messages
+        self.frame = frame
         self.sent_at = sent_at
         self.awaited = awaited
 
@@ -81,19 +83,19 @@ class SentBatches:
         if state is None or state.epoch == epoch:
             return ()
         del self._peers[peer]
-        return tuple(m for batch in state.batches for m in batch.messages)
+        return tuple(m for batch in state.batches for m in batch.frame.messages)
 
     def epoch_of(self, peer: int) -> int | None:
         state = self._peers.get(peer)
         return None if state is None else state.epoch
 
     def add(
-        self, peer: int, token: int, messages: tuple[Message, ...], now: float, *, awaited: bool
+        self, peer: int, token: int, frame: Forward | ForwardShared, now: float, *, awaited: bool
     ) -> Batch:
-        """Number a batch of `messages` for `peer` (known from `peer_up`), kept until a
+        """Number a batch (`frame`) for `peer` (known from `peer_up`), kept until a
         `Committed` of `token` or later."""
         state = self._peers[peer]
-        batch = Batch(state.next_seq, token, messages, now, awaited)
+        batch = Batch(state.next_seq, token, frame, now, awaited)
         state.next_seq += 1
         state.batches.append(batch)
         return batch

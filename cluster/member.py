@@ -57,7 +57,7 @@ from cluster.shares import ClusterShares
 from core.flow import Gate
 from core.message import Message
 from core.reasons import DisconnectReason
-from core.share_origin import ShareOrigin
+from core.share_origin import ShareMark, ShareOrigin
 from pool.flow_control import Publishers, RemoteGates
 from pool.frames.codec import Frame
 from pool.frames.flow import FlowHold, FlowRelease
@@ -126,7 +126,7 @@ class ClusterMember:
             fabric,
             self.routes.durable,
             lambda: context.persistence,  # the store's, once `Broker.start` opened it
-            split=split_payloads,
+            split=split_frame,
             deliver=self._forwarded_here,
         )
         # Flow control across nodes, as across a pool's workers (pool.flow_control): this
@@ -418,15 +418,10 @@ class ClusterMember:
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
-        """A publish batch's frames: plain, for a share group, or numbered and confirmed
+        """A publish batch's frames, plain or numbered and confirmed
         (`cluster.numbered_forwarding`)."""
-        if isinstance(frame, Forward):
+        if isinstance(frame, Forward | ForwardShared):
             self.numbered.forward(worker, frame)
-        elif isinstance(frame, ForwardShared):
-            self.received += len(frame.messages)
-            marks = self.shares.incoming(frame.marks)
-            gate = self._gate(worker, frame.publisher)
-            self._context.dispatcher.publish_forwarded(frame.messages, marks, gate)
         elif isinstance(frame, Numbered):
             self.numbered.numbered(worker, frame)
         elif isinstance(frame, CommitSync):
@@ -453,12 +448,20 @@ class ClusterMember:
         elif isinstance(frame, SessionHandedOver):
             registry.session_handed_over(worker, frame)
 
-    def _forwarded_here(self, worker: int, messages: tuple[Message, ...], publisher: int) -> None:
-        """Messages another node's worker forwarded: to this worker's subscribers only, whose
-        sessions hold and release the publisher there (`publisher`: its id, 0 none)."""
+    def _forwarded_here(
+        self,
+        worker: int,
+        messages: tuple[Message, ...],
+        marks: tuple[ShareMark, ...] | None,
+        publisher: int,
+    ) -> None:
+        """Messages another node's worker forwarded: to this worker's subscribers only (and
+        to a member of each share group `marks` name), whose sessions hold and release the
+        publisher there (`publisher`: its id, 0 none)."""
         self.received += len(messages)
         gate = self._gate(worker, publisher)
-        self._context.dispatcher.publish_forwarded(messages, None, gate)
+        shares = None if marks is None else self.shares.incoming(marks)
+        self._context.dispatcher.publish_forwarded(messages, shares, gate)
 
     def _gate(self, worker: int, publisher: int) -> Gate | None:
         """What stands for the publishing connection `publisher` of `worker` here."""
@@ -504,6 +507,8 @@ class ClusterMember:
         """`message` goes (at `flush`) to `peer`, another node's worker the dispatcher picked
         for the group `share` names."""
         self._outbox.add_share(peer, message, self.shares.outgoing(share))
+        if message.qos:
+            self.numbered.add_pick(peer)
 
     def flush(
         self,
@@ -519,20 +524,10 @@ class ClusterMember:
         local_part = None
         if self._outbox:
             flow_id = 0 if publisher is None else self.publishers.id_of(publisher)
-            frames: list[tuple[int, Forward]] = []
-            for worker, frame in self._outbox.frames(flow_id):
+            frames = self._outbox.frames(flow_id)
+            for _worker, frame in frames:
                 self.forwarded += len(frame.messages)
-                if isinstance(frame, Forward):
-                    frames.append((worker, frame))
-                    continue
-                # A share group's pick: at most once (docs/cluster.md), never numbered.
-                start = 0
-                for part in split_payloads(frame.messages):
-                    end = start + len(part)
-                    marks = frame.marks[start:end]
-                    self.fabric.send(worker, ForwardShared(part, marks, flow_id))
-                    start = end
-            local_part = self.numbered.send(frames, on_durable, flow_id)
+            local_part = self.numbered.send(frames, on_durable)
         kept = tuple(m for m in retained if not m.topic.startswith(_LOCAL_ONLY))
         if kept:
             self.fabric.broadcast(Retained(kept))
@@ -582,6 +577,23 @@ def reads_local_only(topic_filter: str) -> bool:
     a filter picks among this node's members only."""
     inner = inner_filter(topic_filter)
     return inner == _LOCAL_ONLY[:-1] or inner.startswith(_LOCAL_ONLY)
+
+
+def split_frame(frame: Forward | ForwardShared) -> list[Forward | ForwardShared]:
+    """`frame` in frames of at most FORWARD_BYTES of payload (at least one message each)."""
+    parts = split_payloads(frame.messages)
+    if len(parts) == 1:
+        return [frame]
+    if type(frame) is Forward:
+        return [Forward(part, frame.publisher) for part in parts]
+    assert isinstance(frame, ForwardShared)
+    frames: list[Forward | ForwardShared] = []
+    start = 0
+    for part in parts:
+        end = start + len(part)
+        frames.append(ForwardShared(part, frame.marks[start:end], frame.publisher))
+        start = end
+    return frames
 
 
 def split_payloads(messages: tuple[Message, ...]) -> list[tuple[Message, ...]]:

@@ -2,8 +2,10 @@
 again after a lost NATS connection, and awaited by the publisher's acknowledgement where a
 persistent session stores it (docs/cluster.md "Forwarding a QoS 1/2 message").
 
-`ClusterMember` hands it each publish batch's frames per peer. A peer that wants a QoS 1/2
-message of the batch gets `Numbered`, the `Forward` frames and `CommitSync`; the batch is
+`ClusterMember` hands it each publish batch's frame per peer (a `Forward`, or a
+`ForwardShared` where a share group picked a member of the peer). A peer that wants a QoS 1/2
+message of the batch, or is picked for one, gets `Numbered`, the frame (split past
+FORWARD_BYTES) and `CommitSync`; the batch is
 kept (`cluster.commits.SentBatches`) until the peer's `Committed`, which it sends once its
 store has what it got before. If one of the peer's persistent sessions (the replicated
 `durable` routes, as in the pool) wants such a message, the publisher's acknowledgement
@@ -38,19 +40,25 @@ from cluster.commits import Batch, ReceivedBatches, SentBatches, Verdict
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from core.message import Message
+from core.share_origin import ShareMark
 from pool.ack_waits import AckWaits
-from pool.frames.forwarding import CommitSync, Committed, Forward, Numbered
+from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Numbered
 from router.route_replica import RemoteRoutes
 
 logger = logging.getLogger(__name__)
 
 CONFIRM_DELAY = 0.02  # seconds a receiver may gather the confirmations nothing waits for
+_ORDINARY = ShareMark(True, ())  # a message for the ordinary subscribers only
 
-# Splits a batch's messages into runs that each make one `Forward` (cluster.member's).
-Split = Callable[[tuple[Message, ...]], list[tuple[Message, ...]]]
-# Delivers messages another node's worker forwarded to this worker's subscribers:
-# deliver(sender, messages, publisher), `publisher` the sender's flow-control id (0: none).
-Deliver = Callable[[int, tuple[Message, ...], int], None]
+# A peer's frame of a publish batch: its ordinary subscribers' messages, or also (or only)
+# those a share group picked one of its members for.
+BatchFrame = Forward | ForwardShared
+# Splits a batch's frame into frames of at most FORWARD_BYTES of payload (cluster.member's).
+Split = Callable[[BatchFrame], list[BatchFrame]]
+# Delivers messages another node's worker forwarded to this worker's subscribers (and share
+# groups' members: `marks`, as the sender marked them, or None):
+# deliver(sender, messages, marks, publisher), `publisher` the sender's flow-control id.
+Deliver = Callable[[int, tuple[Message, ...], tuple[ShareMark, ...] | None, int], None]
 
 
 class NumberedForwarding:
@@ -88,6 +96,7 @@ class NumberedForwarding:
         self._unconfirmed: dict[int, int] = {}
         self._confirming: gevent.Greenlet[..., Any] | None = None  # sends them, soon
         self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
+        self._taking_marks: dict[int, list[ShareMark]] = {}  # and its share marks, if any
         self._taking_from: dict[int, int] = {}  # per sender: the batch's publisher id
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
@@ -112,13 +121,17 @@ class NumberedForwarding:
         if durable:
             self._stored_by.update(durable)
 
+    def add_pick(self, peer: int) -> None:
+        """A QoS 1/2 message of this batch goes to `peer`, picked for a share group: it gets
+        the batch numbered (a group's pick is not waited for)."""
+        self._to.add(peer)
+
     def send(
         self,
-        frames: list[tuple[int, Forward]],
+        frames: list[tuple[int, BatchFrame]],
         on_durable: Callable[[], object] | None,
-        publisher: int = 0,
     ) -> Callable[[], None] | None:
-        """Send the batch's `Forward` per peer, numbered to the peers that want a QoS 1/2
+        """Send the batch's frame per peer, numbered to the peers that want a QoS 1/2
         message of it. If persistent sessions of some of them store one and `on_durable` is
         given, `on_durable` waits for their commits: the callback returned is to be called
         once this worker's own part is committed."""
@@ -133,30 +146,26 @@ class NumberedForwarding:
                     self._token += 1
                     token = self._token
                 awaited = worker in stored_by
-                batch = self._sent.add(
-                    worker, token, frame.messages, self._clock(), awaited=awaited
-                )
-                if self._send_batch(worker, batch, publisher) and awaited:
+                batch = self._sent.add(worker, token, frame, self._clock(), awaited=awaited)
+                if self._send_batch(worker, batch) and awaited:
                     waiting.add(worker)
             else:
-                for part in self._split(frame.messages):
-                    fabric.send(worker, Forward(part, publisher))
+                for part in self._split(frame):
+                    fabric.send(worker, part)
         if on_durable is None or not waiting:
             return None
         return self._acks.wait(token, waiting, on_durable)
 
-    def _send_batch(self, worker: int, batch: Batch, publisher: int = 0) -> bool:
-        """Numbered, Forward(s), CommitSync: False if `worker` is not linked. `publisher`:
-        the flow-control id of the connection that published the batch (not for a resend:
-        the connection's holds are for what it publishes now)."""
+    def _send_batch(self, worker: int, batch: Batch) -> bool:
+        """Numbered, the frame (in parts), CommitSync: False if `worker` is not linked."""
         epoch = self._sent.epoch_of(worker)
         assert epoch is not None
         fabric = self._fabric
         numbered = Numbered(batch.seq, self._sent.first(worker), epoch, batch.awaited)
         if not fabric.send(worker, numbered):
             return False
-        for part in self._split(batch.messages):
-            fabric.send(worker, Forward(part, publisher))
+        for part in self._split(batch.frame):
+            fabric.send(worker, part)
         fabric.send(worker, CommitSync(batch.token))
         return True
 
@@ -172,7 +181,7 @@ class NumberedForwarding:
                     "cluster: %d batches (%d messages) with QoS 1/2 messages for %s not "
                     "confirmed yet: sent again (a NATS connection was lost meanwhile?)",
                     len(batches),
-                    sum(len(batch.messages) for batch in batches),
+                    sum(len(batch.frame.messages) for batch in batches),
                     self._fabric.name_of(worker),
                 )
                 self._resend(worker, batches)
@@ -192,6 +201,7 @@ class NumberedForwarding:
         self._verdicts.pop(worker, None)  # a batch cut by the link's loss is sent again
         self._awaited.pop(worker, None)
         self._taking.pop(worker, None)
+        self._taking_marks.pop(worker, None)
         lost = self._sent.forget(worker, epoch)
         if lost:
             logger.error(
@@ -221,6 +231,7 @@ class NumberedForwarding:
         """The next `Forward`s from `worker` are its batch `frame.seq` (a batch begun before
         and not ended by its `CommitSync` lost its end: it is not taken)."""
         self._taking.pop(worker, None)
+        self._taking_marks.pop(worker, None)
         epoch = self._sent.epoch_of(worker)
         if frame.epoch != self._fabric.epoch or epoch is None:
             verdict = Verdict.DROP  # for this worker's previous life
@@ -242,14 +253,22 @@ class NumberedForwarding:
         if verdict is Verdict.TAKE:
             self._taking[worker] = []
 
-    def forward(self, worker: int, frame: Forward) -> None:
-        """A `Forward` from `worker`: delivered now outside a numbered batch, at the batch's
-        end (whole) inside one to take, not at all inside one skipped."""
+    def forward(self, worker: int, frame: BatchFrame) -> None:
+        """A `Forward` or `ForwardShared` from `worker`: delivered now outside a numbered
+        batch, at the batch's end (whole) inside one to take, not at all inside one
+        skipped."""
         verdict = self._verdicts.get(worker)
+        marks = frame.marks if type(frame) is ForwardShared else None
         if verdict is None:
-            self._deliver(worker, frame.messages, frame.publisher)
+            self._deliver(worker, frame.messages, marks, frame.publisher)
         elif verdict is Verdict.TAKE:
-            self._taking[worker] += frame.messages
+            taking = self._taking[worker]
+            if marks is not None:
+                taken = self._taking_marks.setdefault(worker, [_ORDINARY] * len(taking))
+                taken += marks
+            elif worker in self._taking_marks:
+                self._taking_marks[worker] += [_ORDINARY] * len(frame.messages)
+            taking += frame.messages
             self._taking_from[worker] = frame.publisher
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
@@ -260,7 +279,9 @@ class NumberedForwarding:
             return
         if verdict is Verdict.TAKE:
             publisher = self._taking_from.pop(worker, 0)
-            self._deliver(worker, tuple(self._taking.pop(worker)), publisher)
+            marks = self._taking_marks.pop(worker, None)
+            messages = tuple(self._taking.pop(worker))
+            self._deliver(worker, messages, None if marks is None else tuple(marks), publisher)
             self._received.taken(worker)
         token = frame.token
         if self._awaited.pop(worker, True):

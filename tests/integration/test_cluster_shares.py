@@ -178,3 +178,39 @@ def test_a_group_of_sys_topics_picks_among_its_own_nodes_members(
         members["b"].assert_no_message(within=0.5)
         for member in members.values():
             member.close()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_picks_for_a_group_on_another_node_survive_a_nats_restart_once_each_in_order(
+    tmp_path: Path, nats: NatsServer, qos: int
+) -> None:
+    # The group's members are all on node b: every pick crosses NATS in a numbered batch,
+    # which is sent again once NATS is back (a peer timeout longer than the restart keeps
+    # the nodes, and their clients, linked through it).
+    try:
+        with nodes_of(tmp_path, nats, {"a": "", "b": ""}, peer_timeout=5.0) as nodes:
+            topic = unique("jobs")
+            member = PahoCollector(nodes["b"], unique("member"))
+            assert member.subscribe(f"$share/g/{topic}", qos) == [qos]
+            publisher = PahoCollector(
+                nodes["a"], unique("pub"), setup=lambda c: c.max_inflight_messages_set(100)
+            )
+            for index in range(20):
+                publisher.publish(topic, str(index).encode(), qos)
+            nats.stop()
+            wait_for_log_lines(nodes["a"], "cluster: lost the NATS connection", 1, timeout=5)
+            during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
+            time.sleep(0.3)
+            nats.start()
+            for info in during:
+                info.wait_for_publish(20)
+                assert info.is_published()
+            for index in range(60, 80):
+                publisher.publish(topic, str(index).encode(), qos)
+            got = drain(member, 80, timeout=20)
+            assert [int(m.payload) for m in got] == list(range(80))
+            publisher.close()
+            member.close()
+    finally:
+        if nats.process is None:
+            nats.start()

@@ -7,21 +7,22 @@ from __future__ import annotations
 from cluster.commits import ReceivedBatches, SentBatches, Verdict
 from core.message import Message
 from pool.frames.codec import FrameDecoder, encode_frame
-from pool.frames.forwarding import Numbered
+from pool.frames.forwarding import Forward, Numbered
 
 
-def messages(*topics: str) -> tuple[Message, ...]:
-    return tuple(Message(topic=topic, payload=b"x", qos=1) for topic in topics)
+def frame(*topics: str) -> Forward:
+    """A batch's frame: a QoS 1 message on each of `topics`."""
+    return Forward(tuple(Message(topic=topic, payload=b"x", qos=1) for topic in topics))
 
 
 def test_batches_are_numbered_per_peer_and_confirmed_up_to_a_token() -> None:
     sent = SentBatches()
     assert sent.peer_up(7, epoch=100) == []
     assert sent.peer_up(8, epoch=200) == []
-    first = sent.add(7, 1, messages("a"), now=0.0, awaited=True)
-    sent.add(8, 1, messages("a"), now=0.0, awaited=True)
-    second = sent.add(7, 2, messages("b"), now=0.0, awaited=True)
-    third = sent.add(7, 5, messages("c"), now=0.0, awaited=True)
+    first = sent.add(7, 1, frame("a"), now=0.0, awaited=True)
+    sent.add(8, 1, frame("a"), now=0.0, awaited=True)
+    second = sent.add(7, 2, frame("b"), now=0.0, awaited=True)
+    third = sent.add(7, 5, frame("c"), now=0.0, awaited=True)
     assert [first.seq, second.seq, third.seq] == [1, 2, 3]
     assert (sent.first(7), sent.first(8), sent.epoch_of(7)) == (1, 1, 100)
     assert sent.confirmed(7, 2) == [1, 2]  # the receiver takes numbers in order
@@ -36,9 +37,9 @@ def test_unconfirmed_batches_are_due_after_a_while_or_at_once_and_in_order() -> 
     sent = SentBatches()
     sent.peer_up(7, epoch=1)
     sent.peer_up(8, epoch=1)
-    sent.add(7, 1, messages("a"), now=10.0, awaited=True)
-    sent.add(7, 2, messages("b"), now=10.5, awaited=True)
-    sent.add(8, 2, messages("b"), now=10.5, awaited=True)
+    sent.add(7, 1, frame("a"), now=10.0, awaited=True)
+    sent.add(7, 2, frame("b"), now=10.5, awaited=True)
+    sent.add(8, 2, frame("b"), now=10.5, awaited=True)
     assert sent.due(11.0, after=1.0, peers={7, 8}) == {}
     due = sent.due(11.2, after=1.0, peers={7, 8})  # 7's oldest is 1.2 s old
     assert list(due) == [7]
@@ -52,13 +53,13 @@ def test_unconfirmed_batches_are_due_after_a_while_or_at_once_and_in_order() -> 
 def test_a_peer_back_in_the_same_life_gets_its_batches_again_a_restarted_one_does_not() -> None:
     sent = SentBatches()
     sent.peer_up(7, epoch=1)
-    sent.add(7, 1, messages("a", "b"), now=0.0, awaited=True)
-    sent.add(7, 2, messages("c"), now=0.0, awaited=True)
+    sent.add(7, 1, frame("a", "b"), now=0.0, awaited=True)
+    sent.add(7, 2, frame("c"), now=0.0, awaited=True)
     assert sent.forget(7, epoch=1) == ()
     assert [batch.token for batch in sent.peer_up(7, epoch=1)] == [1, 2]
     assert [m.topic for m in sent.forget(7, epoch=2)] == ["a", "b", "c"]
     assert sent.peer_up(7, epoch=2) == []
-    assert sent.add(7, 3, messages("d"), now=0.0, awaited=True).seq == 1  # a new life: from 1 again
+    assert sent.add(7, 3, frame("d"), now=0.0, awaited=True).seq == 1  # a new life: from 1 again
 
 
 def take(received: ReceivedBatches, sender: int, epoch: int, seq: int, first: int) -> Verdict:

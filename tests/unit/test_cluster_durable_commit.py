@@ -25,10 +25,11 @@ from cluster.config import ClusterConfig
 from cluster.member import ClusterMember
 from cluster.numbered_forwarding import CONFIRM_DELAY
 from core.message import Message
+from core.share_origin import ShareMark
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.forwarding import CommitSync, Committed, Numbered
+from pool.frames.forwarding import CommitSync, Committed, ForwardShared, Numbered
 from pool.frames.peers import Hello
 from router.route_table import RouteTable
 from store.base import Op, PutRetained
@@ -91,13 +92,18 @@ def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> Non
 
 
 class Delivered:
-    """Stands in for the worker's dispatcher: what reached this worker's subscribers."""
+    """Stands in for the worker's dispatcher: what reached this worker's subscribers, and
+    the share marks it came with."""
 
     def __init__(self) -> None:
         self.batches: list[tuple[Message, ...]] = []
+        self.marks: list[tuple[ShareMark, ...] | None] = []
 
-    def publish_forwarded(self, messages: tuple[Message, ...], *_args: object) -> None:
+    def publish_forwarded(
+        self, messages: tuple[Message, ...], marks: tuple[ShareMark, ...] | None, _gate: object
+    ) -> None:
         self.batches.append(messages)
+        self.marks.append(marks)
 
 
 def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at_once() -> None:
@@ -129,3 +135,28 @@ def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at
     gevent.sleep(CONFIRM_DELAY * 3)
     assert confirmations() == [Committed(2), Committed(4)]  # 3's gathered one is not sent
     assert delivered.batches == [(), (), (), ()]  # each batch taken once
+
+
+def test_a_numbered_batch_of_share_picks_is_delivered_once_whole_with_its_marks() -> None:
+    context, member = new_member()
+    delivered = Delivered()
+    context.dispatcher = delivered  # type: ignore[assignment]
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    subject, epoch = "mqtt.t.to.b.0.a.0", member.fabric.epoch
+    first, second = (Message(topic=f"jobs/{n}", payload=b"x", qos=1) for n in (1, 2))
+    picked, ordinary = ShareMark(False, ()), ShareMark(True, ())
+    # The batch's ForwardShared, split in two parts (past FORWARD_BYTES), as its sender
+    # sends it, then sends it again (its confirmation was lost with a NATS connection).
+    batch = [
+        encode_frame(Numbered(1, 1, epoch, False)),
+        encode_frame(ForwardShared((first,), (picked,))),
+        encode_frame(ForwardShared((second,), (ordinary,))),
+        encode_frame(CommitSync(1)),
+    ]
+    receive([(subject, frame) for frame in batch[:3]])
+    assert delivered.batches == []  # not before its end
+    receive([(subject, batch[3])])
+    receive([(subject, frame) for frame in batch])  # the resend: skipped
+    assert delivered.batches == [(first, second)]
+    assert delivered.marks == [(picked, ordinary)]
