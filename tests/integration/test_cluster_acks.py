@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, unique
 from tests.support.cluster import (
@@ -24,6 +23,7 @@ from tests.support.cluster import (
     needs_nats_server,
     nodes_of,
     paused,
+    publish_across_a_nats_restart,
     restart_node,
 )
 from tests.support.nats_server import NatsServer
@@ -113,18 +113,7 @@ def test_messages_published_while_nats_restarts_reach_the_other_node_once_each_i
             subscriber = PahoCollector(nodes["b"], client_id, clean_session=clean)
             assert subscriber.subscribe(topic, qos) == [qos]
             publisher = burst_publisher(nodes["a"], 100)
-            for index in range(20):
-                publisher.publish(topic, str(index).encode(), qos)
-            nats.stop()
-            wait_for_log(nodes["a"], "cluster: lost the NATS connection", timeout=5)
-            during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
-            time.sleep(0.3)
-            nats.start()
-            for info in during:
-                info.wait_for_publish(20)
-                assert info.is_published()
-            for index in range(60, 80):
-                publisher.publish(topic, str(index).encode(), qos)
+            publish_across_a_nats_restart(nats, nodes["a"], publisher, topic, qos)
             got = drain(subscriber, 80, timeout=20)
             assert [int(m.payload) for m in got] == list(range(80))
             assert {m.qos for m in got} == {qos}

@@ -17,7 +17,14 @@ import pytest
 from tests.support.broker_config import wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode
 from tests.support.clients import PahoCollector, unique
-from tests.support.cluster import cluster_fixture, drain, kill_node, needs_nats_server, nodes_of
+from tests.support.cluster import (
+    cluster_fixture,
+    drain,
+    kill_node,
+    needs_nats_server,
+    nodes_of,
+    publish_across_a_nats_restart,
+)
 from tests.support.nats_server import NatsServer
 
 pytestmark = needs_nats_server
@@ -195,18 +202,7 @@ def test_picks_for_a_group_on_another_node_survive_a_nats_restart_once_each_in_o
             publisher = PahoCollector(
                 nodes["a"], unique("pub"), setup=lambda c: c.max_inflight_messages_set(100)
             )
-            for index in range(20):
-                publisher.publish(topic, str(index).encode(), qos)
-            nats.stop()
-            wait_for_log_lines(nodes["a"], "cluster: lost the NATS connection", 1, timeout=5)
-            during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
-            time.sleep(0.3)
-            nats.start()
-            for info in during:
-                info.wait_for_publish(20)
-                assert info.is_published()
-            for index in range(60, 80):
-                publisher.publish(topic, str(index).encode(), qos)
+            publish_across_a_nats_restart(nats, nodes["a"], publisher, topic, qos)
             got = drain(member, 80, timeout=20)
             assert [int(m.payload) for m in got] == list(range(80))
             publisher.close()

@@ -1,13 +1,14 @@
 """Helpers of the cluster's tests: the mark that skips them without nats-server, nodes of
 one cluster over a test NATS server (or a three-server NATS cluster) and a `cluster` fixture
 of them, waiting for their links, restarting a node from its directory, pausing or killing a
-node's whole process tree, draining a subscriber."""
+node's whole process tree, publishing across a NATS restart, draining a subscriber."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 
-from tests.support.broker_config import wait_for_log_lines
+from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.nats_server import NATS_SERVER, NatsCluster, NatsServer
@@ -143,6 +144,26 @@ def paused(broker: BrokerProcess) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+
+
+def publish_across_a_nats_restart(
+    nats: NatsServer, node: BrokerProcess, publisher: PahoCollector, topic: str, qos: int
+) -> None:
+    """Messages 0 to 79 on `topic` from `publisher` (connected to `node`, with room for 40
+    in flight): 20 acknowledged before `nats` stops, 40 published while it is down (once
+    `node` says it lost NATS) and acknowledged after it is back, 20 more after that."""
+    for index in range(20):
+        publisher.publish(topic, str(index).encode(), qos)
+    nats.stop()
+    wait_for_log(node, "cluster: lost the NATS connection", timeout=5)
+    during = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(20, 60)]
+    time.sleep(0.3)
+    nats.start()
+    for info in during:
+        info.wait_for_publish(20)
+        assert info.is_published()
+    for index in range(60, 80):
+        publisher.publish(topic, str(index).encode(), qos)
 
 
 def drain(collector: PahoCollector, count: int, timeout: float = 10.0) -> list[paho.MQTTMessage]:
