@@ -42,7 +42,8 @@ actor instead.
 
 `redispatch` takes shared deliveries back from a member that cannot keep them (offline, or
 its session ended) and gives each to another member of its group, as EMQX does; in a pool
-that member may be on another worker.
+that member may be on another worker. In a cluster `share_again` does the same for the picks
+another node's worker did not confirm before it was taken for gone.
 """
 
 from __future__ import annotations
@@ -489,6 +490,19 @@ class Dispatcher:
         """Give shared deliveries that the member `giver` cannot keep to other members of
         their groups; returns those no other member could take (the group is gone, or
         every other member has tried), in order."""
+        left = self.share_again(deliveries, giver)
+        if len(left) < len(deliveries):
+            logger.info(
+                "shared subscriptions: %d messages of client %r went to other members of "
+                "their groups",
+                len(deliveries) - len(left),
+                giver,
+            )
+        return left
+
+    def share_again(self, deliveries: list[Delivery], giver: str) -> list[Delivery]:
+        """As `redispatch`, unlogged: `giver` is a member's client id, or the stand-in id of
+        a worker whose members did not take them (a node gone, cluster.numbered_forwarding)."""
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
         left: list[Delivery] = []
@@ -510,13 +524,6 @@ class Dispatcher:
             tell_if_alive(session, Deliver(moved))
         if self.remote is not None:
             self.remote.flush([], None)  # those that went to another worker's members
-        if len(left) < len(deliveries):
-            logger.info(
-                "shared subscriptions: %d messages of client %r went to other members of "
-                "their groups",
-                len(deliveries) - len(left),
-                giver,
-            )
         return left
 
     def dropped(self, message: Message, reason: DropReason) -> None:

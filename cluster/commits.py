@@ -29,6 +29,7 @@ import enum
 from collections import deque
 
 from core.message import Message
+from core.share_origin import ShareOrigin
 from pool.frames.forwarding import Forward, ForwardShared
 
 
@@ -84,6 +85,26 @@ class SentBatches:
             return ()
         del self._peers[peer]
         return tuple(m for batch in state.batches for m in batch.frame.messages)
+
+    def take_picks(self, peer: int) -> list[tuple[Message, ShareOrigin]]:
+        """The share groups' picks in `peer`'s unconfirmed batches (each message with the
+        group it was picked for), in order, taken out of them: each batch keeps its number
+        and the messages for `peer`'s ordinary subscribers, if any."""
+        state = self._peers.get(peer)
+        picks: list[tuple[Message, ShareOrigin]] = []
+        if state is None:
+            return picks
+        for batch in state.batches:
+            frame = batch.frame
+            if type(frame) is not ForwardShared:
+                continue
+            ordinary: list[Message] = []
+            for message, mark in zip(frame.messages, frame.marks, strict=True):
+                picks += [(message, share) for share in mark.shares]
+                if mark.ordinary:
+                    ordinary.append(message)
+            batch.frame = Forward(tuple(ordinary), frame.publisher)
+        return picks
 
     def epoch_of(self, peer: int) -> int | None:
         state = self._peers.get(peer)

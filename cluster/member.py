@@ -57,6 +57,7 @@ from cluster.shares import ClusterShares
 from core.flow import Gate
 from core.message import Message
 from core.reasons import DisconnectReason
+from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
 from pool.flow_control import Publishers, RemoteGates
 from pool.frames.codec import Frame
@@ -77,6 +78,7 @@ from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
+from router.share_replica import PEER_SHARE_IDS, stand_in
 from router.shared import inner_filter, is_shared
 from store.base import DeleteRetained, PutRetained
 
@@ -128,6 +130,7 @@ class ClusterMember:
             lambda: context.persistence,  # the store's, once `Broker.start` opened it
             split=split_frame,
             deliver=self._forwarded_here,
+            repick=self._pick_again,
         )
         # Flow control across nodes, as across a pool's workers (pool.flow_control): this
         # worker's publishers that other nodes' sessions hold, and theirs as sessions here
@@ -462,6 +465,23 @@ class ClusterMember:
         gate = self._gate(worker, publisher)
         shares = None if marks is None else self.shares.incoming(marks)
         self._context.dispatcher.publish_forwarded(messages, shares, gate)
+
+    def _pick_again(self, worker: int, picks: list[tuple[Message, ShareOrigin]]) -> None:
+        """Messages share groups picked members of `worker` for, which it did not confirm
+        before it went: to other members of their groups (never `worker`'s again: its
+        stand-in joins each one's `tried`), or dropped and logged if none is left."""
+        deliveries = [
+            Delivery(message, message.qos, message.retain, share=self.shares.local(share))
+            for message, share in picks
+        ]
+        left = self._context.dispatcher.share_again(deliveries, stand_in(PEER_SHARE_IDS + worker))
+        if left:
+            logger.warning(
+                "cluster: %d messages picked for share groups' members on %s, which did not "
+                "confirm them, have no other member left to take them: dropped",
+                len(left),
+                self.fabric.name_of(worker),
+            )
 
     def _gate(self, worker: int, publisher: int) -> Gate | None:
         """What stands for the publishing connection `publisher` of `worker` here."""

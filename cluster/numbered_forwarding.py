@@ -22,8 +22,12 @@ of the latest, confirms them all): a stream of batches for clean sessions then c
 NATS messages back a second, not one per batch.
 
 A peer taken for gone (`peer_timeout` of silence, a clean stop, a restart) is not waited for:
-the acknowledgements go. What it had not confirmed is sent again if it comes back in the
-same life (its NATS connection was cut), and forgotten, with an error line, if it restarted.
+the acknowledgements go. The share groups' picks of the batches it had not confirmed are taken
+out of them and picked again among the members left (`repick`: the dispatcher's
+`share_again`), as a member that leaves gives its messages back: a group's message is then
+at least once, not lost with a node. What else it had not confirmed is sent again if it
+comes back in the same life (its NATS connection was cut), and forgotten, with an error
+line, if it restarted.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from cluster.commits import Batch, ReceivedBatches, SentBatches, Verdict
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from core.message import Message
-from core.share_origin import ShareMark
+from core.share_origin import ShareMark, ShareOrigin
 from pool.ack_waits import AckWaits
 from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Numbered
 from router.route_replica import RemoteRoutes
@@ -59,6 +63,9 @@ Split = Callable[[BatchFrame], list[BatchFrame]]
 # groups' members: `marks`, as the sender marked them, or None):
 # deliver(sender, messages, marks, publisher), `publisher` the sender's flow-control id.
 Deliver = Callable[[int, tuple[Message, ...], tuple[ShareMark, ...] | None, int], None]
+# Picks again, among the members left, the share groups' picks a peer did not confirm before
+# it was taken for gone or restarted: repick(peer, [(message, group it was picked for)]).
+Repick = Callable[[int, list[tuple[Message, ShareOrigin]]], None]
 
 
 class NumberedForwarding:
@@ -73,6 +80,7 @@ class NumberedForwarding:
         *,
         split: Split,
         deliver: Deliver,
+        repick: Repick,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
@@ -83,6 +91,7 @@ class NumberedForwarding:
         self._persistence = persistence
         self._split = split
         self._deliver = deliver
+        self._repick = repick
         self._clock = clock
         self._to: set[int] = set()  # peers wanting a QoS 1/2 message of this batch
         self._stored_by: set[int] = set()  # those of them whose persistent sessions want one
@@ -202,6 +211,8 @@ class NumberedForwarding:
         self._awaited.pop(worker, None)
         self._taking.pop(worker, None)
         self._taking_marks.pop(worker, None)
+        restarted = self._sent.epoch_of(worker) not in (None, epoch)
+        picks = self._sent.take_picks(worker) if restarted else []
         lost = self._sent.forget(worker, epoch)
         if lost:
             logger.error(
@@ -213,6 +224,7 @@ class NumberedForwarding:
                 len(lost),
             )
         self._resend(worker, self._sent.peer_up(worker, epoch))
+        self._pick_again(worker, picks)
 
     def peer_down(self, worker: int) -> None:
         released = self._acks.peer_gone(worker)
@@ -224,6 +236,20 @@ class NumberedForwarding:
                 self._fabric.name_of(worker),
                 released,
             )
+        self._pick_again(worker, self._sent.take_picks(worker))
+
+    def _pick_again(self, worker: int, picks: list[tuple[Message, ShareOrigin]]) -> None:
+        """The share groups' picks `worker` did not confirm, to other members."""
+        if not picks:
+            return
+        logger.warning(
+            "cluster: %s did not confirm %d messages picked for members of share groups "
+            "there: picked again among the groups' other members (any it delivered before "
+            "it went arrive twice)",
+            self._fabric.name_of(worker),
+            len(picks),
+        )
+        self._repick(worker, picks)
 
     # ----- receiving ----------------------------------------------------------------------
 

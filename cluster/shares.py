@@ -80,14 +80,15 @@ class ClusterShares:
     def incoming(self, marks: tuple[ShareMark, ...]) -> tuple[ShareMark, ...]:
         """Marks from another node with their stand-ins by this worker's ids."""
         return tuple(
-            mark._replace(
-                shares=tuple(
-                    share._replace(tried=frozenset(self._local(tried) for tried in share.tried))
-                    for share in mark.shares
-                )
-            )
+            mark._replace(shares=tuple(self.local(share) for share in mark.shares))
             for mark in marks
         )
+
+    def local(self, share: ShareOrigin) -> ShareOrigin:
+        """`share` as another node wrote it (`outgoing`), with this worker's ids."""
+        if not any(tried.startswith(_STAND_IN) for tried in share.tried):
+            return share
+        return share._replace(tried=frozenset(self._local(tried) for tried in share.tried))
 
     def _global(self, tried: str) -> str:
         if not tried.startswith(_STAND_IN) or "." in tried:  # a client id, or global already

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from cluster.commits import ReceivedBatches, SentBatches, Verdict
 from core.message import Message
+from core.share_origin import ShareMark, ShareOrigin
 from pool.frames.codec import FrameDecoder, encode_frame
-from pool.frames.forwarding import Forward, Numbered
+from pool.frames.forwarding import Forward, ForwardShared, Numbered
 
 
 def frame(*topics: str) -> Forward:
@@ -60,6 +61,28 @@ def test_a_peer_back_in_the_same_life_gets_its_batches_again_a_restarted_one_doe
     assert [m.topic for m in sent.forget(7, epoch=2)] == ["a", "b", "c"]
     assert sent.peer_up(7, epoch=2) == []
     assert sent.add(7, 3, frame("d"), now=0.0, awaited=True).seq == 1  # a new life: from 1 again
+
+
+def test_a_gone_peers_share_picks_are_taken_out_and_its_batches_keep_their_numbers() -> None:
+    sent = SentBatches()
+    sent.peer_up(7, epoch=1)
+    a, b, c, d = (Message(topic=topic, payload=b"x", qos=1) for topic in "abcd")
+    jobs, alerts = ShareOrigin("jobs", "#", frozenset({"m1"})), ShareOrigin("alerts", "#")
+    plain = frame("plain")
+    sent.add(7, 1, plain, now=0.0, awaited=False)
+    marks = (ShareMark(False, (jobs,)), ShareMark(True, ()), ShareMark(True, (jobs, alerts)))
+    sent.add(7, 2, ForwardShared((a, b, c), marks, publisher=3), now=0.0, awaited=False)
+    sent.add(7, 3, ForwardShared((d,), (ShareMark(False, (alerts,)),)), now=0.0, awaited=False)
+    assert sent.take_picks(7) == [(a, jobs), (c, jobs), (c, alerts), (d, alerts)]
+    batches = sent.peer_up(7, epoch=1)  # back in the same life: what it gets again
+    assert [batch.seq for batch in batches] == [1, 2, 3]  # no number left out
+    assert [batch.frame for batch in batches] == [
+        plain,
+        Forward((b, c), publisher=3),  # for its ordinary subscribers only
+        Forward(()),
+    ]
+    assert sent.take_picks(7) == []  # taken once
+    assert sent.take_picks(8) == []  # never linked
 
 
 def take(received: ReceivedBatches, sender: int, epoch: int, seq: int, first: int) -> Verdict:
