@@ -8,16 +8,21 @@ A ban is one key, its kind and its value (base64url, as keys allow few character
   (`pool.ops.PoolOps`, if any): a ban added or lifted here (the admin API, `ctl`, flapping
   detection) holds here at once, is broadcast to the node's other workers as on one node,
   and is written to the bucket, one write at a time in the order made, each within
-  `[cluster] claim_timeout`. One that cannot be written holds on this node only, with a
-  warning saying so.
+  `[cluster] claim_timeout`. One that cannot be written (NATS is down, or this node is cut
+  off) holds on this node only for the time being, with a warning, and is tried again every
+  RETRY_EVERY seconds until the bucket takes it, while the changes made after it wait
+  behind it: it is then written only if its key is still at the revision this worker knew
+  when it was first sent, so a change made meanwhile through a node that was in the cluster
+  holds over it (and reaches this node through the watch).
 - Every worker watches the bucket and applies each put and delete to its own table without
   telling anyone (the watch tells every worker of every node). Its start waits, at most
   `claim_timeout`, for the watch's initial values, so a node opens its listeners with the
   cluster's bans.
 - Worker 0 of each node imports the node's `bans.json` once, when it starts in a cluster:
-  the bans the bucket lacks are created in it (create-if-absent: a ban made elsewhere is
-  never overwritten), and the file is renamed `bans.json.imported`, so that it brings back
-  no ban lifted later elsewhere. The bucket is then the node's only record of its bans.
+  the bans the bucket has never held are created in it (a ban made elsewhere is never
+  overwritten, and one lifted elsewhere, whose key's deletion the bucket keeps, is not
+  brought back), and the file is renamed `bans.json.imported`, so that it brings back no ban
+  lifted later elsewhere. The bucket is then the node's only record of its bans.
 - Worker 0 of each node deletes the keys of expired bans every SWEEP_EVERY seconds, each at
   the revision it saw (a ban made again meanwhile stays); a table ignores expired bans
   anyway. Every node sweeps, so the key of a ban whose maker has stopped goes too.
@@ -25,10 +30,12 @@ A ban is one key, its kind and its value (base64url, as keys allow few character
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -36,7 +43,13 @@ import gevent
 import gevent.event
 import orjson
 from nats.aio.client import Client
-from nats.js.errors import APIError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    APIError,
+    KeyDeletedError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+)
+from nats.js.kv import KeyValue
 
 from actors.admission import Admission, BanReplica, read_bans
 from cluster.config import ClusterConfig
@@ -47,12 +60,22 @@ from core.bans import Ban, BanKind, ban_from_dict, parse_network
 logger = logging.getLogger(__name__)
 
 SWEEP_EVERY = 60.0  # seconds between worker 0's deletions of expired bans' keys
+RETRY_EVERY = 1.0  # seconds between tries of a ban change the bucket did not take
 IMPORTED = ".imported"  # what a node's bans file is renamed with once in the bucket
-_WRONG_LAST = 10071  # JetStream's error: the key is no longer at the revision given
+_WRONG_LAST = (10071, 10164)  # JetStream's errors: the key is not at the revision given
 _DELETIONS = ("DEL", "PURGE")
 
 # What the watch tells: a key and its value (None: deleted), at a revision.
 Seen = Callable[[str, bytes | None, int], None]
+
+
+class SupersededError(Exception):
+    """The key was changed by someone else since the revision a write was conditional on."""
+
+
+def wrong_last(error: APIError) -> bool:
+    """Whether `error` says a key was not at the revision a write expected."""
+    return isinstance(error, KeyWrongLastSequenceError) or error.err_code in _WRONG_LAST
 
 
 def ban_key(kind: BanKind, value: str) -> str:
@@ -75,13 +98,38 @@ class BanBucket(KvBucket):
     def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config, "bans")
 
-    async def write(self, client: Client, key: str, value: bytes | None) -> None:
-        """Put `value` at `key`; None: delete it (a key already gone is fine)."""
+    async def write(self, client: Client, key: str, value: bytes | None, last: int | None) -> int:
+        """Put `value` at `key` (None: delete it; a key already gone is fine) and return the
+        key's revision after. With `last`, only if the key is still at revision `last` (0:
+        never written) or already holds `value` (an earlier try was taken but not
+        answered); else `SupersededError`."""
         kv = await answered(lambda: self.open(client))
-        if value is None:
-            await answered(lambda: kv.delete(key))
-        else:
-            await answered(lambda: kv.put(key, value))
+        try:
+            if value is None:
+                await answered(lambda: kv.delete(key, last=last))  # last 0: unconditional
+            elif last is None:
+                return await answered(lambda: kv.put(key, value))
+            else:
+                return await answered(lambda: kv.update(key, value, last=last))
+        except APIError as error:
+            if last is None or not wrong_last(error):
+                raise
+            held, revision = await self._held(kv, key)
+            if held != value:
+                raise SupersededError(f"it is at revision {revision}, not {last}") from None
+            return revision
+        return (await self._held(kv, key))[1]
+
+    @staticmethod
+    async def _held(kv: KeyValue, key: str) -> tuple[bytes | None, int]:
+        """What `key` holds (None: deleted, or never written) and its revision (0: never)."""
+        try:
+            entry = await answered(lambda: kv.get(key))
+        except KeyDeletedError as deleted:
+            return None, deleted.entry.revision if deleted.entry is not None else 0
+        except KeyNotFoundError:
+            return None, 0
+        return entry.value, entry.revision or 0
 
     async def delete_expired(self, client: Client, key: str, revision: int) -> bool:
         """Delete `key` if it is still at `revision`; whether it was."""
@@ -89,29 +137,50 @@ class BanBucket(KvBucket):
         try:
             await answered(lambda: kv.delete(key, last=revision))
         except APIError as error:
-            if error.err_code == _WRONG_LAST:
+            if wrong_last(error):
                 return False  # lifted, or made again, meanwhile
             raise
         return True
 
     async def create(self, client: Client, bans: list[Ban]) -> int:
-        """Create the key of each of `bans` that the bucket lacks; how many it lacked."""
+        """Create the key of each of `bans` that the bucket has never held; how many."""
         kv = await answered(lambda: self.open(client))
         created = 0
         for ban in bans:
-            create = partial(kv.create, ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict()))
-            try:
-                await answered(create)
+            key, value = ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict())
+            try:  # not `kv.create`, which writes over a deleted key: a ban lifted elsewhere
+                await answered(partial(kv.update, key, value, last=0))
             except KeyWrongLastSequenceError:
-                continue  # there already (made elsewhere, or by an earlier import)
+                continue  # there, or lifted (made elsewhere, or by an earlier import)
             created += 1
         return created
 
-    async def watch(self, client: Client, seen: Seen, read: Callable[[], None]) -> None:
+    async def watch(
+        self,
+        client: Client,
+        seen: Seen,
+        read: Callable[[], None],
+        reconnected: Callable[[], Awaitable[None]],
+    ) -> None:
         """Tell `seen` (from the NATS loop) of every key, now and as it changes, until
-        cancelled; `read()` once the keys the watch found are told."""
+        cancelled; `read()` once the keys the watch found are told. After each reconnection
+        (`reconnected()` returns) the watch starts again and tells every key again, deleted
+        ones included: what changed meanwhile arrives at once."""
         kv = await answered(lambda: self.open(client))
-        watcher = await kv.watchall()
+        while True:
+            watcher = await answered(kv.watchall)
+            reading = asyncio.ensure_future(self._read(watcher, seen, read))
+            back = asyncio.ensure_future(reconnected())
+            await asyncio.wait((reading, back), return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                back.cancel()
+                return reading.result()
+            reading.cancel()
+            with contextlib.suppress(Exception):  # its consumer may be gone with the server
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    async def _read(watcher: KeyValue.KeyWatcher, seen: Seen, read: Callable[[], None]) -> None:
         async for entry in watcher:
             if entry is None:
                 read()  # the end of the initial values
@@ -121,15 +190,18 @@ class BanBucket(KvBucket):
 
 
 class _Write:
-    """A put (`value`) or a delete (None) of the bucket, and when it is over."""
+    """A put (`value`) or a delete (None) of the bucket, and when its first try is over."""
 
-    __slots__ = ("done", "key", "value", "what")
+    __slots__ = ("done", "key", "last", "value", "what")
 
     def __init__(self, key: str, value: bytes | None, what: str) -> None:
         self.key = key
         self.value = value
         self.what = what  # "the ban of clientid 'x'", for the log
         self.done = gevent.event.Event()
+        # None: the first try, unconditional; then the key's revision this worker knew at
+        # that first try, which the tries after it are conditional on.
+        self.last: int | None = None
 
 
 class ClusterBans:
@@ -151,6 +223,7 @@ class ClusterBans:
         self._bucket = BanBucket(config)
         self._pool: BanReplica | None = None  # the node's other workers (`PoolOps`)
         self._writes: deque[_Write] = deque()  # in the order made; the first is under way
+        self._revisions: dict[str, int] = {}  # key -> its latest revision this worker knows
         self._read = gevent.event.Event()  # set: the watch's initial values are applied
         # Worker 0: key -> (until, revision) of the bans with an end that the bucket holds.
         self._ending: dict[str, tuple[float, int]] = {}
@@ -184,6 +257,14 @@ class ClusterBans:
     def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.kill()
+        if self._writes:
+            logger.error(
+                "cluster: %d ban changes (the first: %s) were never written to bucket %s: "
+                "they are lost with this stop; make them again through a node linked to NATS",
+                len(self._writes),
+                self._writes[0].what,
+                self._bucket.name,
+            )
 
     # ----- BanReplica: bans made or lifted on this worker -----------------------------------
 
@@ -210,34 +291,60 @@ class ClusterBans:
             self._send(write)
 
     def _send(self, write: _Write) -> None:
+        last = write.last
         self._link.run(
-            lambda client: self._bucket.write(client, write.key, write.value),
-            self._written,
+            lambda client: self._bucket.write(client, write.key, write.value, last),
+            partial(self._written, write),
             timeout=self._config.claim_timeout,
         )
 
-    def _written(self, _result: None, error: BaseException | None) -> None:
-        write = self._writes.popleft()
-        if error is not None:
-            again = (
-                "add it again (POST /api/v1/banned, or ctl ban add)"
-                if write.value is not None
-                else "lift it again through another node (DELETE /api/v1/banned/..., or ctl "
-                "ban remove)"
-            )
+    def _written(self, write: _Write, revision: int | None, error: BaseException | None) -> None:
+        """The end of a try of `write`, the first of `_writes`: the next one's turn, unless
+        the bucket did not take it (it is tried again, the next ones wait)."""
+        retried = write.last is not None
+        if revision is not None:
+            self._known(write.key, revision)
+            if retried:
+                logger.info(
+                    "cluster: %s is written to bucket %s now that it is reachable: it holds "
+                    "on every node",
+                    write.what,
+                    self._bucket.name,
+                )
+        elif isinstance(error, SupersededError):
             logger.warning(
-                "cluster: %s holds on this node only: bucket %s could not be written within "
-                "%s s ([cluster] claim_timeout): %s; once NATS is back, %s so that it holds "
-                "on every node",
+                "cluster: %s, made while bucket %s could not be reached, is not written: "
+                "another node changed that ban meanwhile (%s), and its change holds on every "
+                "node, this one included",
                 write.what,
                 self._bucket.name,
-                self._config.claim_timeout,
-                str(error) or type(error).__name__,
-                again,
+                error,
             )
+        else:
+            if not retried:
+                write.last = self._revisions.get(write.key, 0)
+                logger.warning(
+                    "cluster: %s holds on this node only for now: bucket %s could not be "
+                    "written within %s s ([cluster] claim_timeout): %s; it is tried again "
+                    "every %.0f s and written once NATS is back (unless that ban is changed "
+                    "through another node meanwhile)",
+                    write.what,
+                    self._bucket.name,
+                    self._config.claim_timeout,
+                    str(error) or type(error).__name__,
+                    RETRY_EVERY,
+                )
+                write.done.set()
+            gevent.spawn_later(RETRY_EVERY, self._send, write)
+            return
+        self._writes.popleft()
         write.done.set()
         if self._writes:
             self._send(self._writes[0])
+
+    def _known(self, key: str, revision: int) -> None:
+        if revision > self._revisions.get(key, 0):
+            self._revisions[key] = revision
 
     # ----- the bucket's content -------------------------------------------------------------
 
@@ -267,8 +374,9 @@ class ClusterBans:
                 )
             else:
                 logger.info(
-                    "cluster: imported the bans of %s into bucket %s (%d put, %d there "
-                    "already); the file is renamed %s: the bucket keeps the cluster's bans",
+                    "cluster: imported the bans of %s into bucket %s (%d put, %d there or "
+                    "lifted already); the file is renamed %s: the bucket keeps the cluster's "
+                    "bans",
                     path,
                     self._bucket.name,
                     created,
@@ -279,7 +387,9 @@ class ClusterBans:
 
     def _watch(self) -> None:
         self._link.run(
-            lambda client: self._bucket.watch(client, self._seen_on_nats_loop, self._was_read),
+            lambda client: self._bucket.watch(
+                client, self._seen_on_nats_loop, self._was_read, self._link.reconnected
+            ),
             self._watch_ended,
             timeout=None,
         )
@@ -309,6 +419,7 @@ class ClusterBans:
                 key,
             )
             return
+        self._known(key, revision)
         admission = self._admission
         if ban is None:
             self._ending.pop(key, None)

@@ -98,6 +98,7 @@ class NatsLink:
         self._out_ready: asyncio.Event | None = None  # set: the queue has messages
         self._connected: asyncio.Event | None = None  # set once the client first connects
         self._jobs: set[asyncio.Future[None]] = set()  # `run`'s, until they end
+        self._reconnect_waiters: list[asyncio.Future[None]] = []  # `reconnected`'s
         self.max_payload = 1 << 20  # NATS's default; the server's own once connected
         self._errors = 0  # NATS errors not logged yet
         self._error_logged = -ERROR_LOG_INTERVAL  # monotonic time of the last such line
@@ -253,7 +254,21 @@ class NatsLink:
 
     async def _reconnected(self) -> None:
         logger.info("cluster: NATS connection back")
+        waiters, self._reconnect_waiters = self._reconnect_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
         self._hand_in(True)
+
+    async def reconnected(self) -> None:
+        """On the NATS loop (in a job): return once the client has reconnected after a lost
+        connection. A JetStream watch does not resume by itself until its heartbeats have
+        been missed (about 10 s) when the server lost its consumer (it restarted): a job
+        that watches starts its watch again then."""
+        assert self._aloop is not None
+        waiter = self._aloop.create_future()
+        self._reconnect_waiters.append(waiter)
+        await waiter
 
     async def _error(self, error: Exception) -> None:
         """nats-py's errors, among them each failed attempt to (re)connect: the first logged

@@ -3,7 +3,8 @@ NATS server (docs/cluster.md "Bans"): a ban made through one node's admin API, o
 flapping detection on one node, refuses the CONNECTs of every node, is listed by every node
 and lifted through any; a node that was down meanwhile starts with the cluster's bans; a
 node's `bans.json` is imported into the cluster's bucket once; a ban that NATS cannot take
-holds on its node, with a warning.
+holds on its node, with a warning, and on every node once NATS is back, unless the cluster
+changed it meanwhile.
 
 Each test runs with one process per node and with a pool of two workers per node (the
 integration suite's two modes): every worker of every node watches the bucket, so a ban is
@@ -25,9 +26,10 @@ from tests.support.admin import Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import unique
-from tests.support.cluster import needs_nats_server, nodes_of, restart_node
+from tests.support.cluster import linked, needs_nats_server, node_config, nodes_of, restart_node
 from tests.support.nats_server import NatsServer
 from tests.support.raw_client import RawClient
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = needs_nats_server
 
@@ -146,9 +148,12 @@ def test_a_client_that_flaps_on_one_node_is_refused_on_the_others(flapping_on_a:
 
 def test_a_nodes_bans_file_is_imported_into_the_cluster_once(pair: Cluster, tmp_path: Path) -> None:
     """A node started in the cluster with a `bans.json` (a broker that joins one) puts its
-    bans in the cluster's bucket and renames the file."""
+    bans in the cluster's bucket and renames the file; not a ban the cluster lifted."""
     cluster = pair
-    from_file, expired = unique("from-file"), unique("expired")
+    from_file, expired, lifted = unique("from-file"), unique("expired"), unique("lifted")
+    body = {"kind": "clientid", "value": lifted}
+    assert cluster.admin["a"].request("POST", "/api/v1/banned", body).status == 201
+    assert cluster.admin["a"].request("DELETE", f"/api/v1/banned/clientid/{lifted}").status == 204
     assert cluster.nodes["b"].stop() == 0
     bans_file = tmp_path / "b" / "data" / "bans.json"
     now = time.time()
@@ -157,38 +162,88 @@ def test_a_nodes_bans_file_is_imported_into_the_cluster_once(pair: Cluster, tmp_
             [
                 {"kind": "clientid", "value": from_file, "until": None, "reason": "old"},
                 {"kind": "clientid", "value": expired, "until": now - 1, "reason": "old"},
+                {"kind": "clientid", "value": lifted, "until": None, "reason": "old"},
             ]
         )
     )
     b = cluster.nodes["b"] = restart_node(tmp_path, "b")
     line = wait_for_log(b, f"cluster: imported the bans of {bans_file} into bucket")
-    assert "(1 put, 0 there already)" in line
+    assert "(1 put, 1 there or lifted already)" in line
     assert not bans_file.exists()
     assert (tmp_path / "b" / "data" / "bans.json.imported").exists()
     answers(cluster.nodes["a"], from_file, ReasonCode.BANNED)
     assert connack_code(cluster.nodes["a"], expired) == ReasonCode.SUCCESS
+    assert connack_code(cluster.nodes["b"], lifted) == ReasonCode.SUCCESS
     assert listed(cluster.admin["a"]) == [("clientid", from_file)]
 
 
-def test_a_ban_made_while_nats_is_down_holds_on_its_node_with_a_warning(tmp_path: Path) -> None:
-    own = NatsServer()
+def test_a_ban_made_while_nats_is_down_holds_on_its_node_then_on_every_node_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    own = NatsServer()  # stopped and started by the test: not the module's server
     own.start()
-    port = free_port()
-    config = (
-        f'[cluster]\nname = "x"\nnode = "a"\nnats = ["{own.url}"]\nclaim_timeout = 1.0\n'
-        f"heartbeat = 0.2\npeer_timeout = 10.0\n{http_config(port)}"
-    )
-    broker = start_broker(tmp_path, config)
+    ports = {node: free_port() for node in ("a", "b")}
+    texts = {node: f"claim_timeout = 1.0\n{http_config(port)}" for node, port in ports.items()}
     try:
-        own.stop()
-        client_id = unique("unshared")
-        started = time.monotonic()
-        body = {"kind": "clientid", "value": client_id}
-        assert Admin(broker, port).request("POST", "/api/v1/banned", body).status == 201
-        assert time.monotonic() - started < 3  # the bucket is not waited for past 1 s
-        line = wait_for_log(broker, f"cluster: the ban of clientid {client_id!r} holds on this")
-        assert "once NATS is back, add it again" in line
-        answers(broker, client_id, ReasonCode.BANNED)  # checked before the claim, which fails
+        # A peer timeout longer than the outage: the nodes stay in the cluster through it.
+        with nodes_of(tmp_path, own, texts, peer_timeout=10.0) as nodes:
+            admin = {node: Admin(nodes[node], port) for node, port in ports.items()}
+            own.stop()
+            client_id = unique("later")
+            started = time.monotonic()
+            body = {"kind": "clientid", "value": client_id}
+            assert admin["a"].request("POST", "/api/v1/banned", body).status == 201
+            assert time.monotonic() - started < 3  # the bucket is not waited for past 1 s
+            line = wait_for_log(
+                nodes["a"], f"cluster: the ban of clientid {client_id!r} holds on this"
+            )
+            assert "written once NATS is back" in line
+            answers(nodes["a"], client_id, ReasonCode.BANNED)  # checked before the claim
+            own.start()
+            wait_for_log(nodes["a"], "is written to bucket", timeout=15)
+            answers(nodes["b"], client_id, ReasonCode.BANNED)
+            assert listed(admin["b"]) == [("clientid", client_id)]
     finally:
-        broker.stop()
         own.remove()
+
+
+def test_a_ban_changed_through_the_cluster_while_a_node_was_cut_off_holds_over_that_nodes(
+    tmp_path: Path,
+) -> None:
+    server = NatsServer()
+    server.start()
+    proxy = TcpProxy(server.port)  # between node a and NATS
+    proxy.start()
+    ports = {node: free_port() for node in ("a", "b")}
+    try:
+        text = f"claim_timeout = 1.0\n{http_config(ports['b'])}"
+        with nodes_of(tmp_path, server, {"b": text}, peer_timeout=10.0) as nodes:
+            config = node_config(tmp_path, "b", "a").replace(server.url, proxy.url)
+            config = config.replace(f"port = {ports['b']}\n", f"port = {ports['a']}\n")
+            (tmp_path / "a").mkdir()
+            nodes["a"] = start_broker(tmp_path / "a", config)
+            linked(nodes)
+            admin = {node: Admin(nodes[node], port) for node, port in ports.items()}
+            client_id = unique("both")
+            proxy.cut()
+            body = {"kind": "clientid", "value": client_id}
+            assert (
+                admin["a"].request("POST", "/api/v1/banned", body | {"reason": "a"}).status == 201
+            )
+            wait_for_log(nodes["a"], f"cluster: the ban of clientid {client_id!r} holds on this")
+            assert (
+                admin["b"].request("POST", "/api/v1/banned", body | {"reason": "b"}).status == 201
+            )
+            proxy.heal()
+            line = wait_for_log(nodes["a"], "is not written: another node changed", timeout=15)
+            assert f"the ban of clientid {client_id!r}" in line
+            for node in ("a", "b"):
+                deadline = time.monotonic() + 5
+                while (
+                    reasons := [ban["reason"] for ban in admin[node].get("/api/v1/banned")["data"]]
+                ) != ["b"]:
+                    assert time.monotonic() < deadline, (node, reasons)
+                    time.sleep(0.1)
+    finally:
+        proxy.close()
+        server.remove()
