@@ -23,15 +23,14 @@ A ban is one key, its kind and its value (base64url, as keys allow few character
   overwritten, and one lifted elsewhere, whose key's deletion the bucket keeps, is not
   brought back), and the file is renamed `bans.json.imported`, so that it brings back no ban
   lifted later elsewhere. The bucket is then the node's only record of its bans.
-- Worker 0 of each node deletes the keys of expired bans every SWEEP_EVERY seconds, each at
+- Worker 0 of each node deletes the key of each ban as it expires (within SWEEP_PAUSE), at
   the revision it saw (a ban made again meanwhile stays); a table ignores expired bans
-  anyway. Every node sweeps, so the key of a ban whose maker has stopped goes too.
+  anyway. Every node sweeps, so the key of a ban whose maker has stopped goes too; a
+  deletion that fails is tried again SWEEP_EVERY seconds later.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -59,7 +58,8 @@ from core.bans import Ban, BanKind, ban_from_dict, parse_network
 
 logger = logging.getLogger(__name__)
 
-SWEEP_EVERY = 60.0  # seconds between worker 0's deletions of expired bans' keys
+SWEEP_EVERY = 60.0  # seconds worker 0's sweep sleeps at most, and before a deletion again
+SWEEP_PAUSE = 1.0  # seconds worker 0's sweep sleeps at least
 RETRY_EVERY = 1.0  # seconds between tries of a ban change the bucket did not take
 IMPORTED = ".imported"  # what a node's bans file is renamed with once in the bucket
 _WRONG_LAST = (10071, 10164)  # JetStream's errors: the key is not at the revision given
@@ -164,44 +164,33 @@ class BanBucket(KvBucket):
     ) -> None:
         """Tell `seen` (from the NATS loop) of every key, now and as it changes, until
         cancelled; `read()` once the keys the watch found are told. After each reconnection
-        (`reconnected()` returns) the watch starts again and tells every key again, deleted
-        ones included: what changed meanwhile arrives at once."""
-        kv = await answered(lambda: self.open(client))
-        while True:
-            watcher = await answered(kv.watchall)
-            reading = asyncio.ensure_future(self._read(watcher, seen, read))
-            back = asyncio.ensure_future(reconnected())
-            await asyncio.wait((reading, back), return_when=asyncio.FIRST_COMPLETED)
-            if reading.done():
-                back.cancel()
-                return reading.result()
-            reading.cancel()
-            with contextlib.suppress(Exception):  # its consumer may be gone with the server
-                await watcher.stop()  # type: ignore[no-untyped-call]
+        every key is told again, deleted ones included (`watch_entries`)."""
 
-    @staticmethod
-    async def _read(watcher: KeyValue.KeyWatcher, seen: Seen, read: Callable[[], None]) -> None:
-        async for entry in watcher:
+        def entry_seen(entry: KeyValue.Entry | None) -> None:
             if entry is None:
                 read()  # the end of the initial values
             elif entry.revision is not None:
                 deleted = entry.operation in _DELETIONS
                 seen(entry.key, None if deleted else (entry.value or b""), entry.revision)
 
+        await self.watch_entries(client, entry_seen, reconnected)
+
 
 class _Write:
     """A put (`value`) or a delete (None) of the bucket, and when its first try is over."""
 
-    __slots__ = ("done", "key", "last", "value", "what")
+    __slots__ = ("done", "key", "known", "retried", "value", "what")
 
-    def __init__(self, key: str, value: bytes | None, what: str) -> None:
+    def __init__(self, key: str, value: bytes | None, what: str, known: int) -> None:
         self.key = key
         self.value = value
         self.what = what  # "the ban of clientid 'x'", for the log
         self.done = gevent.event.Event()
-        # None: the first try, unconditional; then the key's revision this worker knew at
-        # that first try, which the tries after it are conditional on.
-        self.last: int | None = None
+        # The key's latest revision this worker knew when the change was made (or wrote
+        # since, itself): the first try is unconditional, the tries after it conditional
+        # on it, and the watch's news of it or older do not undo the change meanwhile.
+        self.known = known
+        self.retried = False
 
 
 class ClusterBans:
@@ -227,7 +216,10 @@ class ClusterBans:
         self._read = gevent.event.Event()  # set: the watch's initial values are applied
         # Worker 0: key -> (until, revision) of the bans with an end that the bucket holds.
         self._ending: dict[str, tuple[float, int]] = {}
+        self._sweeping: set[str] = set()  # keys whose deletion is under way or failed lately
+        self._ending_added = gevent.event.Event()  # set: the sweep may be due sooner
         self._sweeper: gevent.Greenlet[[], None] | None = None
+        self._retry: gevent.Greenlet[[_Write], None] | None = None  # the next try, if due
 
     def start(self) -> None:
         """Stand in front of the pool's replica, import the node's bans file (worker 0),
@@ -257,6 +249,8 @@ class ClusterBans:
     def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.kill()
+        if self._retry is not None:
+            self._retry.kill()
         if self._writes:
             logger.error(
                 "cluster: %d ban changes (the first: %s) were never written to bucket %s: "
@@ -272,26 +266,27 @@ class ClusterBans:
         if self._pool is not None:
             self._pool.ban_added(ban)
         what = f"the ban of {ban.kind.value} {ban.value!r}"
-        self._write(_Write(ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict()), what))
+        self._write(ban_key(ban.kind, ban.value), orjson.dumps(ban.as_dict()), what)
 
     def ban_removed(self, kind: BanKind, value: str) -> None:
         if self._pool is not None:
             self._pool.ban_removed(kind, value)
         what = f"the lift of the ban of {kind.value} {value!r}"
-        self._write(_Write(ban_key(kind, value), None, what))
+        self._write(ban_key(kind, value), None, what)
 
     def settle(self) -> None:
         """Wait until the writes made so far are over, at most `claim_timeout`."""
         if self._writes:
             self._writes[-1].done.wait(self._config.claim_timeout)
 
-    def _write(self, write: _Write) -> None:
+    def _write(self, key: str, value: bytes | None, what: str) -> None:
+        write = _Write(key, value, what, self._revisions.get(key, 0))
         self._writes.append(write)
         if len(self._writes) == 1:
             self._send(write)
 
     def _send(self, write: _Write) -> None:
-        last = write.last
+        last = write.known if write.retried else None
         self._link.run(
             lambda client: self._bucket.write(client, write.key, write.value, last),
             partial(self._written, write),
@@ -301,9 +296,12 @@ class ClusterBans:
     def _written(self, write: _Write, revision: int | None, error: BaseException | None) -> None:
         """The end of a try of `write`, the first of `_writes`: the next one's turn, unless
         the bucket did not take it (it is tried again, the next ones wait)."""
-        retried = write.last is not None
+        retried = write.retried
         if revision is not None:
             self._known(write.key, revision)
+            for later in self._writes:  # made before this one was taken: it is theirs too
+                if later.key == write.key and later.known < revision:
+                    later.known = revision
             if retried:
                 logger.info(
                     "cluster: %s is written to bucket %s now that it is reachable: it holds "
@@ -322,7 +320,7 @@ class ClusterBans:
             )
         else:
             if not retried:
-                write.last = self._revisions.get(write.key, 0)
+                write.retried = True
                 logger.warning(
                     "cluster: %s holds on this node only for now: bucket %s could not be "
                     "written within %s s ([cluster] claim_timeout): %s; it is tried again "
@@ -335,7 +333,7 @@ class ClusterBans:
                     RETRY_EVERY,
                 )
                 write.done.set()
-            gevent.spawn_later(RETRY_EVERY, self._send, write)
+            self._retry = gevent.spawn_later(RETRY_EVERY, self._send, write)
             return
         self._writes.popleft()
         write.done.set()
@@ -420,6 +418,8 @@ class ClusterBans:
             )
             return
         self._known(key, revision)
+        if any(write.key == key and revision <= write.known for write in self._writes):
+            return  # news this worker had when it made a change not written yet: it holds
         admission = self._admission
         if ban is None:
             self._ending.pop(key, None)
@@ -428,6 +428,7 @@ class ClusterBans:
             return
         if ban.until is not None and self._worker == 0:
             self._ending[key] = (ban.until, revision)
+            self._ending_added.set()
         else:
             self._ending.pop(key, None)
         if not ban.expired(time.time()) and admission.table.get(kind, text) != ban:
@@ -442,12 +443,21 @@ class ClusterBans:
         )
 
     def _sweep(self) -> None:
-        """Every SWEEP_EVERY seconds, delete the keys of the bans that have expired."""
+        """Delete the keys of the bans that have expired, each once it has (waking at least
+        every SWEEP_EVERY and at most every SWEEP_PAUSE seconds)."""
         while True:
-            gevent.sleep(SWEEP_EVERY)
+            now = time.time()
+            ending = (
+                until for key, (until, _) in self._ending.items() if key not in self._sweeping
+            )
+            due = min(ending, default=now + SWEEP_EVERY)
+            self._ending_added.clear()
+            self._ending_added.wait(min(max(due - now, 0.0), SWEEP_EVERY))
+            gevent.sleep(SWEEP_PAUSE)
             now = time.time()
             for key, (until, revision) in list(self._ending.items()):
-                if until <= now:
+                if until <= now and key not in self._sweeping:
+                    self._sweeping.add(key)
                     self._link.run(
                         self._deletion(key, revision),
                         partial(self._swept, key),
@@ -458,7 +468,12 @@ class ClusterBans:
         return lambda client: self._bucket.delete_expired(client, key, revision)
 
     def _swept(self, key: str, _deleted: bool | None, error: BaseException | None) -> None:
-        if error is not None:
+        """A deletion is over: the watch tells what the key holds now (deleted, or a ban
+        made again), which `_ending` follows; one that failed is tried again later."""
+        if error is None:
+            self._sweeping.discard(key)
+        else:
+            gevent.spawn_later(SWEEP_EVERY, self._sweeping.discard, key)
             logger.warning(
                 "cluster: the key %r of an expired ban could not be deleted from bucket %s "
                 "(%s); tried again in %.0f s",

@@ -24,7 +24,8 @@ not risk two sessions for it.
 Fencing: every worker watches the bucket. When a record names another node with a newer
 revision than this worker's own claim of the id, a session held here for it is discarded
 and its connection closed, and none opens under the old claim: a node that was paused or
-cut off while another took its ids finds out as soon as it hears the bucket again. Records
+cut off while another took its ids finds out as soon as it hears the bucket again (the watch
+starts again after each NATS reconnection, `KvBucket.watch_entries`). Records
 are never deleted: a node that gives an id up leaves it named until the next claim (whose
 hand-over then finds nothing to give up).
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -160,6 +162,38 @@ class KvBucket:
                 )
         return self._kv
 
+    async def watch_entries(
+        self,
+        client: Client,
+        seen: Callable[[KeyValue.Entry | None], None],
+        reconnected: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Tell `seen` (on the NATS loop) of the latest entry of every key (deletions
+        included), then None (the end of the initial values), then of each change, until
+        cancelled. After each reconnection (`reconnected()` returns: `NatsLink.reconnected`)
+        the watch starts again, so every key is told again, then None again: a JetStream
+        watch whose consumer the server lost (it restarted) resumes by itself only once its
+        heartbeats are missed, about 10 s later, and what changed meanwhile would wait."""
+        kv = await answered(lambda: self.open(client))
+        while True:
+            watcher = await answered(kv.watchall)
+            reading = asyncio.ensure_future(_read_entries(watcher, seen))
+            back = asyncio.ensure_future(reconnected())
+            await asyncio.wait((reading, back), return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                back.cancel()
+                return reading.result()
+            reading.cancel()
+            with contextlib.suppress(Exception):  # its consumer may be gone with the server
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+async def _read_entries(
+    watcher: KeyValue.KeyWatcher, seen: Callable[[KeyValue.Entry | None], None]
+) -> None:
+    async for entry in watcher:
+        seen(entry)
+
 
 class Bucket(KvBucket):
     """The client-id records (see the module docstring)."""
@@ -195,20 +229,26 @@ class Bucket(KvBucket):
                 continue  # another claim came between the read and the write
         raise ClaimContendedError(f"{CLAIM_TRIES} attempts")
 
-    async def watch(self, client: Client, seen: Callable[[str, str, int, bool], None]) -> None:
+    async def watch(
+        self,
+        client: Client,
+        seen: Callable[[str, str, int, bool], None],
+        reconnected: Callable[[], Awaitable[None]],
+    ) -> None:
         """Tell `seen(client_id, node, revision, initial)` (from the NATS loop) of every
-        record, now (`initial`: the records as the watch found them) and as it changes,
-        until cancelled."""
-        kv = await answered(lambda: self.open(client))
-        watcher = await kv.watchall()
+        record, now (`initial`: the records as the watch found them when it first started)
+        and as it changes (told again after a reconnection, as `watch_entries` does), until
+        cancelled."""
         initial = True
-        async for entry in watcher:
+
+        def entry_seen(entry: KeyValue.Entry | None) -> None:
+            nonlocal initial
             if entry is None:
                 initial = False  # the end of the initial values
-                continue
-            if entry.value is None or entry.revision is None:
-                continue  # a deletion
-            seen(text_of(entry.key), entry.value.decode(), entry.revision, initial)
+            elif entry.value is not None and entry.revision is not None:  # not a deletion
+                seen(text_of(entry.key), entry.value.decode(), entry.revision, initial)
+
+        await self.watch_entries(client, entry_seen, reconnected)
 
 
 class _GivingUp:
@@ -285,7 +325,9 @@ class ClusterRegistry:
     def start(self) -> None:
         """Watch the records (fencing), from the first connection to NATS on."""
         self._link.run(
-            lambda client: self._bucket.watch(client, self._seen_on_nats_loop),
+            lambda client: self._bucket.watch(
+                client, self._seen_on_nats_loop, self._link.reconnected
+            ),
             self._watch_ended,
             timeout=None,
         )

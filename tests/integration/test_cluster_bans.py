@@ -12,6 +12,8 @@ checked over several CONNECTs, which the pool spreads over its workers."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,11 @@ from typing import Any
 
 import orjson
 import pytest
+from nats import connect as nats_connect
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
+from cluster.bans import ban_key
+from core.bans import BanKind
 from mqtt.packets import ConnAck
 from mqtt.reason_codes import ReasonCode
 from tests.support.admin import Admin, free_port, http_config
@@ -175,6 +181,43 @@ def test_a_nodes_bans_file_is_imported_into_the_cluster_once(pair: Cluster, tmp_
     assert connack_code(cluster.nodes["a"], expired) == ReasonCode.SUCCESS
     assert connack_code(cluster.nodes["b"], lifted) == ReasonCode.SUCCESS
     assert listed(cluster.admin["a"]) == [("clientid", from_file)]
+
+
+def bucket_holds(url: str, bucket: str, key: str) -> bool:
+    """Whether `key` of the JetStream key-value `bucket` holds a value (read with nats-py)."""
+
+    async def read() -> bool:
+        client = await nats_connect(url)
+        try:
+            kv = await client.jetstream().key_value(bucket)
+            try:
+                await kv.get(key)
+            except (KeyNotFoundError, KeyDeletedError):
+                return False
+            return True
+        finally:
+            await client.close()
+
+    return asyncio.run(read())
+
+
+def test_the_key_of_a_ban_is_deleted_from_the_bucket_once_the_ban_has_expired(
+    pair: Cluster, nats: NatsServer, tmp_path: Path
+) -> None:
+    cluster = pair
+    client_id = unique("brief")
+    body = {"kind": "clientid", "value": client_id, "duration": 2}
+    assert cluster.admin["a"].request("POST", "/api/v1/banned", body).status == 201
+    answers(cluster.nodes["b"], client_id, ReasonCode.BANNED)
+    match = re.search(r'name = "([^"]+)"', node_config(tmp_path, "a"))
+    assert match is not None
+    bucket, key = f"mqtt-{match[1]}-bans", ban_key(BanKind.CLIENT_ID, client_id)
+    assert bucket_holds(nats.url, bucket, key)
+    deadline = time.monotonic() + 6  # the ban's 2 s, then the sweep's pause
+    while bucket_holds(nats.url, bucket, key):
+        assert time.monotonic() < deadline, "the expired ban's key is still in the bucket"
+        time.sleep(0.2)
+    assert connack_code(cluster.nodes["b"], client_id) == ReasonCode.SUCCESS
 
 
 def test_a_ban_made_while_nats_is_down_holds_on_its_node_then_on_every_node_once_it_is_back(
