@@ -154,12 +154,15 @@ class Api:
         figures["top_topics"] = merge_top_topics(parts, TOP_TOPICS)
         if whole is not None:
             figures["cluster"] = whole.as_json()
+            figures["cluster"]["top_topics"] = merge_top_topics(
+                parts + list(whole.top_topic_parts), TOP_TOPICS
+            )
         return figures
 
     def _read_cluster_figures(self) -> tuple[Reading, ClusterFigures]:
         cluster, config = self._broker.cluster, self._broker.config.cluster
         assert cluster is not None and config is not None  # asked in a cluster only
-        return read_cluster_figures(cluster, config.node, self._figures)
+        return read_cluster_figures(cluster, config.node, self._figures, TOP_TOPICS)
 
     def config(self, _request: Request) -> Any:
         config = self._broker.config

@@ -1,5 +1,5 @@
 """The cluster part of `/api/v1/stats` (docs/cluster.md "Operations"): this node's figures
-and every other node's, added up.
+and every other node's, added up, and the other nodes' top topics.
 
 `read_cluster_figures` asks every worker of every other node for its figures (`cluster.ops`,
 the `figures` operation: `figures_to_wire` rows) at the same time as it reads this node's
@@ -11,6 +11,8 @@ messages, replicated to every node; the bans) and the uptime are taken once, the
 in a pool. One field differs from a pool: each node has a store of its own, so `store_bytes`
 is added up over the nodes. A node whose answer is not whole (a worker left out, or figures
 that do not parse) is left out wholly, so the figures are those of the nodes listed.
+The other nodes' workers' top topics (the `top_topics` operation) are asked at the same
+time, for the API to rank with this node's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class ClusterFigures:
     figures: Figures
     nodes: list[str]
     missing_nodes: list[str]
+    # The top topics of the other nodes' workers (of the nodes listed), one part each.
+    top_topic_parts: tuple[Rows, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The `cluster` part of `/api/v1/stats`."""
@@ -86,11 +90,16 @@ def add_up_nodes(
 
 
 def read_cluster_figures(
-    cluster: ClusterPart, node: str, pool: FiguresCache
+    cluster: ClusterPart, node: str, pool: FiguresCache, top_topics: int
 ) -> tuple[Reading, ClusterFigures]:
-    """This node's pool reading and the cluster's figures, which include it. Blocks the
-    calling greenlet while the nodes and the pool are asked (one timeout in all)."""
+    """This node's pool reading and the cluster's figures, which include it, with the other
+    nodes' `top_topics` top topics. Blocks the calling greenlet while the nodes and the pool
+    are asked (one timeout in all)."""
     asking = gevent.spawn(cluster.gather, "figures", {}, GATHER_TIMEOUT)
+    topics = gevent.spawn(cluster.gather, "top_topics", {"limit": str(top_topics)}, GATHER_TIMEOUT)
     reading = pool.read()
     others, missing = asking.get()
-    return reading, add_up_nodes(node, reading[0], others, missing)
+    whole = add_up_nodes(node, reading[0], others, missing)
+    ranked, _missing = topics.get()
+    parts = tuple(part for other in whole.nodes for part in ranked.get(other, ()))
+    return reading, replace(whole, top_topic_parts=parts)

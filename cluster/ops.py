@@ -31,10 +31,20 @@ from pool.ops import GATHER_TIMEOUT, Answer, Gathering, answer_request
 
 logger = logging.getLogger(__name__)
 
-# What another node may ask: its tables and routes, a kick, its figures (the cluster part of
-# `/api/v1/stats`), the counts `$SYS/cluster/...` adds up.
+# What another node may ask: its tables and routes, a kick, its figures and top topics (the
+# cluster part of `/api/v1/stats`), the counts `$SYS/cluster/...` adds up.
 CLUSTER_OPS = frozenset(
-    {"clients", "client", "kick", "sessions", "subscriptions", "routes", "figures", "counts"}
+    {
+        "clients",
+        "client",
+        "kick",
+        "sessions",
+        "subscriptions",
+        "routes",
+        "figures",
+        "top_topics",
+        "counts",
+    }
 )
 REFUSAL = (
     "which another node may not ask; answered with nothing (do all nodes run the same "

@@ -4,7 +4,7 @@
 "use strict";
 
 const HISTORY = 300; // samples kept: five minutes at one a second
-const samples = []; // {time, connections, received, sent, dropped}
+const samples = []; // {time, nodes, connections, received, sent, dropped}
 let clientSearch = "";
 let bridges = false; // any configured: the first answer says (they change only on restart)
 let csrfToken = null; // the login session's, from /api/v1/session; null with Basic credentials
@@ -110,20 +110,33 @@ let missingWorkers = [];  // a pool's workers that did not answer the last stats
 async function refreshStats() {
   const stats = await api("/api/v1/stats");
   missingWorkers = stats.missing_workers || [];
-  document.getElementById("node").textContent = stats.node;
-  const dropped = stats.messages_dropped + stats.deliveries_dropped;
+  // In a cluster the figures, charts and top topics are the cluster's, added up over the
+  // nodes that answered (the header names them); else this node's.
+  const whole = stats.cluster || stats;
+  const nodes = stats.cluster ? stats.cluster.nodes.join(", ") : stats.node;
+  let heading = stats.node;
+  if (stats.cluster) {
+    heading += ` · cluster: ${nodes}`;
+    if (stats.cluster.missing_nodes.length) {
+      heading += ` (not answering: ${stats.cluster.missing_nodes.join(", ")})`;
+    }
+  }
+  document.getElementById("node").textContent = heading;
+  const dropped = whole.messages_dropped + whole.deliveries_dropped;
   const figures = {
-    connections: stats.connections, sessions: stats.sessions,
-    subscriptions: stats.subscriptions, retained: stats.retained,
-    received: stats.messages_received, sent: stats.messages_sent, dropped,
-    uptime: duration(stats.uptime),
+    connections: whole.connections, sessions: whole.sessions,
+    subscriptions: whole.subscriptions, retained: whole.retained,
+    received: whole.messages_received, sent: whole.messages_sent, dropped,
+    uptime: duration(whole.uptime),
   };
   for (const [name, value] of Object.entries(figures)) {
     document.getElementById(`f-${name}`).textContent = text(value);
   }
+  // Counts of another set of nodes are not comparable: the charts start again.
+  if (samples.length && samples[samples.length - 1].nodes !== nodes) samples.length = 0;
   samples.push({
-    time: stats.time, connections: stats.connections,
-    received: stats.messages_received, sent: stats.messages_sent, dropped,
+    time: stats.time, nodes, connections: whole.connections,
+    received: whole.messages_received, sent: whole.messages_sent, dropped,
   });
   if (samples.length > HISTORY) samples.shift();
   draw("chart-connections", [{ values: samples.map((s) => s.connections), color: "#6a1b9a" }]);
@@ -133,7 +146,7 @@ async function refreshStats() {
     { values: r.map((x) => x.out), color: "#2e7d32" },
     { values: r.map((x) => x.dropped), color: "#c62828" },
   ]);
-  fill("topics", stats.top_topics.map((t) => row([t.topic, t.messages])));
+  fill("topics", whole.top_topics.map((t) => row([t.topic, t.messages])));
 }
 
 async function kick(clientId) {

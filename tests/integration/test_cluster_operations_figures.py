@@ -1,7 +1,8 @@
 """Routes and figures of the whole cluster from any node (docs/cluster.md "Operations"),
 three brokers over a real NATS server: node c's `GET /api/v1/routes` lists the filters
 subscribed on nodes a and b with their subscriber counts and nodes, its `GET
-/api/v1/stats` adds every node's figures up in a `cluster` part beside its own, `ctl`
+/api/v1/stats` adds every node's figures up in a `cluster` part beside its own and ranks
+every node's top topics there, `ctl`
 prints both, and a node that died is named missing in both answers, which come within the
 gathering's timeout.
 
@@ -141,6 +142,24 @@ def test_stats_on_any_node_add_up_every_nodes_figures_beside_its_own(cluster: Cl
     assert status_line("  messages in", 10) in lines[cluster_at:], printed.stdout
     for client in publishers.values():
         client.close()
+
+
+def test_stats_rank_every_nodes_top_topics_in_the_cluster_part(cluster: Cluster) -> None:
+    # One publish batch in 16 has its topics counted, per worker: 32 acknowledged
+    # publishes, each a batch of its own on one worker, count at least twice.
+    topic = unique("ranked")
+    publisher = connect_raw(cluster.nodes["a"], f"{topic}-pub")
+    publish_acknowledged(publisher, topic, 32)
+
+    def ranked() -> tuple[bool, bool]:
+        stats = cluster.admin.get("/api/v1/stats")
+        return (
+            any(row["topic"] == topic for row in stats["top_topics"]),  # node c's own
+            any(row["topic"] == topic for row in stats["cluster"]["top_topics"]),
+        )
+
+    eventually(ranked, (False, True))
+    publisher.close()
 
 
 def test_a_killed_node_is_named_missing_in_routes_and_stats_within_the_timeout(

@@ -3,6 +3,9 @@ while MQTT traffic flows. The numbers must appear, and a client kicked from the 
 disappear from it and lose its connection. A page of another origin that makes the browser
 post a form to the API (CSRF) changes nothing; the dashboard's own requests still work.
 
+In a cluster the page shows the cluster's figures and top topics, added up over the nodes
+it names.
+
 The screenshot of the run is written to tests/artifacts/dashboard.png (docs/dashboard.png is
 a committed copy).
 """
@@ -31,7 +34,9 @@ from tests.support.clients import (
     subscribe_raw,
     unique,
 )
+from tests.support.cluster import needs_nats_server, nodes_of
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
+from tests.support.nats_server import NatsServer
 from tests.support.workers import connect_on_worker
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -293,3 +298,50 @@ def test_dashboard_lists_the_bridges(tmp_path: Path, workers: int) -> None:
             publisher.close()
         assert broker.stop() == 0, broker.log()
         remote.stop()
+
+
+@needs_nats_server
+def test_in_a_cluster_the_dashboard_shows_the_whole_clusters_figures_and_top_topics(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    """The page is node b's; the publisher and its topics are node a's only."""
+    port = free_port()
+    with nodes_of(tmp_path, nats, {"a": "", "b": http_config(port)}) as nodes:
+        admin = Admin(nodes["b"], port)
+        subscriber = connect_raw(nodes["b"], unique("dash-sub"))
+        subscribe_raw(subscriber, 1, ("dash/#", 0))
+        publisher = connect_raw(nodes["a"], unique("dash-pub"))
+        stop = threading.Event()
+
+        def publish() -> None:
+            while not stop.wait(0.005):
+                publisher.send(Publish(topic="dash/a-only", payload=b"x", qos=0))
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        try:
+            with playwright_api.sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+                context = browser.new_context(
+                    http_credentials={"username": "operator", "password": API_KEY}
+                )
+                page = context.new_page()
+                page.goto(admin.url + "/")
+                expect = playwright_api.expect
+                expect(page.locator("#node")).to_have_text("b · cluster: a, b", timeout=10_000)
+                expect(page.locator("#f-connections")).to_have_text("2")  # one on each node
+                # Node a's topic, sampled there (one batch in 16), ranked on node b's page.
+                expect(page.locator("#topics tbody tr").first).to_contain_text(
+                    "dash/a-only", timeout=10_000
+                )
+                first = int(page.locator("#f-received").inner_text())
+                page.wait_for_function(
+                    f"Number(document.getElementById('f-received').textContent) > {first}",
+                    timeout=10_000,
+                )
+                browser.close()
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            publisher.close()
+            subscriber.close()
