@@ -12,6 +12,7 @@ a committed copy).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import logging
 import re
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +56,23 @@ CHROMIUM = next(
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (make system-deps installs it)"
 )
+
+
+@contextlib.contextmanager
+def dashboard(admin: Admin, **options: Any) -> Iterator[Any]:
+    """A page of headless Chromium on `admin`'s dashboard, with the operator's Basic
+    credentials (`options`: more for its browser context); the browser is closed after."""
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            context = browser.new_context(
+                http_credentials={"username": "operator", "password": API_KEY}, **options
+            )
+            page = context.new_page()
+            page.goto(admin.url + "/")
+            yield page
+        finally:
+            browser.close()
 
 
 class Traffic:
@@ -95,14 +114,7 @@ def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin, workers: 
     retainer = connect_raw(admin.broker, "dash-retainer")
     retainer.send(Publish(topic="dash/config", payload=b"v1", qos=0, retain=True))
     try:
-        with playwright_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-            context = browser.new_context(
-                http_credentials={"username": "operator", "password": API_KEY},
-                viewport={"width": 1400, "height": 1000},
-            )
-            page = context.new_page()
-            page.goto(admin.url + "/")
+        with dashboard(admin, viewport={"width": 1400, "height": 1000}) as page:
             expect = playwright_api.expect
             expect(page.locator("#status")).to_have_text(re.compile("^live"), timeout=10_000)
             expect(page.locator("#f-connections")).to_have_text("4")
@@ -130,7 +142,6 @@ def test_dashboard_shows_live_numbers_and_kicks_a_client(admin: Admin, workers: 
             expect(page.locator("#clients")).not_to_contain_text("dash-victim", timeout=10_000)
             assert victim.is_closed_by_broker()
             expect(page.locator("#f-connections")).to_have_text("3", timeout=10_000)
-            browser.close()
     finally:
         traffic.stop()
         victim.close()
@@ -203,24 +214,18 @@ def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -
     subscriber = connect_raw(admin.broker, unique("csrf-sub"))
     subscribe_raw(subscriber, 1, (topic, 0))
     try:
-        with playwright_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-            context = browser.new_context(
-                http_credentials={"username": "operator", "password": API_KEY}
-            )
-            page = context.new_page()
-            page.goto(admin.url + "/")
+        with dashboard(admin) as page:
             playwright_api.expect(page.locator("#status")).to_have_text(
                 re.compile("^live"), timeout=10_000
             )
-            attacked = context.new_page()
+            attacked = page.context.new_page()
             attacked.goto(site.url)
             attacked.wait_for_url(admin.url + "/api/v1/banned", timeout=10_000)
             playwright_api.expect(attacked.locator("body")).to_contain_text(
                 "cross-site request refused", timeout=10_000
             )
             # Framed by the other site, the dashboard does not load at all.
-            framing = context.new_page()
+            framing = page.context.new_page()
             framing.goto(site.url + "frame")
             framing.wait_for_timeout(1000)
             framed = next(f for f in framing.frames if f.parent_frame is not None)
@@ -235,7 +240,6 @@ def test_a_page_of_another_origin_cannot_ban_through_the_browser(admin: Admin) -
                 topic,
             )
             assert status == 200
-            browser.close()
     finally:
         site.close()
     assert expect_publish(subscriber).payload == b"from the page"
@@ -271,13 +275,7 @@ def test_dashboard_lists_the_bridges(tmp_path: Path, workers: int) -> None:
         publisher = PahoCollector(broker, unique("dash-bridged"))
         for index in range(3):
             publisher.publish("up/x", b"%d" % index, 1)
-        with playwright_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-            context = browser.new_context(
-                http_credentials={"username": "operator", "password": API_KEY}
-            )
-            page = context.new_page()
-            page.goto(admin.url + "/")
+        with dashboard(admin) as page:
             expect = playwright_api.expect
             cells = page.locator("#bridges tbody tr").first.locator("td")
             # name, connected, remote, worker, sent, received, queued, dropped, last error
@@ -292,7 +290,6 @@ def test_dashboard_lists_the_bridges(tmp_path: Path, workers: int) -> None:
             expect(cells.nth(1)).to_have_text("no", timeout=10_000)
             expect(cells.nth(6)).to_have_text("2", timeout=10_000)
             expect(cells.nth(8)).not_to_be_empty()
-            browser.close()
     finally:
         if publisher is not None:
             publisher.close()
@@ -320,13 +317,7 @@ def test_in_a_cluster_the_dashboard_shows_the_whole_clusters_figures_and_top_top
         thread = threading.Thread(target=publish, daemon=True)
         thread.start()
         try:
-            with playwright_api.sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-                context = browser.new_context(
-                    http_credentials={"username": "operator", "password": API_KEY}
-                )
-                page = context.new_page()
-                page.goto(admin.url + "/")
+            with dashboard(admin) as page:
                 expect = playwright_api.expect
                 expect(page.locator("#node")).to_have_text("b · cluster: a, b", timeout=10_000)
                 expect(page.locator("#f-connections")).to_have_text("2")  # one on each node
@@ -339,7 +330,6 @@ def test_in_a_cluster_the_dashboard_shows_the_whole_clusters_figures_and_top_top
                     f"Number(document.getElementById('f-received').textContent) > {first}",
                     timeout=10_000,
                 )
-                browser.close()
         finally:
             stop.set()
             thread.join(timeout=5)
