@@ -8,12 +8,12 @@ A ban is one key, its kind and its value (base64url, as keys allow few character
   (`pool.ops.PoolOps`, if any): a ban added or lifted here (the admin API, `ctl`, flapping
   detection) holds here at once, is broadcast to the node's other workers as on one node,
   and is written to the bucket, one write at a time in the order made, each within
-  `[cluster] claim_timeout`. One that cannot be written (NATS is down, or this node is cut
-  off) holds on this node only for the time being, with a warning, and is tried again every
-  RETRY_EVERY seconds until the bucket takes it, while the changes made after it wait
-  behind it: it is then written only if its key is still at the revision this worker knew
-  when it was first sent, so a change made meanwhile through a node that was in the cluster
-  holds over it (and reaches this node through the watch).
+  `[cluster] claim_timeout`. A write is conditional on the key's revision this worker knew
+  when the change was made, so a change made meanwhile through another node holds over it
+  (and reaches this node through the watch). One that cannot be written (NATS is down, or
+  this node is cut off) holds on this node only for the time being, with a warning, and is
+  tried again every RETRY_EVERY seconds until the bucket takes it, while the changes made
+  after it wait behind it.
 - Every worker watches the bucket and applies each put and delete to its own table without
   telling anyone (the watch tells every worker of every node). Its start waits, at most
   `claim_timeout`, for the watch's initial values, so a node opens its listeners with the
@@ -98,21 +98,20 @@ class BanBucket(KvBucket):
     def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config, "bans")
 
-    async def write(self, client: Client, key: str, value: bytes | None, last: int | None) -> int:
-        """Put `value` at `key` (None: delete it; a key already gone is fine) and return the
-        key's revision after. With `last`, only if the key is still at revision `last` (0:
-        never written) or already holds `value` (an earlier try was taken but not
-        answered); else `SupersededError`."""
+    async def write(self, client: Client, key: str, value: bytes | None, last: int) -> int:
+        """Put `value` at `key` (None: delete it; a key already gone is fine) if the key is
+        still at revision `last` (0: never written; a deletion at 0 is not conditional) or
+        already holds `value` (an earlier try was taken but not answered: nats-py sends
+        again what was published while it reconnected), and return the key's revision
+        after; else `SupersededError`."""
         kv = await answered(lambda: self.open(client))
         try:
             if value is None:
-                await answered(lambda: kv.delete(key, last=last))  # last 0: unconditional
-            elif last is None:
-                return await answered(lambda: kv.put(key, value))
+                await answered(lambda: kv.delete(key, last=last))
             else:
                 return await answered(lambda: kv.update(key, value, last=last))
         except APIError as error:
-            if last is None or not wrong_last(error):
+            if not wrong_last(error):
                 raise
             held, revision = await self._held(kv, key)
             if held != value:
@@ -187,8 +186,8 @@ class _Write:
         self.what = what  # "the ban of clientid 'x'", for the log
         self.done = gevent.event.Event()
         # The key's latest revision this worker knew when the change was made (or wrote
-        # since, itself): the first try is unconditional, the tries after it conditional
-        # on it, and the watch's news of it or older do not undo the change meanwhile.
+        # since, itself): every try is conditional on it, and the watch's news of it or
+        # older do not undo the change meanwhile.
         self.known = known
         self.retried = False
 
@@ -286,7 +285,7 @@ class ClusterBans:
             self._send(write)
 
     def _send(self, write: _Write) -> None:
-        last = write.known if write.retried else None
+        last = write.known
         self._link.run(
             lambda client: self._bucket.write(client, write.key, write.value, last),
             partial(self._written, write),
@@ -311,9 +310,8 @@ class ClusterBans:
                 )
         elif isinstance(error, SupersededError):
             logger.warning(
-                "cluster: %s, made while bucket %s could not be reached, is not written: "
-                "another node changed that ban meanwhile (%s), and its change holds on every "
-                "node, this one included",
+                "cluster: %s is not written to bucket %s: another node changed that ban "
+                "meanwhile (%s), and its change holds on every node, this one included",
                 write.what,
                 self._bucket.name,
                 error,
