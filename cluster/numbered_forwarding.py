@@ -115,10 +115,13 @@ class NumberedForwarding:
         self._ticker = gevent.spawn(self._tick)
 
     def stop(self) -> None:
+        """Stop, confirming now what is committed and not confirmed yet: a peer would else
+        send it again to this worker's next life (or pick its share picks again)."""
         if self._ticker is not None:
             self._ticker.kill()
         if self._confirming is not None:
             self._confirming.kill()
+            self._confirm_gathered()
 
     # ----- sending ------------------------------------------------------------------------
 

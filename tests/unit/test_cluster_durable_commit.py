@@ -135,6 +135,9 @@ def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at
     gevent.sleep(CONFIRM_DELAY * 3)
     assert confirmations() == [Committed(2), Committed(4)]  # 3's gathered one is not sent
     assert delivered.batches == [(), (), (), ()]  # each batch taken once
+    batch(5, awaited=False)
+    member.numbered.stop()  # a clean stop: what is gathered is confirmed, not left to resend
+    assert confirmations() == [Committed(2), Committed(4), Committed(5)]
 
 
 def test_a_numbered_batch_of_share_picks_is_delivered_once_whole_with_its_marks() -> None:
