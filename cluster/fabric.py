@@ -287,8 +287,8 @@ class NatsFabric:
             self._id_clashes.add(node)
             logger.warning(
                 "cluster: nodes %r and %r count message ids in the same space (their names "
-                "hash alike), so a session moving between nodes may take two messages for one; "
-                "rename one of them ([cluster] node)",
+                "hash alike), so the message ids of their event files may coincide (join "
+                "events on node and message_id); rename one of them ([cluster] node)",
                 own,
                 node,
             )

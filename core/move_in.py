@@ -11,14 +11,18 @@ its way through A. `MoveIn` is B's side:
 - forwarded deliveries are delivered as they come, except those B loaded from the store
   (the same seq: A commits the put of a delivery before forwarding it, so B may have
   loaded it already; a delivery from another node of a cluster comes without a seq, as
-  the nodes' stores number apart, and is known by its message id);
+  the nodes' stores number apart, and is known by its message);
 - direct deliveries are held until the end of the forwarding; then those the session
-  already has (the same message id as one loaded or forwarded) are dropped as duplicates
+  already has (the same message as one loaded or forwarded) are dropped as duplicates
   and the rest delivered, in order. So per publisher the order holds: what went through A
   came before what came directly;
 - after the end, a direct delivery can still be a late copy of one A forwarded (its link
   is slower than A's): the known ids are checked until the session is told that every
   worker's earlier sends have arrived, and then `MoveIn` is dropped.
+
+A message is known by its id and its timestamp (`message_key`): the ids of two cluster nodes
+whose names hash alike count in the same space (`core.message.message_id_floor`), and two
+different messages with one id are then told apart by when they were published.
 
 `queued_qos0` and `insert_qos0` carry the QoS 0 deliveries of an offline queue, which the
 store does not hold, in the hand-over and put them back where they were in the queue.
@@ -31,19 +35,28 @@ from collections.abc import Iterable
 
 from core.session_state import Delivery
 
+MessageKey = tuple[int, float]  # a message's id and timestamp
+
+
+def message_key(delivery: Delivery) -> MessageKey | None:
+    """What tells `delivery`'s message from any other; None for a message without an id
+    (never a duplicate)."""
+    message = delivery.message
+    return (message.message_id, message.timestamp) if message.message_id else None
+
 
 class MoveIn:
     """The new owner's side of a session's move; see the module docstring."""
 
-    __slots__ = ("_held", "_known_ids", "_loaded_ids", "_seqs", "ended", "forwarded_count")
+    __slots__ = ("_held", "_known", "_loaded", "_seqs", "ended", "forwarded_count")
 
     def __init__(self, loaded: Iterable[Delivery]) -> None:
         """`loaded`: the deliveries the session was loaded with (from the store)."""
         loaded = list(loaded)
         self._seqs = {delivery.seq for delivery in loaded if delivery.seq}
-        # Message ids the session has had (0: a message without an id, never a duplicate).
-        self._known_ids = {d.message.message_id for d in loaded} - {0}
-        self._loaded_ids = frozenset(self._known_ids)
+        # The messages the session has had, by `message_key`.
+        self._known = {key for key in map(message_key, loaded) if key is not None}
+        self._loaded = frozenset(self._known)
         self._held: list[Delivery] = []
         self.ended = False
         self.forwarded_count = 0  # deliveries the previous owner forwarded, new or not
@@ -55,29 +68,30 @@ class MoveIn:
             self.forwarded_count += 1
             if delivery.seq and delivery.seq in self._seqs:
                 continue  # loaded from the store: the same stored delivery
-            if not delivery.seq and delivery.message.message_id in self._loaded_ids:
+            key = message_key(delivery)
+            if not delivery.seq and key in self._loaded:
                 continue  # from another node (no seq of this store): one loaded already
             if delivery.seq:
                 self._seqs.add(delivery.seq)
-            if delivery.message.message_id:
-                self._known_ids.add(delivery.message.message_id)
+            if key is not None:
+                self._known.add(key)
             fresh.append(delivery)
         return fresh
 
     def orphaned(self, deliveries: Iterable[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
         """Deliveries of messages another worker kept for the session while its worker was
-        dead (`pool.orphans`), as (new, duplicates): a message the session has by its
-        id (the dead worker stored it, or another worker kept it too) is a duplicate."""
+        dead (`pool.orphans`), as (new, duplicates): a message the session has (the dead
+        worker stored it, or another worker kept it too) is a duplicate."""
         fresh: list[Delivery] = []
         duplicates: list[Delivery] = []
-        ids = self._known_ids
+        known = self._known
         for delivery in deliveries:
-            message_id = delivery.message.message_id
-            if message_id in ids:
+            key = message_key(delivery)
+            if key in known:
                 duplicates.append(delivery)
                 continue
-            if message_id:
-                ids.add(message_id)
+            if key is not None:
+                known.add(key)
             if delivery.seq:
                 self._seqs.add(delivery.seq)
             self.forwarded_count += 1
@@ -99,13 +113,13 @@ class MoveIn:
         return self._split(held)
 
     def _split(self, deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
-        ids = self._known_ids
-        if not ids:
+        known = self._known
+        if not known:
             return deliveries, []
-        keep = [d for d in deliveries if d.message.message_id not in ids]
+        keep = [d for d in deliveries if message_key(d) not in known]
         if len(keep) == len(deliveries):
             return deliveries, []
-        return keep, [d for d in deliveries if d.message.message_id in ids]
+        return keep, [d for d in deliveries if message_key(d) in known]
 
 
 def queued_qos0(queue: Iterable[Delivery] | None) -> tuple[list[Delivery], list[int]]:

@@ -20,8 +20,16 @@ from core.move_in import MoveIn, insert_qos0, queued_qos0
 from core.session_state import Delivery
 
 
-def _delivery(number: int, seq: int = 0, qos: int = 1) -> Delivery:
-    message = Message(topic="t", payload=str(number).encode(), qos=qos, message_id=number + 1)
+def _delivery(number: int, seq: int = 0, qos: int = 1, published: float = 1000.0) -> Delivery:
+    """A delivery of message `number`: its copies (loaded, forwarded, direct) have the same
+    id and timestamp, as the message they carry has wherever it went."""
+    message = Message(
+        topic="t",
+        payload=str(number).encode(),
+        qos=qos,
+        message_id=number + 1,
+        timestamp=published + number,
+    )
     return Delivery(message, qos, False, (), None, seq)
 
 
@@ -50,6 +58,20 @@ def test_a_delivery_from_another_node_is_known_by_its_message_id() -> None:
     fresh = move.forwarded([_delivery(0), _delivery(1), _delivery(2)])
     assert _numbers(fresh) == [2]
     assert move.end() == ([], [])
+
+
+def test_two_messages_with_one_id_published_apart_are_two_messages() -> None:
+    # Two nodes whose names hash alike count message ids in one space: a message of the
+    # other node with the id of one the session has is still delivered, held or not.
+    move = MoveIn([_delivery(0, seq=10)])
+    other_node = _delivery(0, published=2000.0)  # the same id, published at another time
+    assert move.forwarded([other_node, _delivery(1)]) == [other_node, _delivery(1)]
+    late = _delivery(1, published=2000.0)
+    assert move.direct([late, _delivery(1)]) == ([], [])
+    deliver, duplicates = move.end()
+    assert deliver == [late] and duplicates == [_delivery(1)]
+    fresh, duplicates = move.orphaned([_delivery(0, published=3000.0), _delivery(0)])
+    assert (len(fresh), len(duplicates)) == (1, 1)
 
 
 def test_a_message_without_an_id_is_never_taken_for_a_duplicate() -> None:
