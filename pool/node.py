@@ -62,6 +62,7 @@ from actors.runtime import tell_if_alive
 from core.auth_failures import AuthFailureDelays
 from core.flow import Gate
 from core.message import Message
+from core.session_state import Delivery
 from core.share_origin import ShareOrigin
 from pool.ack_waits import AckWaits
 from pool.auth_failures import PoolAuthFailures
@@ -101,13 +102,14 @@ from pool.frames.peers import Leaving
 from pool.frames.store import StoreFailing
 from pool.listener_counts import PoolConnectionCounts
 from pool.ops import PoolOps
-from pool.orphans import DurableSends, OrphanedMessages
+from pool.orphans import DurableSends, OrphanedMessages, Pick
 from pool.outbox import ForwardOutbox
 from pool.ownership import ClientIdArbiter, home_of
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from pool.session_adoptions import SessionAdoptions
 from pool.session_moves import SessionMoves
 from router.fan_out import FanOut
+from router.share_replica import stand_in
 
 if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
     from gevent._types import _TimerWatcher
@@ -152,6 +154,7 @@ class PoolNode:
         self.remote_gates = RemoteGates(self.send)
         self._durable_to: set[int] = set()  # workers sent QoS 1/2 messages this batch
         self._durable_sent: dict[int, list[Message]] = {}  # those messages, per worker
+        self._picks_sent: dict[int, list[Pick]] = {}  # QoS 1/2 share picks this batch
         # A dead worker's persistent sessions (docs/pool.md "A worker dies"): what was sent
         # to each worker for them until it confirms the commit, what is kept for a dead
         # worker's sessions until every worker has adopted its part, and the dead workers
@@ -245,7 +248,13 @@ class PoolNode:
 
     def add_share(self, worker: int, message: Message, share: ShareOrigin) -> None:
         if message.qos:
+            # Kept until `worker` confirms it: if it dies first, the group picks again.
             self._durable_to.add(worker)
+            picks = self._picks_sent.get(worker)
+            if picks is None:
+                self._picks_sent[worker] = [(message, share)]
+            else:
+                picks.append((message, share))
         self._outbox.add_share(worker, message, share)
 
     def flush(
@@ -259,6 +268,9 @@ class PoolNode:
         sent = self._durable_sent
         if sent:
             self._durable_sent = {}
+        picks = self._picks_sent
+        if picks:
+            self._picks_sent = {}
         waits = self._orphan_waits
         if waits:
             self._orphan_waits = []
@@ -273,30 +285,50 @@ class PoolNode:
         if retained:
             fabric.broadcast(Retained(tuple(retained)))
         if on_durable is None or not (durable_to or waits):
+            if picks:  # picked again (no acknowledgement waits), kept all the same
+                self._keep_until_committed(fabric, set(picks), {}, picks)
             return None
         # The publisher's acks wait for the receiving workers' commits of what they
         # received (docs/pool.md): write-ahead holds across workers.
-        return self._wait_for_commits(fabric, durable_to, sent, waits, on_durable)
+        return self._wait_for_commits(
+            fabric, durable_to, sent, picks, waits=waits, on_durable=on_durable
+        )
+
+    def _keep_until_committed(
+        self,
+        fabric: Fabric,
+        workers: set[int],
+        sent: dict[int, list[Message]],
+        picks: dict[int, list[Pick]],
+    ) -> tuple[int, list[int]]:
+        """Ask each of `workers` to confirm its commit of what it got (`CommitSync`), and
+        keep what it was sent (`sent`, `picks`) until it does: the token and the workers
+        asked (one not linked is gone, and asked nothing)."""
+        self._commit_token += 1
+        token = self._commit_token
+        linked: list[int] = []
+        for worker in workers:
+            if fabric.send(worker, CommitSync(token)):
+                linked.append(worker)
+                messages, its_picks = sent.get(worker, []), picks.get(worker, [])
+                if messages or its_picks:
+                    self._sends.sent(worker, token, messages, its_picks)
+        return token, linked
 
     def _wait_for_commits(
         self,
         fabric: Fabric,
         durable_to: set[int],
         sent: dict[int, list[Message]],
+        picks: dict[int, list[Pick]],
+        *,
         waits: list[int],
         on_durable: Callable[[], object],
     ) -> Callable[[], object]:
         """`on_durable` once this worker's commit (the callback returned), the commits of
-        `durable_to` (sent `sent`) and the adoption of the dead workers `waits` are in."""
-        self._commit_token += 1
-        token = self._commit_token
-        linked: list[int] = []  # a worker not linked is gone: its commit is not waited for
-        for worker in durable_to:
-            if fabric.send(worker, CommitSync(token)):
-                linked.append(worker)
-                messages = sent.get(worker)
-                if messages:
-                    self._sends.sent(worker, token, messages)
+        `durable_to` (sent `sent` and `picks`) and the adoption of the dead workers `waits`
+        are in."""
+        token, linked = self._keep_until_committed(fabric, durable_to, sent, picks)
         orphans = dict.fromkeys(waits)  # each dead worker once, in order
         for dead in orphans:
             self.orphans.wait(dead, token)
@@ -313,7 +345,9 @@ class PoolNode:
         """`worker` died: keep what it may not have stored for its persistent sessions, and
         every later message for them, until every worker has adopted its part of them; the
         acks that waited on its commits wait for that instead."""
-        tokens, lost = self._sends.lost(worker)
+        tokens, lost, picks = self._sends.lost(worker)
+        if picks:
+            self._loop.run_callback(self._pick_again, worker, picks)
         filters = self._durable.filters_of(worker)
         if not filters and not lost:
             return
@@ -337,6 +371,26 @@ class PoolNode:
         )
         if self._orphan_sweep is None:
             self._orphan_sweep = gevent.spawn_later(ORPHAN_TIMEOUT, self._sweep_orphans)
+
+    def _pick_again(self, dead: int, picks: list[Pick]) -> None:
+        """QoS 1/2 messages share groups picked members of `dead` for, which it did not
+        confirm before it died (once its routes and members are dropped): to other members
+        of their groups (never `dead`'s: its stand-in joins each one's `tried`), or dropped
+        and logged if none is left. At least once: a pick it delivered just before it died
+        reaches a second member."""
+        deliveries = [
+            Delivery(message, message.qos, message.retain, share=share) for message, share in picks
+        ]
+        left = self._context.dispatcher.share_again(deliveries, stand_in(dead))
+        logger.warning(
+            "pool: worker %d died with %d messages picked for its members of share groups "
+            "not known to be delivered; %d picked again among the groups' other members, "
+            "%d dropped (no other member left)",
+            dead,
+            len(picks),
+            len(picks) - len(left),
+            len(left),
+        )
 
     def _ask_for_orphans(self, dead: int, round_: int) -> None:
         """This worker adopted sessions of `dead` (in `round_`): ask every worker, itself

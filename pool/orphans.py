@@ -8,7 +8,9 @@ that dies takes with it what it had not committed, and until its sessions are ho
 published to them. So the publisher's worker keeps, in memory:
 
 - `DurableSends`: per worker, the QoS 1/2 messages sent to it for its persistent sessions,
-  per commit token, until that worker confirms their commit;
+  and those sent to its members of share groups (the picks), per commit token, until that
+  worker confirms their commit; a dead worker's picks go to the groups' other members
+  (docs/pool.md "Share groups span the workers");
 - `OrphanedMessages`: per dead worker, the filters of its persistent sessions (from the
   `durable` replica), the messages it may not have stored (the unconfirmed ones) and every
   later QoS 1/2 message those filters match, and the acknowledgements that wait. Every
@@ -26,26 +28,40 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from core.message import Message
+from core.share_origin import ShareOrigin
 from router.route_table import RouteTable
+
+# A QoS 1/2 message sent to a worker for one of its members of a share group.
+Pick = tuple[Message, ShareOrigin]
+
+
+class Lost(NamedTuple):
+    """What a dead worker never confirmed: the commit tokens, the messages for its
+    persistent sessions and its members' picks, each in the order sent."""
+
+    tokens: list[int]
+    messages: list[Message]
+    picks: list[Pick]
 
 
 class DurableSends:
-    """Per worker: (commit token, QoS 1/2 messages sent to it for its persistent sessions)
-    not yet confirmed, oldest first."""
+    """Per worker: (commit token, QoS 1/2 messages sent to it for its persistent sessions,
+    picks for its share groups' members) not yet confirmed, oldest first."""
 
     __slots__ = ("_sent",)
 
     def __init__(self) -> None:
-        self._sent: dict[int, deque[tuple[int, list[Message]]]] = {}
+        self._sent: dict[int, deque[tuple[int, list[Message], list[Pick]]]] = {}
 
-    def sent(self, worker: int, token: int, messages: list[Message]) -> None:
-        """`messages` went to `worker` before `CommitSync(token)`."""
+    def sent(self, worker: int, token: int, messages: list[Message], picks: list[Pick]) -> None:
+        """`messages` and `picks` went to `worker` before `CommitSync(token)`."""
         queue = self._sent.get(worker)
         if queue is None:
             queue = self._sent[worker] = deque()
-        queue.append((token, messages))
+        queue.append((token, messages, picks))
 
     def confirmed(self, worker: int, token: int) -> None:
         """`worker` committed everything it got before `CommitSync(token)` (links are FIFO,
@@ -54,14 +70,14 @@ class DurableSends:
         while queue and queue[0][0] <= token:
             queue.popleft()
 
-    def lost(self, worker: int) -> tuple[list[int], list[Message]]:
-        """`worker` died: the tokens and the messages (in order) it never confirmed."""
-        tokens: list[int] = []
-        messages: list[Message] = []
-        for token, sent in self._sent.pop(worker, ()):
-            tokens.append(token)
-            messages += sent
-        return tokens, messages
+    def lost(self, worker: int) -> Lost:
+        """`worker` died (or left): what it never confirmed."""
+        lost = Lost([], [], [])
+        for token, messages, picks in self._sent.pop(worker, ()):
+            lost.tokens.append(token)
+            lost.messages.extend(messages)
+            lost.picks.extend(picks)
+        return lost
 
 
 class _Orphan:

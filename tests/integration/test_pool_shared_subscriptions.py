@@ -4,19 +4,22 @@ log lines, as in test_pool.py)."""
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mqtt.packets import PubAck, Publish
+from mqtt.packets import Packet, PubAck, PubComp, Publish, PubRec, PubRel
 from tests.integration.test_pool import connect_on_other_worker, spread, worker_of
-from tests.support.broker_config import wait_for_log
+from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
+from tests.support.workers import connect_on_worker, worker_pid
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,62 @@ def test_a_member_killed_with_a_qos1_message_in_flight_hands_it_to_the_other_wor
     survivor.send(PubAck(moved.packet_id))
     survivor.expect_nothing(within=0.5)  # once, not once per worker
     wait_for_log(pool, "went to other members of their groups")
+    survivor.close()
+    publisher.close()
+
+
+def _take_payloads(client: RawClient, count: int, qos: int) -> list[bytes]:
+    """Read `count` PUBLISHes and complete each one's QoS 1/2 flow; their payloads."""
+    payloads: list[bytes] = []
+    released: set[int] = set()  # QoS 2: the PUBRECs not answered with PUBREL yet
+    deadline = time.monotonic() + 10
+    while len(payloads) < count or released:
+        assert time.monotonic() < deadline, payloads
+        packet: Packet = client.expect(5)
+        if isinstance(packet, PubRel):
+            released.discard(packet.packet_id)
+            client.send(PubComp(packet.packet_id))
+            continue
+        assert isinstance(packet, Publish), packet
+        payloads.append(packet.payload)
+        if qos == 1:
+            client.send(PubAck(packet.packet_id))
+        else:
+            released.add(packet.packet_id)
+            client.send(PubRec(packet.packet_id))
+    return payloads
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_picks_for_a_worker_killed_before_it_took_them_go_to_the_member_left(
+    pool: BrokerProcess, qos: int
+) -> None:
+    topic = unique("jobs")
+    shared = f"$share/g/{topic}"
+    doomed, _tries = connect_on_worker(pool, unique("doomed"), 1, 2, version=5)
+    survivor, _tries = connect_on_worker(pool, unique("survivor"), 0, 2, version=5)
+    for member in (doomed, survivor):
+        assert subscribe_raw(member, 1, (shared, qos)).reason_codes == [qos]
+    publisher, _tries = connect_on_worker(pool, unique("pub"), 0, 2, version=5)
+    victim = worker_pid(pool, 1)
+    # Worker 1 is stopped: round robin picks its member for half of the messages, which
+    # reach it and stay unread. Only worker 0 keeps them until worker 1 confirms them.
+    os.kill(victim, signal.SIGSTOP)
+    sent = [str(n).encode() for n in range(10)]
+    for packet_id, payload in enumerate(sent, 1):
+        publisher.send(Publish(topic, payload, qos=qos, packet_id=packet_id))
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGKILL)
+    # Each message is acknowledged (its flow completed, for QoS 2), so each reaches the
+    # group: the dead worker's picks go to the member left, once.
+    assert sorted(_take_payloads(survivor, len(sent), qos)) == sorted(sent)
+    survivor.expect_nothing(within=0.5)
+    acknowledged = {publisher.expect(5).packet_id for _message in sent}
+    assert acknowledged == set(range(1, len(sent) + 1))
+    wait_for_log(pool, "5 picked again among the groups' other members, 0 dropped")
+    # The restarted worker is up before the pool stops (stopped while a worker restarts,
+    # the pool would exit 1).
+    wait_for_log_lines(pool, "worker 1: accepting MQTT connections", 2)
     survivor.close()
     publisher.close()
 

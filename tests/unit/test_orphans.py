@@ -4,7 +4,8 @@ and when the acknowledgements that wait on them go (docs/pool.md "A worker dies"
 from __future__ import annotations
 
 from core.message import Message
-from pool.orphans import DurableSends, OrphanedMessages
+from core.share_origin import ShareOrigin
+from pool.orphans import DurableSends, Lost, OrphanedMessages
 
 
 def _message(topic: str, number: int) -> Message:
@@ -14,14 +15,16 @@ def _message(topic: str, number: int) -> Message:
 def test_sends_are_forgotten_once_confirmed_and_the_rest_are_lost_in_order() -> None:
     sends = DurableSends()
     first, second, third = (_message("t", n) for n in range(3))
-    sends.sent(1, 10, [first])
-    sends.sent(1, 11, [second])
-    sends.sent(1, 12, [third])
-    sends.sent(2, 11, [second])
+    group = ShareOrigin("g", "t")
+    sends.sent(1, 10, [first], [(first, group)])
+    sends.sent(1, 11, [second], [])
+    sends.sent(1, 12, [third], [])
+    sends.sent(1, 13, [], [(third, group)])  # a share group's pick alone
+    sends.sent(2, 11, [second], [])
     sends.confirmed(1, 11)  # confirms 10 and 11 (links are FIFO)
-    assert sends.lost(1) == ([12], [third])
-    assert sends.lost(1) == ([], [])
-    assert sends.lost(2) == ([11], [second])
+    assert sends.lost(1) == Lost([12, 13], [third], [(third, group)])
+    assert sends.lost(1) == Lost([], [], [])
+    assert sends.lost(2) == Lost([11], [second], [])
 
 
 def test_a_dead_workers_messages_are_kept_until_every_worker_committed_its_part() -> None:
