@@ -30,12 +30,13 @@ from mqtt.packets import ConnAck
 from mqtt.reason_codes import ReasonCode
 from tests.support.admin import Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log
-from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import unique
 from tests.support.cluster import linked, needs_nats_server, node_config, nodes_of, restart_node
 from tests.support.nats_server import NatsServer
 from tests.support.raw_client import RawClient
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.workers import connections_of, refusals_of
 
 pytestmark = needs_nats_server
 
@@ -88,14 +89,39 @@ def connack_code(broker: BrokerProcess, client_id: str, version: int = 5, **kwar
 
 
 def answers(broker: BrokerProcess, client_id: str, code: int, **kwargs: Any) -> None:
-    """CONNECTs of `client_id` get `code` within 5 s, and the three after that too (a pool
-    spreads them over its workers, each of which holds the bans)."""
+    """Within 5 s, every worker of the node answers a CONNECT of `client_id` with `code`, and
+    the three CONNECTs after that get it too. Each worker of a pool watches the bans on its
+    own, so one may hear a change a moment after another: which worker answered each
+    CONNECT is read from its log line."""
+    workers = pool_mode.workers
     deadline = time.monotonic() + 5
-    while (got := connack_code(broker, client_id, **kwargs)) != code:
-        assert time.monotonic() < deadline, f"CONNECT of {client_id!r} still answered {got}"
-        time.sleep(0.05)
+    agreeing: set[int] = set()
+    while len(agreeing) < workers:
+        seen = len(connections_of(broker, client_id)), len(refusals_of(broker, client_id))
+        got = connack_code(broker, client_id, **kwargs)
+        worker = 0 if workers == 1 else _answering_worker(broker, client_id, seen)
+        if got == code:
+            agreeing.add(worker)
+        else:
+            agreeing.discard(worker)
+            assert time.monotonic() < deadline, f"worker {worker} still answered {got}"
+            time.sleep(0.05)
     for _ in range(3):
         assert connack_code(broker, client_id, **kwargs) == code
+
+
+def _answering_worker(broker: BrokerProcess, client_id: str, seen: tuple[int, int]) -> int:
+    """The worker whose log line tells the CONNECT of `client_id` made after `seen` (the
+    counts of its connections and refusals logged before it)."""
+    deadline = time.monotonic() + 2
+    while True:
+        accepted, refused = connections_of(broker, client_id), refusals_of(broker, client_id)
+        if len(accepted) > seen[0]:
+            return accepted[-1]
+        if len(refused) > seen[1]:
+            return refused[-1]
+        assert time.monotonic() < deadline, f"no worker logged the CONNECT of {client_id!r}"
+        time.sleep(0.01)
 
 
 def listed(admin: Admin) -> list[tuple[str, str]]:
