@@ -68,6 +68,33 @@ Deliver = Callable[[int, tuple[Message, ...], tuple[ShareMark, ...] | None, int]
 Repick = Callable[[int, list[tuple[Message, ShareOrigin]]], None]
 
 
+class _Incoming:
+    """The numbered batch a sender is sending now: whether it is taken, skipped (a resend
+    of one taken before) or dropped (`verdict`), whether an acknowledgement waits for its
+    confirmation (`awaited`), and, if taken, what has arrived of it so far."""
+
+    __slots__ = ("awaited", "marks", "messages", "publisher", "verdict")
+
+    def __init__(self, verdict: Verdict, awaited: bool) -> None:
+        self.verdict = verdict
+        self.awaited = awaited
+        self.messages: list[Message] = []
+        self.marks: list[ShareMark] | None = None  # once a frame of it had share marks
+        self.publisher = 0  # the sender's flow-control id of the batch's publisher
+
+    def add(self, frame: BatchFrame) -> None:
+        """A frame of the batch (to deliver whole at its end)."""
+        marks = self.marks
+        if type(frame) is ForwardShared:
+            if marks is None:  # the messages before it were for ordinary subscribers only
+                marks = self.marks = [_ORDINARY] * len(self.messages)
+            marks += frame.marks
+        elif marks is not None:
+            marks += [_ORDINARY] * len(frame.messages)
+        self.messages += frame.messages
+        self.publisher = frame.publisher
+
+
 class NumberedForwarding:
     """This worker's numbered batches to other nodes' workers, and theirs to it."""
 
@@ -99,14 +126,10 @@ class NumberedForwarding:
         self._sent = SentBatches()
         self._acks = AckWaits()
         self._received = ReceivedBatches()
-        self._verdicts: dict[int, Verdict] = {}  # per sender: its current batch's
-        self._awaited: dict[int, bool] = {}  # per sender: whether its current batch is
+        self._incoming: dict[int, _Incoming] = {}  # per sender: the batch it sends now
         # Per sender: the latest token committed here and not confirmed yet (gathered).
         self._unconfirmed: dict[int, int] = {}
         self._confirming: gevent.Greenlet[..., Any] | None = None  # sends them, soon
-        self._taking: dict[int, list[Message]] = {}  # per sender: the batch taken so far
-        self._taking_marks: dict[int, list[ShareMark]] = {}  # and its share marks, if any
-        self._taking_from: dict[int, int] = {}  # per sender: the batch's publisher id
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
         self._ticker: gevent.Greenlet[..., Any] | None = None
@@ -210,10 +233,7 @@ class NumberedForwarding:
     # ----- peers --------------------------------------------------------------------------
 
     def peer_up(self, worker: int, epoch: int) -> None:
-        self._verdicts.pop(worker, None)  # a batch cut by the link's loss is sent again
-        self._awaited.pop(worker, None)
-        self._taking.pop(worker, None)
-        self._taking_marks.pop(worker, None)
+        self._incoming.pop(worker, None)  # a batch cut by the link's loss is sent again
         restarted = self._sent.epoch_of(worker) not in (None, epoch)
         picks = self._sent.take_picks(worker) if restarted else []
         lost = self._sent.forget(worker, epoch)
@@ -259,8 +279,6 @@ class NumberedForwarding:
     def numbered(self, worker: int, frame: Numbered) -> None:
         """The next `Forward`s from `worker` are its batch `frame.seq` (a batch begun before
         and not ended by its `CommitSync` lost its end: it is not taken)."""
-        self._taking.pop(worker, None)
-        self._taking_marks.pop(worker, None)
         epoch = self._sent.epoch_of(worker)
         if frame.epoch != self._fabric.epoch or epoch is None:
             verdict = Verdict.DROP  # for this worker's previous life
@@ -277,43 +295,36 @@ class NumberedForwarding:
                 frame.seq,
                 self._fabric.name_of(worker),
             )
-        self._verdicts[worker] = verdict
-        self._awaited[worker] = frame.awaited
-        if verdict is Verdict.TAKE:
-            self._taking[worker] = []
+        self._incoming[worker] = _Incoming(verdict, frame.awaited)
 
     def forward(self, worker: int, frame: BatchFrame) -> None:
         """A `Forward` or `ForwardShared` from `worker`: delivered now outside a numbered
         batch, at the batch's end (whole) inside one to take, not at all inside one
         skipped."""
-        verdict = self._verdicts.get(worker)
-        marks = frame.marks if type(frame) is ForwardShared else None
-        if verdict is None:
+        incoming = self._incoming.get(worker)
+        if incoming is None:
+            marks = frame.marks if type(frame) is ForwardShared else None
             self._deliver(worker, frame.messages, marks, frame.publisher)
-        elif verdict is Verdict.TAKE:
-            taking = self._taking[worker]
-            if marks is not None:
-                taken = self._taking_marks.setdefault(worker, [_ORDINARY] * len(taking))
-                taken += marks
-            elif worker in self._taking_marks:
-                self._taking_marks[worker] += [_ORDINARY] * len(frame.messages)
-            taking += frame.messages
-            self._taking_from[worker] = frame.publisher
+        elif incoming.verdict is Verdict.TAKE:
+            incoming.add(frame)
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
         has what came before."""
-        verdict = self._verdicts.pop(worker, None)
-        if verdict is Verdict.DROP:
+        incoming = self._incoming.pop(worker, None)
+        if incoming is not None and incoming.verdict is Verdict.DROP:
             return
-        if verdict is Verdict.TAKE:
-            publisher = self._taking_from.pop(worker, 0)
-            marks = self._taking_marks.pop(worker, None)
-            messages = tuple(self._taking.pop(worker))
-            self._deliver(worker, messages, None if marks is None else tuple(marks), publisher)
+        if incoming is not None and incoming.verdict is Verdict.TAKE:
+            marks = incoming.marks
+            self._deliver(
+                worker,
+                tuple(incoming.messages),
+                None if marks is None else tuple(marks),
+                incoming.publisher,
+            )
             self._received.taken(worker)
         token = frame.token
-        if self._awaited.pop(worker, True):
+        if incoming is None or incoming.awaited:
             self._persistence().submit((), lambda: self._confirm(worker, token))
         else:
             self._persistence().submit((), lambda: self._confirm_soon(worker, token))

@@ -13,7 +13,7 @@ link's outgoing queue, decoded here with the real codec; a real `StoreWriter` ov
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gevent
 import gevent.event
@@ -29,7 +29,7 @@ from core.share_origin import ShareMark
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.forwarding import CommitSync, Committed, ForwardShared, Numbered
+from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Numbered
 from pool.frames.peers import Hello
 from router.route_table import RouteTable
 from store.base import Op, PutRetained
@@ -106,6 +106,17 @@ class Delivered:
         self.marks.append(marks)
 
 
+def receiving_from_a() -> tuple[Delivered, Callable[[list[tuple[str, bytes]]], None], int]:
+    """Node b's worker, linked to a.0 (its `Hello` received): what reaches its dispatcher,
+    how it is handed NATS messages, and its epoch (which a's batches are addressed to)."""
+    context, member = new_member()
+    delivered = Delivered()
+    context.dispatcher = delivered  # type: ignore[assignment]
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    return delivered, receive, member.fabric.epoch
+
+
 def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at_once() -> None:
     context, member = new_member()  # no store: every batch is committed when it arrives
     delivered = Delivered()
@@ -141,12 +152,8 @@ def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at
 
 
 def test_a_numbered_batch_of_share_picks_is_delivered_once_whole_with_its_marks() -> None:
-    context, member = new_member()
-    delivered = Delivered()
-    context.dispatcher = delivered  # type: ignore[assignment]
-    receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
-    subject, epoch = "mqtt.t.to.b.0.a.0", member.fabric.epoch
+    delivered, receive, epoch = receiving_from_a()
+    subject = "mqtt.t.to.b.0.a.0"
     first, second = (Message(topic=f"jobs/{n}", payload=b"x", qos=1) for n in (1, 2))
     picked, ordinary = ShareMark(False, ()), ShareMark(True, ())
     # The batch's ForwardShared, split in two parts (past FORWARD_BYTES), as its sender
@@ -163,3 +170,20 @@ def test_a_numbered_batch_of_share_picks_is_delivered_once_whole_with_its_marks(
     receive([(subject, frame) for frame in batch])  # the resend: skipped
     assert delivered.batches == [(first, second)]
     assert delivered.marks == [(picked, ordinary)]
+
+
+def test_a_batch_of_plain_and_shared_frames_marks_the_plain_ones_for_ordinary_subscribers() -> None:
+    delivered, receive, epoch = receiving_from_a()
+    subject = "mqtt.t.to.b.0.a.0"
+    first, second, third = (Message(topic=f"jobs/{n}", payload=b"x", qos=1) for n in (1, 2, 3))
+    picked, ordinary = ShareMark(False, ()), ShareMark(True, ())
+    batch = [
+        Numbered(1, 1, epoch, False),
+        Forward((first,), 0),
+        ForwardShared((second,), (picked,)),
+        Forward((third,), 0),
+        CommitSync(1),
+    ]
+    receive([(subject, encode_frame(frame)) for frame in batch])
+    assert delivered.batches == [(first, second, third)]
+    assert delivered.marks == [(ordinary, picked, ordinary)]
