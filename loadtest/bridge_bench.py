@@ -4,11 +4,11 @@ A remote Mosquitto and a local broker bridged to it (`topic up/# out 1 site7/ pl
 `--publishers` clients each publish `--messages` QoS 1 messages of 64 bytes to the local
 broker's `site7/up/...`, `mosquitto_sub` counts them on the remote's `plant/up/#` at QoS 1,
 and the rate is the messages over the time from starting the publishers to the last
-arrival. With `--window 1` (the default) the publishers are `mosquitto_pub` processes
-(`--repeat` waits for each PUBACK before the next publish: one message in flight each);
-with `--window W` they are the connections of one `mqttbench fanin` (../shared/bench's
-generator, built into `--build-dir` on first use), each keeping up to W messages
-un-PUBACKed. The clients are in C, so they are not the limit. The local broker is ours
+arrival. The publishers are the connections of one `mqttbench fanin` (../shared/bench's
+generator, built into `--build-dir` on first use), each keeping up to `--window` messages
+un-PUBACKed (1, the default: each waits for its PUBACK before the next publish). The
+generator is in C and sleeps in epoll while it waits, so the publishers are not the
+limit and leave the cores to the brokers. The local broker is ours
 (`--workers 1` and the default pool) or, as the anchor, a second Mosquitto with its own
 `connection` bridge of the same topic line. Runs are interleaved, the order rotated each
 repetition; each runs on fresh brokers. Prints one Markdown table (medians over the
@@ -129,25 +129,14 @@ def build_generator(build_dir: Path) -> Path:
 
 
 def start_publishers(
-    port: int, publishers: int, messages: int, window: int, generator: Path | None
-) -> list[subprocess.Popen[bytes]]:
+    port: int, publishers: int, messages: int, window: int, generator: Path
+) -> subprocess.Popen[bytes]:
     """`publishers` clients sending `messages` QoS 1 messages each to `site7/up/...`."""
-    if generator is None:
-        return [
-            subprocess.Popen(
-                [
-                    *("mosquitto_pub", "-p", str(port), "-t", f"site7/up/{index}"),
-                    *("-q", "1", "-m", "x" * 64),
-                    *("--repeat", str(messages)),  # N publishes in all (Mosquitto 2.0)
-                ]
-            )
-            for index in range(publishers)
-        ]
     argv = [str(generator), "fanin", "--port", str(port), "--prefix", "site7/up"]
     argv += ["--pubs", str(publishers), "--subs", "0", "--qos", "1", "--size", "64"]
     argv += ["--window", str(window), "--msgs", str(messages * publishers), "--settle", "0"]
     argv += ["--max-pub-time", "600"]
-    return [subprocess.Popen(argv, stdout=subprocess.DEVNULL)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL)
 
 
 def one_run(
@@ -156,8 +145,8 @@ def one_run(
     messages: int,
     timeout: float,
     *,
-    window: int = 1,
-    generator: Path | None = None,
+    window: int,
+    generator: Path,
 ) -> dict[str, object]:
     """Messages per second through `name`'s bridge, on fresh brokers."""
     with tempfile.TemporaryDirectory(prefix="bridge-bench-") as tmp:
@@ -176,9 +165,7 @@ def one_run(
             )
             time.sleep(0.5)  # subscribed
             started = time.monotonic()
-            clients = start_publishers(local_port, publishers, messages, window, generator)
-            for client in clients:
-                client.wait(timeout)
+            start_publishers(local_port, publishers, messages, window, generator).wait(timeout)
             code = sub.wait(timeout + 5)
             elapsed = time.monotonic() - started
         finally:
@@ -210,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     names = args.brokers.split(",")
-    generator = build_generator(args.build_dir) if args.window > 1 else None
+    generator = build_generator(args.build_dir)
     runs: list[dict[str, object]] = []
     for rep in range(args.reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
