@@ -2,7 +2,11 @@
 
 The broker's rule: only the broker publishes to `$SYS` (and `$SYS/...`); a client's PUBLISH
 or will there is refused whatever the ACL says. Topics starting with `$` are reserved for the
-server [MQTT-4.7.2-1], and Mosquitto refuses client writes to `$SYS` the same way.
+server [MQTT-4.7.2-1], and Mosquitto refuses client writes to `$SYS` the same way, with the
+same one exception: a bridge's state, `$SYS/broker/connection/<client id>/state`, which
+another broker's bridge publishes here (its will says `0`, and it publishes `1` once
+connected) and is then asked of the ACL like any topic. A Mosquitto bridge sends that will
+by default, so refusing it would refuse the bridge's CONNECT (5.0: 0x87).
 
 Reading is asked of the ACL as a SUBSCRIBE: of a topic filter when a subscription is made or
 re-checked (on resume, on reload), and of a message's topic name (a filter that matches only
@@ -20,9 +24,19 @@ _PUBLISH = AuthorizeAction.PUBLISH
 _SUBSCRIBE = AuthorizeAction.SUBSCRIBE
 
 
+_BRIDGE_STATE = ("$SYS", "broker", "connection", None, "state")  # None: any one level
+
+
 def is_broker_topic(topic: str) -> bool:
-    """True for `$SYS` and `$SYS/...`: topics only the broker publishes to."""
-    return topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")
+    """True for `$SYS` and `$SYS/...`, topics only the broker publishes to, except another
+    broker's bridge state (`$SYS/broker/connection/+/state`, as Mosquitto allows)."""
+    if not (topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")):
+        return False
+    levels = topic.split("/")
+    return len(levels) != len(_BRIDGE_STATE) or any(
+        want is not None and level != want
+        for level, want in zip(levels, _BRIDGE_STATE, strict=True)
+    )
 
 
 def may_publish(hooks: Any, client: ClientInfo, topic: str, qos: int) -> bool:

@@ -284,6 +284,47 @@ def test_state_topic_says_connected(tmp_path: Path) -> None:
         remote.stop()
 
 
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv50"])
+def test_a_mosquitto_bridge_connects_here_with_its_state_notifications(
+    tmp_path: Path, version: str
+) -> None:
+    # This broker as the central one: a Mosquitto bridge's defaults (notifications on) leave
+    # a will on its state topic and publish 1 there once connected, as Mosquitto lets a
+    # bridge do in $SYS; a 5.0 CONNECT with that will was refused before (CONNACK 0x87).
+    broker = start_broker(tmp_path, None)
+    state = "$SYS/broker/connection/edge-7.cloud/state"
+    watcher = PahoCollector(broker, unique("watch"))
+    watcher.subscribe(state, 1)
+    central = PahoCollector(broker, unique("central"))
+    central.subscribe("plant/#", 1)
+    edge = start_mosquitto(
+        tmp_path,
+        extra=(
+            f"connection cloud\naddress 127.0.0.1:{broker.port}\n"
+            f"remote_clientid edge-7.cloud\nbridge_protocol_version {version}\n"
+            "restart_timeout 1\ntopic up/# out 1 site7/ plant/\n"
+        ),
+    )
+    try:
+        message = watcher.next_message(15)
+        assert (message.payload, message.retain) == (b"1", False)  # live, not replayed
+        site = PahoCollector(edge, unique("device"))
+        site.publish("site7/up/t", b"reading", 1)
+        (got,) = drain(central, 1)
+        assert (got.topic, got.payload) == ("plant/up/t", b"reading")
+        late = PahoCollector(broker, unique("late"))
+        late.subscribe(state, 1)
+        kept = late.next_message(5)
+        assert (kept.payload, kept.retain) == (b"1", True)
+        edge.process.kill()  # the will tells that the edge is gone
+        assert watcher.next_message(15).payload == b"0"
+        for client in (watcher, central, site, late):
+            client.close()
+    finally:
+        edge.stop()
+        assert broker.stop() == 0, broker.log()
+
+
 def test_a_killed_workers_bridge_comes_back_on_another_with_nothing_lost(
     tmp_path: Path, workers: int
 ) -> None:

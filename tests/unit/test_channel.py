@@ -406,12 +406,38 @@ def test_denied_publish_acknowledged_not_routed(version: int, qos: int, ack: byt
         assert message is None and pubrec == ack
 
 
-@pytest.mark.parametrize("topic", ["$SYS", "$SYS/broker/uptime"])
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "$SYS",
+        "$SYS/broker/uptime",
+        "$SYS/broker/connection/edge/status",
+        "$SYS/broker/connection/a/b/state",
+        "$SYS/broker/connection/edge/state/x",
+        "$SYS/broker/connections/edge/state",
+    ],
+)
 def test_sys_publish_refused_without_any_acl(topic: str) -> None:
     channel = connected(version=5)
     actions = channel.handle_in([PublishPacket(topic=topic, payload=b"x", qos=1, packet_id=1)], 9)
     assert not of_type(actions, Publish)
     assert Send(told(PubAck(1, 0x87), f"not authorised to publish to {topic!r}")) in actions
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_another_brokers_bridge_may_publish_its_state_and_leave_it_as_its_will(
+    version: int,
+) -> None:
+    # Mosquitto's one exception to "$SYS is the broker's": a bridge's state topic, which a
+    # Mosquitto bridge connecting here uses for its will and its "1" by default.
+    state = "$SYS/broker/connection/edge-7.cloud/state"
+    will = Will(topic=state, payload=b"0", qos=1, retain=True)
+    channel = connected(version=version, will=will)  # refused at CONNECT: not connected
+    actions = channel.handle_in(
+        [PublishPacket(topic=state, payload=b"1", qos=1, packet_id=1, retain=True)], 9
+    )
+    (publish,) = of_type(actions, Publish)
+    assert [(m.topic, m.payload, m.retain) for m in publish.messages] == [(state, b"1", True)]
 
 
 def test_topic_alias_is_a_protocol_error_when_none_is_allowed() -> None:
