@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from mqtt.topics import TopicError, validate_topic_filter
+from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
 
 DIRECTIONS = ("in", "out", "both")
 PROTOCOL_VERSIONS = {"3.1.1": 4, "5.0": 5}
@@ -27,6 +27,10 @@ _TLS_FILES = ("cafile", "certfile", "keyfile")
 # 3.1.1 client a refusing PUBREC reads as a success); QoS 1 it acknowledges at once.
 WIDE_WINDOW = 256
 QOS2_WINDOW = 20
+# Where a bridge's state is published when `notification_topic` is not set: here under the
+# bridge's name, at the remote under its client id there (unique among a central broker's
+# edges, where many may name their bridge alike). Mosquitto's topic and values.
+STATE_TOPIC = "$SYS/broker/connection/{id}/state"
 
 
 class BridgeConfigError(ValueError):
@@ -75,6 +79,11 @@ class BridgeConfig:
     queue_max_messages: int = 100_000
     queue_max_bytes: int = 104_857_600
     local_username: str = ""  # the user the local ACL sees the bridge as; "": none
+    # Mosquitto's notifications: the bridge's state (retained "1" connected, "0" not) here
+    # and, unless local only, at the remote (a will "0", and "1" once connected)
+    notifications: bool = True
+    notifications_local_only: bool = False
+    notification_topic: str = ""  # "": STATE_TOPIC, as described there
     topics: tuple[TopicConfig, ...] = ()
 
     @property
@@ -85,6 +94,11 @@ class BridgeConfig:
     @property
     def uses_tls(self) -> bool:
         return self.tls or bool(self.cafile)
+
+    def state_topic(self, client_id: str) -> str:
+        """The topic of the bridge's state: here `client_id` is "" (the bridge's name stands
+        in the default topic), at the remote the bridge's client id there."""
+        return self.notification_topic or STATE_TOPIC.format(id=client_id or self.name)
 
 
 def parse_bridges(tables: Any, config_dir: Path) -> tuple[BridgeConfig, ...]:
@@ -236,6 +250,14 @@ def _check(where: str, bridge: BridgeConfig) -> None:
         )
     if bridge.connect_timeout <= 0:
         raise BridgeConfigError(f"{where}: connect_timeout must be above 0 seconds")
+    if bridge.notification_topic:
+        try:
+            validate_topic_name(bridge.notification_topic)
+        except TopicError as error:
+            raise BridgeConfigError(
+                f"{where}: notification_topic {bridge.notification_topic!r} is not a valid "
+                f"topic name: {error}"
+            ) from None
     _check_credentials(where, bridge)
 
 

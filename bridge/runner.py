@@ -15,7 +15,9 @@ and logged at most once per second as any session's).
 
 Every failed attempt is one WARNING line saying why and when the next one comes
 (`bridge.backoff`); the state is `$SYS/broker/connection/<name>/state`, retained, 1 while
-connected, 0 otherwise.
+connected, 0 otherwise, and at the remote, as Mosquitto's bridges do, the same under the
+bridge's client id there: its will says 0, and 1 is published once connected
+(`notifications`, `notifications_local_only`, `notification_topic`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from bridge.relay import Relay, RelayCounts
 from bridge.remote import ConnectError, open_remote
 from bridge.topics import Subscription, TopicMap
 from core.client import BRIDGE_CLIENT_PREFIX
-from mqtt.packets import Connect, Disconnect, PingReq, Subscribe
+from mqtt.packets import Connect, Disconnect, PingReq, Publish, Subscribe, Will
 from mqtt.packets import Subscription as SubscribeEntry
 from mqtt.properties import PropertyId
 
@@ -164,6 +166,12 @@ class BridgeRunner:
             properties[PropertyId.RECEIVE_MAXIMUM] = self._receive_maximum
             if not config.clean_start and config.session_expiry:
                 properties[PropertyId.SESSION_EXPIRY_INTERVAL] = config.session_expiry
+        # Mosquitto's remote notifications: the remote publishes "0" when the bridge goes,
+        # and the bridge says "1" once connected (QoS 0: the relay's packet ids at the
+        # remote are the local session's).
+        state = None
+        if config.notifications and not config.notifications_local_only:
+            state = config.state_topic(self.remote_client_id)
         connect = Connect(
             client_id=self.remote_client_id,
             protocol_version=config.version,
@@ -173,6 +181,7 @@ class BridgeRunner:
             password=config.password.encode() if config.password else None,
             properties=properties,
             bridge=config.try_private,
+            will=None if state is None else Will(state, b"0", qos=1, retain=True),
         )
         connack = link.handshake(connect, config.connect_timeout)
         if connack.reason_code:
@@ -180,12 +189,21 @@ class BridgeRunner:
             raise ConnectError(
                 f"CONNACK refused the bridge with code 0x{connack.reason_code:02x}"
                 + _reason_string(connack.properties)
-                + " (check client_id, username and password)"
+                + " (check client_id, username and password"
+                + (
+                    ""
+                    if state is None
+                    else f", and that the remote lets the bridge leave its will on {state!r}: "
+                    "if not, set notifications_local_only = true"
+                )
+                + ")"
             )
         self._window = session_window(config.max_inflight, connack.properties)
         subscriptions = self._topics.remote_subscriptions()
         if subscriptions:
             self._subscribe(link, subscriptions, no_local=config.version >= 5)
+        if state is not None:
+            link.send([Publish(state, b"1", qos=0, retain=True)])
         return link
 
     def _connect_local(self) -> Link:

@@ -26,8 +26,6 @@ from core.message import Message
 
 logger = logging.getLogger(__name__)
 
-STATE_TOPIC = "$SYS/broker/connection/{name}/state"
-
 
 def limit_queues(context: BrokerContext, bridges: tuple[BridgeConfig, ...]) -> None:
     """Give each bridge's session its own queue bound (before any session starts)."""
@@ -107,7 +105,10 @@ class Bridges:
                 runner.stop()
 
     def _report_state(self, name: str, connected: bool) -> None:
-        topic = STATE_TOPIC.format(name=name)
+        config = self.runners[name].config
+        if not config.notifications:
+            return
+        topic = config.state_topic("")
         payload = b"1" if connected else b"0"
         self._context.dispatcher.publish_internal(
             [Message(topic=topic, payload=payload)],

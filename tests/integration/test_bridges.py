@@ -18,6 +18,7 @@ from tests.support.admin import API_KEY, Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
+from tests.support.cluster import kill_node
 from tests.support.listeners import Certificates
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
 from tests.support.workers import worker_pid
@@ -281,6 +282,40 @@ def test_state_topic_says_connected(tmp_path: Path) -> None:
         watcher.close()
     finally:
         assert broker.stop() == 0, broker.log()
+        remote.stop()
+
+
+@pytest.mark.parametrize("local_only", [False, True], ids=["notifications", "local-only"])
+def test_the_remote_hears_the_bridges_state_as_from_a_mosquitto_bridge(
+    tmp_path: Path, local_only: bool
+) -> None:
+    remote = start_mosquitto(tmp_path)
+    far = PahoCollector(remote, unique("far"))
+    far.subscribe("$SYS/broker/connection/+/state", 1)
+    extra = 'client_id = "edge-3.m"\n' + ("notifications_local_only = true\n" if local_only else "")
+    broker = start_broker(tmp_path, bridge_config(remote.port, PREFIXED, extra))
+    try:
+        wait_for_log(broker, CONNECTED, timeout=15)
+        near = PahoCollector(broker, unique("near"))
+        near.subscribe("$SYS/broker/connection/m/state", 1)
+        assert near.next_message(10).payload == b"1"  # here, as always
+        if local_only:
+            far.assert_no_message(1.0)
+            return
+        message = far.next_message(10)
+        assert (message.topic, message.payload) == ("$SYS/broker/connection/edge-3.m/state", b"1")
+        kill_node(broker)  # every process at once: the remote publishes the bridge's will
+        message = far.next_message(10)
+        assert (message.topic, message.payload) == ("$SYS/broker/connection/edge-3.m/state", b"0")
+        late = PahoCollector(remote, unique("late"))
+        late.subscribe("$SYS/broker/connection/edge-3.m/state", 1)
+        kept = late.next_message(5)
+        assert (kept.payload, kept.retain) == (b"0", True)
+        late.close()
+    finally:
+        if broker.process.poll() is None:
+            assert broker.stop() == 0, broker.log()
+        far.close()
         remote.stop()
 
 

@@ -242,6 +242,17 @@ def test_configuration_reads_a_bridge_and_resolves_files() -> None:
     assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
 
 
+def test_the_state_topic_is_named_after_the_bridge_here_and_its_client_id_at_the_remote() -> None:
+    head = '[[bridges]]\nname = "cloud"\naddresses = ["h:1"]\n'
+    topics = '[[bridges.topics]]\npattern = "t"\n'
+    (bridge,) = _bridges(head + topics)  # type: ignore[misc]
+    assert bridge.notifications and not bridge.notifications_local_only
+    assert bridge.state_topic("") == "$SYS/broker/connection/cloud/state"
+    assert bridge.state_topic("edge-7.cloud") == "$SYS/broker/connection/edge-7.cloud/state"
+    (bridge,) = _bridges(head + 'notification_topic = "sites/7/bridge"\n' + topics)  # type: ignore[misc]
+    assert bridge.state_topic("") == bridge.state_topic("edge-7.cloud") == "sites/7/bridge"
+
+
 @pytest.mark.parametrize(
     ("lines", "window"),
     [
@@ -298,6 +309,8 @@ def test_the_window_is_the_bridges_own_lowered_to_a_5_remotes_receive_maximum() 
         ('name = "a"\naddresses = ["h"]', "must be host:port"),
         ('name = "a"\naddresses = ["h:1"]\nfoo = 1', "unknown key 'foo'"),
         ('name = "a"\naddresses = ["h:1"]\nprotocol_version = "4"', "protocol_version"),
+        ('name = "a"\naddresses = ["h:1"]\nnotification_topic = "s/+"', "notification_topic"),
+        ('name = "a"\naddresses = ["h:1"]\nnotifications = "yes"', "notifications must be bool"),
     ],
 )
 def test_configuration_errors_name_the_key(text: str, message: str) -> None:
