@@ -19,23 +19,22 @@ from typing import Any
 
 from core.client import ClientInfo
 from hooks.events import AuthorizeAction, AuthorizeRequest
+from mqtt.topics import matches
 
 _PUBLISH = AuthorizeAction.PUBLISH
 _SUBSCRIBE = AuthorizeAction.SUBSCRIBE
 
 
-_BRIDGE_STATE = ("$SYS", "broker", "connection", None, "state")  # None: any one level
+_BRIDGE_STATE = "$SYS/broker/connection/+/state"
 
 
 def is_broker_topic(topic: str) -> bool:
     """True for `$SYS` and `$SYS/...`, topics only the broker publishes to, except another
     broker's bridge state (`$SYS/broker/connection/+/state`, as Mosquitto allows)."""
-    if not (topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")):
-        return False
-    levels = topic.split("/")
-    return len(levels) != len(_BRIDGE_STATE) or any(
-        want is not None and level != want
-        for level, want in zip(levels, _BRIDGE_STATE, strict=True)
+    return (
+        topic.startswith("$SYS")
+        and (len(topic) == 4 or topic[4] == "/")
+        and not matches(_BRIDGE_STATE, topic)
     )
 
 
