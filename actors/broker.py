@@ -405,6 +405,8 @@ class Broker:
                 continue
             state = restored_state(client_id, stored, new_session_state(client_id, context.limits))
             actor = SessionActor(state, context, meta.protocol_version)
+            if self.cluster is not None:
+                actor.keep_restored()
             session = self._launch_restored(actor)
             for topic_filter, options in state.subscriptions.items():
                 route = Route(session, options, persistent=True)
@@ -417,7 +419,7 @@ class Broker:
                     worker=self.worker_id,
                 )
                 if self.cluster is not None:
-                    self.cluster.restored_route(topic_filter)
+                    self.cluster.restored_route(topic_filter, client_id, route)
             if remaining != float("inf"):
                 actor.start_expiry_timer(remaining)
             sessions[client_id] = session

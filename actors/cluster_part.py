@@ -13,6 +13,8 @@ from actors.admission import Admission
 from actors.context import Sessions
 from actors.dispatch import RemoteForwarder
 from actors.router_actor import RouteReplication
+from core.message import Message
+from router.fan_out import Route
 
 # The other nodes' answers to an operation: each node's parts (one per worker that answered,
 # its rows), and the nodes left out (not linked, or silent past the timeout).
@@ -30,17 +32,28 @@ class ClusterPart(Protocol):
 
     def joined_sessions(self, inner: Sessions) -> Sessions: ...
 
-    def restored_route(self, topic_filter: str) -> None:
+    def restored_route(self, topic_filter: str, client_id: str, route: Route) -> None:
         """A persistent session restored from the store at start-up subscribes to
-        `topic_filter`: the other nodes forward to it and wait for its commits (share groups
-        stay on their node)."""
+        `topic_filter` (`route`): the other nodes forward to it and wait for its commits
+        (share groups stay on their node), and what they had forwarded to the node's
+        previous life and never saw confirmed reaches it (`cluster.restored_sessions`)."""
+
+    def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:
+        """A pool worker's: `relay` hands the other workers of the pool what another node
+        gives this node's restored sessions, as a session restored on one worker may have
+        lived on another."""
+
+    def unconfirmed_relayed(self, messages: tuple[Message, ...]) -> None:
+        """Those messages, from another worker of the pool: to this worker's restored
+        sessions."""
 
     def keep_bans(self, admission: Admission, bans_file: Path | None) -> None:
         """From `start` on, `admission`'s bans are the cluster's: made here, they go to its
         bucket too, and what the bucket holds holds here; `bans_file` (the node's, given to
         one worker) is imported into it once."""
 
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Link to the cluster; called once the worker's sessions are restored."""
 
     def stop(self) -> None: ...
 

@@ -171,10 +171,19 @@ class MovedIn:
 
 @dataclass(slots=True)
 class OrphansIn:
-    """Pool: to a session adopted from a dead worker: deliveries of messages another
-    worker kept for it while nobody hosted it (`pool.orphans`), in order."""
+    """To a session adopted from a dead worker of a pool: deliveries of messages another
+    worker kept for it while nobody hosted it (`pool.orphans`), in order; in a cluster, to a
+    session restored at start-up, what another node had forwarded to the node's previous
+    life and never saw confirmed (`cluster.restored_sessions`)."""
 
     deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
+class RestoreSettled:
+    """Cluster: to a session restored from the store at start-up: the other nodes have had
+    time to give what they had forwarded to the node's previous life
+    (`cluster.restored_sessions`); copies of what it has need no more checking."""
 
 
 @dataclass(slots=True)

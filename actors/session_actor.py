@@ -71,6 +71,7 @@ from actors.messages import (
     OrphansIn,
     Reauthorize,
     RemoveRoutes,
+    RestoreSettled,
     RoutesChanged,
     SendRetained,
     SessionAttached,
@@ -182,6 +183,9 @@ class SessionActor(GeventActor):
         # Pool (docs/pool.md "Deliveries during a move"): moving in from another worker
         # (set before launch), or moved away and forwarding what still reaches it.
         self.move_in: MovingIn | None = None
+        # Cluster: restored from the store at start-up, what it was restored with, until
+        # `RestoreSettled` (`keep_restored`).
+        self.restored: MoveIn | None = None
         self._writes_waiting = 0  # writes that wait for a commit (`after_drain`)
         self._move_out: MoveOut | None = None
         # The last user of a session that moved in (the store keeps no username).
@@ -191,11 +195,21 @@ class SessionActor(GeventActor):
     def moving_in(self, username: str | None, user_known: bool) -> None:
         """Before launch: this session, just loaded, is moving in from another worker whose
         last user was `username` (if `user_known`)."""
-        state = self.state
-        move = MoveIn([*(state.queue or ()), *(e.delivery for e in state.inflight.values())])
+        move = self.restored if self.restored is not None else self._loaded()
         self.move_in = MovingIn(move, self.protocol, self._persistence, self._deliver_readable)
         self.moved_user, self.moved_user_known = username, user_known
-        state.max_queued = 0  # not offline: its client is attaching (see `_account`)
+        self.state.max_queued = 0  # not offline: its client is attaching (see `_account`)
+
+    def keep_restored(self) -> None:
+        """Before launch, in a cluster: this session was restored from the store at start-up;
+        until `RestoreSettled`, what another node had forwarded to the node's previous life
+        (`OrphansIn`) is told apart from what the session was restored with, by message
+        (`cluster.restored_sessions`). A pool's `moving_in` then shares the check."""
+        self.restored = self._loaded()
+
+    def _loaded(self) -> MoveIn:
+        state = self.state
+        return MoveIn([*(state.queue or ()), *(e.delivery for e in state.inflight.values())])
 
     def on_receive(self, message: Any) -> Any:
         if self._move_out is not None:
@@ -715,10 +729,17 @@ class SessionActor(GeventActor):
             self.move_in.forwarded(moved.deliveries)
 
     def _orphans_in(self, orphans: OrphansIn) -> None:
-        if self.move_in is None:
-            self._deliver_readable(orphans.deliveries)
-        else:
+        if self.move_in is not None:
             self.move_in.orphans(orphans.deliveries)
+        elif self.restored is not None:
+            deliveries, duplicates = self.restored.orphaned(orphans.deliveries)
+            self.protocol.forget(duplicates)
+            self._deliver_readable(deliveries)
+        else:
+            self._deliver_readable(orphans.deliveries)
+
+    def _restore_settled(self, _settled: RestoreSettled) -> None:
+        self.restored = None
 
     def _forwarding_ended(self, ended: ForwardingEnded) -> None:
         if self.move_in is not None:
@@ -965,6 +986,7 @@ _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     OrphansIn: SessionActor._orphans_in,
     ForwardingEnded: SessionActor._forwarding_ended,
     MoveSettled: SessionActor._move_settled,
+    RestoreSettled: SessionActor._restore_settled,
 }
 
 _FORWARDING_ENDS = object()  # the token of the router's answer to a moved session's leave

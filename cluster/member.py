@@ -52,6 +52,7 @@ from cluster.move_forwarding import MOVE_FRAMES, MoveForwarding
 from cluster.numbered_forwarding import NumberedForwarding
 from cluster.ops import ClusterOps, node_of
 from cluster.registry import ClusterRegistry
+from cluster.restored_sessions import RestoredSessions
 from cluster.session_moves import NodeMoves, StoredSessions
 from cluster.shares import ClusterShares
 from core.flow import Gate
@@ -70,12 +71,14 @@ from pool.frames.forwarding import (
     Numbered,
     Retained,
     RetainedSnapshot,
+    Unconfirmed,
 )
 from pool.frames.operations import OpsReply, OpsRequest
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.frames.routes import SharesChanged, SharesSnapshot
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
+from router.fan_out import Route
 from router.retained_clears import RetainedClears
 from router.retained_index import RetainedIndex
 from router.share_replica import PEER_SHARE_IDS, stand_in
@@ -162,8 +165,15 @@ class ClusterMember:
         fabric.on_bridges_heard = self._tell_nodes_changed
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
+        # The sessions restored from the store at start-up, for what the other nodes had
+        # forwarded to this node's previous life (settled twice `peer_timeout` after the
+        # first link to NATS), and a pool worker's relay of it to the other workers.
+        self.restored = RestoredSessions()
+        self._relay: Callable[[tuple[Message, ...]], object] | None = None
 
     def start(self) -> None:
+        """Link to the cluster, once the node's sessions are restored from its store."""
+        self.restored.ready(self._context.dispatcher)
         gevent.spawn_later(self.config.peer_timeout, self._lease_check)
         self.fabric.start()
         self.numbered.start()
@@ -273,6 +283,8 @@ class ClusterMember:
                 logger.warning("cluster: NATS is back: this node accepts CONNECTs again")
             self._link_ups += 1
             gevent.spawn_later(self.config.peer_timeout, self._nodes_heard, self._link_ups)
+            if self._link_ups == 1:
+                gevent.spawn_later(2 * self.config.peer_timeout, self.restored.settle)
             return
         self._lost_at = time.monotonic()
         self._nodes_known = False
@@ -418,6 +430,9 @@ class ClusterMember:
             elif kind is FlowRelease:
                 assert isinstance(frame, FlowRelease)
                 self.publishers.release(worker, frame)
+            elif kind is Unconfirmed:
+                assert isinstance(frame, Unconfirmed)
+                self._unconfirmed(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
@@ -440,6 +455,28 @@ class ClusterMember:
     def _moved_away(self, client_id: str) -> None:
         if self.registry is not None:
             self.registry.moved_away(client_id)
+
+    def _unconfirmed(self, worker: int, frame: Unconfirmed) -> None:
+        """What `worker` had forwarded to this worker's previous life and never saw
+        confirmed: to the sessions restored here and on the pool's other workers."""
+        sender = self.fabric.name_of(worker)
+        if frame.epoch != self.fabric.epoch:
+            logger.warning(
+                "cluster: %s gave %d messages forwarded to another life of this worker than "
+                "this one; dropped",
+                sender,
+                len(frame.messages),
+            )
+            return
+        self.restored.deliver(self._context.dispatcher, frame.messages, sender)
+        if self._relay is not None:
+            self._relay(frame.messages)
+
+    def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:
+        self._relay = relay
+
+    def unconfirmed_relayed(self, messages: tuple[Message, ...]) -> None:
+        self.restored.deliver(self._context.dispatcher, messages, "another worker of this node")
 
     @staticmethod
     def _claim_frame(registry: ClusterRegistry, worker: int, frame: Frame) -> None:
@@ -493,12 +530,13 @@ class ClusterMember:
         if not reads_local_only(topic_filter):
             self.routes.route_changed(topic_filter, added)
 
-    def restored_route(self, topic_filter: str) -> None:
+    def restored_route(self, topic_filter: str, client_id: str, route: Route) -> None:
         if reads_local_only(topic_filter):
             return
         self.routes.route_changed(topic_filter, True)
         if not is_shared(topic_filter):  # a group's pick is not waited for (docs/cluster.md)
             self.routes.durable_route_changed(topic_filter, True)
+            self.restored.add(topic_filter, client_id, route)
 
     def durable_route_changed(self, topic_filter: str, added: bool) -> None:
         """A persistent session's route appeared / went: the other nodes' publishers then

@@ -26,8 +26,9 @@ the acknowledgements go. The share groups' picks of the batches it had not confi
 out of them and picked again among the members left (`repick`: the dispatcher's
 `share_again`), as a member that leaves gives its messages back: a group's message is then
 at least once, not lost with a node. What else it had not confirmed is sent again if it
-comes back in the same life (its NATS connection was cut), and forgotten, with an error
-line, if it restarted.
+comes back in the same life (its NATS connection was cut); if it restarted, its QoS 1/2
+messages go to the new life (`Unconfirmed`), before anything else, for the persistent
+sessions it restored, which take those they lack (`cluster.restored_sessions`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ from cluster.fabric import NatsFabric
 from core.message import Message
 from core.share_origin import ShareMark, ShareOrigin
 from pool.ack_waits import AckWaits
-from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Numbered
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Numbered,
+    Unconfirmed,
+)
 from router.route_replica import RemoteRoutes
 
 logger = logging.getLogger(__name__)
@@ -236,16 +244,18 @@ class NumberedForwarding:
         self._incoming.pop(worker, None)  # a batch cut by the link's loss is sent again
         restarted = self._sent.epoch_of(worker) not in (None, epoch)
         picks = self._sent.take_picks(worker) if restarted else []
-        lost = self._sent.forget(worker, epoch)
-        if lost:
-            logger.error(
-                "cluster: %s restarted before confirming %d messages forwarded to it: those "
-                "it had not stored for its persistent sessions are lost (their publishers "
-                "were acknowledged when it was taken for gone), and its clean sessions ended "
-                "with it; see its log for why it restarted",
+        unconfirmed = tuple(m for m in self._sent.forget(worker, epoch) if m.qos)
+        if unconfirmed:
+            # First: before any batch of its new life, so per publisher the order holds.
+            logger.warning(
+                "cluster: %s restarted before confirming %d QoS 1/2 messages forwarded to "
+                "it: given to its new life, for the persistent sessions it restored (those "
+                "it had stored are not delivered twice); see its log for why it restarted",
                 self._fabric.name_of(worker),
-                len(lost),
+                len(unconfirmed),
             )
+            for part in self._split(Forward(unconfirmed)):
+                self._fabric.send(worker, Unconfirmed(part.messages, epoch))
         self._resend(worker, self._sent.peer_up(worker, epoch))
         self._pick_again(worker, picks)
 

@@ -78,7 +78,14 @@ from pool.frames.admission import (
 )
 from pool.frames.codec import Frame
 from pool.frames.flow import FlowHold, FlowRelease
-from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Retained
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Retained,
+    Unconfirmed,
+)
 from pool.frames.moves import (
     Adopted,
     MovedDeliveries,
@@ -183,6 +190,9 @@ class PoolNode:
         # Set by the pool worker: re-host the persistent sessions homed here that a dead
         # worker owned (it then adopts them: `adoptions`).
         self.rehost: Callable[[int, list[str]], None] | None = None
+        # In a cluster: what another node gave a worker of this pool for the sessions the
+        # node restored (`Unconfirmed`, relayed by that worker), to this worker's.
+        self.unconfirmed: Callable[[tuple[Message, ...]], None] | None = None
         # Told of each peer linked (True) or lost (False; not one that said it is leaving):
         # the bridges' placement (pool.worker).
         self.peers_changed: Callable[[], None] | None = None
@@ -691,6 +701,15 @@ class PoolNode:
         if handler is not None:
             handler(worker, frame)  # else a frame only the link reads (Hello): nothing here
 
+    def relay_unconfirmed(self, messages: tuple[Message, ...]) -> None:
+        """In a cluster: what another node gave this worker for the node's restored
+        sessions, to the other workers, whose restored sessions it may be for."""
+        self.broadcast(Unconfirmed(messages, 0))  # the epoch is the cluster's, unused here
+
+    def _on_unconfirmed(self, _worker: int, frame: Unconfirmed) -> None:
+        if self.unconfirmed is not None:
+            self.unconfirmed(frame.messages)
+
     def _frame_handlers(self) -> dict[type[Frame], Callable[[int, Any], None]]:
         """Which method handles each kind of frame (one lookup per frame: a chain of
         isinstance tests cost a claim's frames microseconds each in a connect storm)."""
@@ -701,6 +720,7 @@ class PoolNode:
             FlowRelease: self.publishers.release,
             CommitSync: self._on_commit_sync,
             Adopted: self._on_adopted,
+            Unconfirmed: self._on_unconfirmed,
             Orphans: self.adoptions.orphans,
             Committed: lambda worker, frame: self._committed(worker, frame.token),
             Retained: lambda _worker, frame: self._context.retainer.tell(

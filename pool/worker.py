@@ -117,6 +117,9 @@ class PoolBroker(Broker):
         assert isinstance(admission, PoolAdmission)
         admission.send = node.send  # flapping: CONNECTs are counted at their id's home
         node.connection_counts.watch(self.endpoints)
+        if self.cluster is not None:  # what other nodes give the restored sessions: pool-wide
+            self.cluster.relay_unconfirmed(node.relay_unconfirmed)
+            node.unconfirmed = self.cluster.unconfirmed_relayed
         fabric = UnixFabric(self.worker_id, self.workers, self._run_dir, time.time_ns(), node)
         node.fabric = fabric
         fabric.start()

@@ -40,6 +40,7 @@ from pool.frames.forwarding import (
     Numbered,
     Retained,
     RetainedSnapshot,
+    Unconfirmed,
 )
 from pool.frames.messages import DECODERS, ENCODERS
 from pool.frames.moves import (
@@ -126,6 +127,7 @@ Frame = (
     | Adopted
     | Orphans
     | Numbered
+    | Unconfirmed
 )
 
 # Frame kinds on the wire. New kinds get new numbers; a number is never reused.
@@ -184,6 +186,7 @@ _KINDS: dict[type[Frame], int] = {
     SessionHandedOver: 131,
     RetainedSnapshot: 132,
     Numbered: 133,
+    Unconfirmed: 134,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

@@ -1,7 +1,8 @@
 """The frames that carry messages to other workers: a publish batch's `Forward` (or
 `ForwardShared`, for share groups), retained messages, the `CommitSync` round a QoS 1/2
 acknowledgement waits for (docs/pool.md "Publishing across workers"), and the cluster's
-numbered batches (`Numbered`, docs/cluster.md "Forwarding a QoS 1/2 message"). The bodies
+numbered batches (`Numbered`, docs/cluster.md "Forwarding a QoS 1/2 message") and what a
+restarted peer's previous life never confirmed (`Unconfirmed`). The bodies
 of those that carry messages are the binary message part of pool.frames.messages."""
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ class Numbered:
     first: int
     epoch: int
     awaited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Unconfirmed:
+    """Cluster: the QoS 1/2 messages the sender forwarded to a previous life of the
+    receiver that never confirmed them (it restarted), for the persistent sessions the
+    receiver restored from its store, which get those they do not have. `epoch`: the
+    receiver's life it is meant for (its current one); a pool worker that gets it hands it
+    to its pool's other workers, as it is, for their restored sessions."""
+
+    messages: tuple[Message, ...]
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The bodies of the frames that carry messages (`Forward`, `ForwardShared`, `Retained`,
-`RetainedSnapshot`, `Orphans`, `MovingOut`, `MovedDeliveries`): encoded and decoded here,
-checked as they are decoded.
+`RetainedSnapshot`, `Orphans`, `Unconfirmed`, `MovingOut`, `MovedDeliveries`): encoded and
+decoded here, checked as they are decoded.
 
 Their message part is the message count and the size of the string table (two 4-byte
 lengths), the string table (an orjson list: `null`, then each distinct topic, client id and
@@ -15,9 +15,10 @@ forwards it.
 
 Before the message part: a `Forward`'s 4-byte publisher id; a `ForwardShared`'s publisher id,
 then a 4-byte length and an orjson list of one `ShareMark` per message; an `Orphans`'s dead
-worker and round (4 bytes each). A frame that carries deliveries (`MovingOut`,
-`MovedDeliveries`) starts with a 4-byte length and an orjson list of its other fields and
-one row per delivery; the message part holds the deliveries' messages.
+worker and round (4 bytes each); an `Unconfirmed`'s epoch (8 bytes). A frame that carries
+deliveries (`MovingOut`, `MovedDeliveries`) starts with a 4-byte length and an orjson list of
+its other fields and one row per delivery; the message part holds the deliveries'
+messages.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
-from pool.frames.forwarding import Forward, ForwardShared, Retained, RetainedSnapshot
+from pool.frames.forwarding import (
+    Forward,
+    ForwardShared,
+    Retained,
+    RetainedSnapshot,
+    Unconfirmed,
+)
 from pool.frames.moves import MovedDeliveries, MovingOut, Orphans
 from pool.frames.validation import (
     FrameError,
@@ -47,6 +54,7 @@ from pool.frames.validation import (
 
 _U32 = struct.Struct("<I")
 _U32x2 = struct.Struct("<II")
+_U64 = struct.Struct("<Q")
 # A message's fixed-size record: flags (QoS in bits 0-1, RETAIN in bit 2), timestamp, message
 # id, the indexes of its topic, publisher and username in the frame's string table, and the
 # sizes of its property block, its payload and the PUBLISH head before it (0: no `wire`).
@@ -61,7 +69,14 @@ _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP 
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
 
 MessageFrame = (
-    Forward | ForwardShared | Retained | RetainedSnapshot | Orphans | MovingOut | MovedDeliveries
+    Forward
+    | ForwardShared
+    | Retained
+    | RetainedSnapshot
+    | Orphans
+    | Unconfirmed
+    | MovingOut
+    | MovedDeliveries
 )
 
 
@@ -82,6 +97,10 @@ def _encode_forward(frame: Forward) -> bytes:
 
 def _encode_orphans(frame: Orphans) -> bytes:
     return _U32x2.pack(frame.dead, frame.round) + _encode_messages(frame.messages)
+
+
+def _encode_unconfirmed(frame: Unconfirmed) -> bytes:
+    return _U64.pack(frame.epoch) + _encode_messages(frame.messages)
 
 
 def _encode_retained(frame: Retained | RetainedSnapshot) -> bytes:
@@ -288,6 +307,11 @@ def _decode_orphans(body: bytes) -> Orphans:
     return Orphans(_decode_messages(body, _U32x2.size), dead, round_)
 
 
+def _decode_unconfirmed(body: bytes) -> Unconfirmed:
+    (epoch,) = _U64.unpack_from(body, 0)
+    return Unconfirmed(_decode_messages(body, _U64.size), epoch)
+
+
 def _decode_retained(body: bytes) -> Retained:
     return Retained(_decode_messages(body))
 
@@ -304,6 +328,7 @@ ENCODERS: dict[type[object], Callable[[Any], bytes]] = {
     Retained: _encode_retained,
     RetainedSnapshot: _encode_retained,
     Orphans: _encode_orphans,
+    Unconfirmed: _encode_unconfirmed,
     MovingOut: _encode_deliveries,
     MovedDeliveries: _encode_deliveries,
 }
@@ -313,6 +338,7 @@ DECODERS: dict[type[object], Callable[[bytes], MessageFrame]] = {
     Retained: _decode_retained,
     RetainedSnapshot: _decode_retained_snapshot,
     Orphans: _decode_orphans,
+    Unconfirmed: _decode_unconfirmed,
     MovingOut: _decode_moving_out,
     MovedDeliveries: _decode_moved_deliveries,
 }

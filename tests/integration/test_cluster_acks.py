@@ -149,6 +149,36 @@ def test_a_publisher_waits_no_longer_than_the_peer_timeout_for_a_silent_node(
     subscriber.close()
 
 
+@pytest.mark.parametrize("qos", [1, 2])
+def test_what_a_node_killed_before_storing_was_sent_reaches_its_sessions_when_it_restarts(
+    cluster: dict[str, BrokerProcess], tmp_path: Path, qos: int
+) -> None:
+    # Node b is stopped (SIGSTOP) with an offline persistent session, and a publishes to
+    # it: the PUBACKs wait until b is taken for gone (peer_timeout 1.0 s), then go. b is
+    # killed without having stored those messages. a kept them, and gives them to b's next
+    # life, whose restored session gets every message once, after those b had stored, in
+    # order (QoS 2: exactly once).
+    client_id, topic = unique("keeper"), f"lost/{unique('t')}"
+    persistent_subscriber(cluster["b"], client_id, topic, qos)
+    publisher = burst_publisher(cluster["a"], 20)
+    for index in range(5):  # stored by b before it stops
+        publisher.publish(topic, str(index).encode(), qos)
+    with paused(cluster["b"]):
+        sent = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(5, 25)]
+        for info in sent:
+            info.wait_for_publish(10)
+            assert info.is_published()
+        kill_node(cluster["b"])
+    publisher.close()
+    cluster["b"] = restart_node(tmp_path, "b")
+    linked(cluster)
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    got = drain(subscriber, 25)
+    assert [int(m.payload) for m in got] == list(range(25))
+    assert {m.qos for m in got} == {qos}
+    subscriber.close()
+
+
 def test_qos2_crosses_nodes_exactly_once_to_an_offline_persistent_session(
     cluster: dict[str, BrokerProcess],
 ) -> None:

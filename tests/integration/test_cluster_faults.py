@@ -33,6 +33,7 @@ from tests.support.clients import (
 from tests.support.cluster import (
     HEARTBEAT,
     PEER_TIMEOUT,
+    drain,
     kill_node,
     linked,
     needs_nats_server,
@@ -379,6 +380,55 @@ def test_a_node_cut_off_from_nats_fences_itself_while_the_others_serve(tmp_path:
             accepted_within(nodes["c"], 10)
             subscriber.close()
             publisher.close()
+    finally:
+        proxy.close()
+        server.remove()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_what_a_killed_node_had_stored_without_confirming_is_not_delivered_twice(
+    tmp_path: Path, qos: int
+) -> None:
+    # Node b hears NATS but NATS stops hearing b (a proxy that drops what b sends): b
+    # stores what a forwards to its offline persistent session, and its confirmations are
+    # lost. a takes b for gone and acknowledges the publisher; b is killed. Restarted, b
+    # is given those messages again, and its session, restored with them, takes each once.
+    server = NatsServer()
+    server.start()
+    proxy = TcpProxy(server.port)
+    proxy.start()
+    try:
+        with nodes_of(tmp_path, server, {"a": ""}) as nodes:
+            config = node_config(tmp_path, "a", "b").replace(server.url, proxy.url)
+            (tmp_path / "b").mkdir()
+            nodes["b"] = start_broker(tmp_path / "b", config)
+            linked(nodes)
+            client_id, topic = unique("keeper"), f"stored/{unique('t')}"
+            subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
+            assert subscriber.subscribe(topic, qos) == [qos]
+            subscriber.close()
+            publisher = PahoCollector(
+                nodes["a"],
+                unique("pub"),
+                setup=lambda client: client.max_inflight_messages_set(20),
+            )
+            for index in range(5):  # stored by b and confirmed
+                publisher.publish(topic, str(index).encode(), qos)
+            proxy.mute()
+            sent = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(5, 25)]
+            for info in sent:  # once a takes b for gone
+                info.wait_for_publish(10)
+                assert info.is_published()
+            publisher.close()
+            kill_node(nodes["b"])
+            proxy.heal()
+            nodes["b"] = start_broker(tmp_path / "b", config)
+            linked(nodes)
+            wait_for_log(nodes["b"], "gave 20 messages it had forwarded", timeout=5)
+            subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
+            got = drain(subscriber, 25)
+            assert [int(m.payload) for m in got] == list(range(25))
+            subscriber.close()
     finally:
         proxy.close()
         server.remove()

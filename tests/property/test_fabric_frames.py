@@ -40,6 +40,7 @@ from pool.frames.forwarding import (
     ForwardShared,
     Retained,
     RetainedSnapshot,
+    Unconfirmed,
 )
 from pool.frames.moves import (
     Adopted,
@@ -202,6 +203,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(DurableSnapshot, filter_sets),
     st.builds(Adopted, worker_ids, st.integers(0, 2**32 - 1)),
     st.builds(Orphans, message_batches, worker_ids, st.integers(0, 2**32 - 1)),
+    st.builds(Unconfirmed, message_batches, st.integers(0, 2**48 - 1)),
 )
 
 

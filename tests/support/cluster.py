@@ -135,7 +135,7 @@ def kill_node(broker: BrokerProcess) -> None:
 @contextlib.contextmanager
 def paused(broker: BrokerProcess) -> Iterator[None]:
     """Every process of a node stopped (SIGSTOP: silent, its sockets open) for the block,
-    continued (SIGCONT) however it ends."""
+    continued (SIGCONT) however it ends, unless the block killed it."""
     pids = node_pids(broker)
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
@@ -143,7 +143,8 @@ def paused(broker: BrokerProcess) -> Iterator[None]:
         yield
     finally:
         for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def publish_across_a_nats_restart(

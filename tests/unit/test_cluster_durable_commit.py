@@ -29,7 +29,14 @@ from core.share_origin import ShareMark
 from core.stats import BrokerStats
 from hooks.hook_bus import HookBus
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.forwarding import CommitSync, Committed, Forward, ForwardShared, Numbered
+from pool.frames.forwarding import (
+    CommitSync,
+    Committed,
+    Forward,
+    ForwardShared,
+    Numbered,
+    Unconfirmed,
+)
 from pool.frames.peers import Hello
 from router.route_table import RouteTable
 from store.base import Op, PutRetained
@@ -187,3 +194,42 @@ def test_a_batch_of_plain_and_shared_frames_marks_the_plain_ones_for_ordinary_su
     receive([(subject, encode_frame(frame)) for frame in batch])
     assert delivered.batches == [(first, second, third)]
     assert delivered.marks == [(ordinary, picked, ordinary)]
+
+
+def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirmed_first() -> None:
+    # b.0 sends a.0 two numbered batches that a.0 never confirms, then hears a.0's next
+    # life: it gives that life their QoS 1/2 messages (not the QoS 0 one), addressed to
+    # it, before the next batch it sends it; a.0's restored sessions take those they lack.
+    _context, member = new_member()
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links, in its life 7
+    (peer,) = member.fabric.peers
+    first, dropped, second, later = (
+        Message(topic="t", payload=str(n).encode(), qos=qos, message_id=n)
+        for n, qos in ((1, 1), (2, 0), (3, 2), (4, 1))
+    )
+    numbered = member.numbered
+
+    def send(batch: tuple[Message, ...]) -> None:
+        for message in batch:
+            if message.qos:
+                numbered.add(message, (peer,))
+        numbered.send([(peer, Forward(batch))], None)
+
+    send((first, dropped))
+    send((second,))
+    gevent.sleep(0)
+    sent_before = len(sent_to_a(member))
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 8)))])  # a.0 restarted: life 8
+    send((later,))
+    gevent.sleep(0)
+    carrying = [
+        frame
+        for frame in sent_to_a(member)[sent_before:]
+        if isinstance(frame, Unconfirmed | Numbered | Forward)
+    ]
+    assert carrying == [
+        Unconfirmed((first, second), 8),
+        Numbered(1, 1, 8, False),
+        Forward((later,)),
+    ]
