@@ -18,6 +18,7 @@ _URL = re.compile(r"(nats|tls)://[^\s/]+")
 _FILES = ("cafile", "certfile", "keyfile", "credentials")
 DEFAULT_HEARTBEAT = 1.0
 DEFAULT_PEER_TIMEOUT = 5.0
+DEFAULT_DOWN_QUEUE = 10_000
 
 
 class ClusterConfigError(ValueError):
@@ -39,6 +40,9 @@ class ClusterConfig:
     # up); past that it is refused with Server unavailable
     claim_timeout: float = 3.0
     replicas: int = 1  # copies JetStream keeps of the client-id records (3 in production)
+    # QoS 1/2 messages each worker keeps in memory, per worker of a node that is down, for
+    # that node's persistent sessions, to give it when it is back (0: none)
+    down_queue: int = DEFAULT_DOWN_QUEUE
     user: str = ""  # NATS user and password, or a token, or a credentials file
     password: str = ""
     token: str = ""
@@ -69,6 +73,10 @@ def parse_cluster(table: Any, config_dir: Path) -> ClusterConfig:
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5:
         raise ClusterConfigError("[cluster] replicas must be a whole number from 1 to 5")
     values["replicas"] = replicas
+    down_queue = table.get("down_queue", DEFAULT_DOWN_QUEUE)
+    if isinstance(down_queue, bool) or not isinstance(down_queue, int) or down_queue < 0:
+        raise ClusterConfigError("[cluster] down_queue must be a whole number, 0 or more")
+    values["down_queue"] = down_queue
     values.update(_credentials(table, config_dir))
     return ClusterConfig(**values)
 

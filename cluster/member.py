@@ -76,6 +76,7 @@ from pool.frames.forwarding import (
 from pool.frames.operations import OpsReply, OpsRequest
 from pool.frames.ownership import GiveUp, HandedOver, SessionHandedOver
 from pool.frames.routes import SharesChanged, SharesSnapshot
+from pool.frames.store import DurableSnapshot
 from pool.outbox import ForwardOutbox
 from pool.routes import ROUTE_FRAMES, PoolRoutes
 from router.fan_out import Route
@@ -126,7 +127,7 @@ class ClusterMember:
         self._wanted_by = self.routes.remote.workers_cached  # topic -> other nodes' workers
         self.ops = ClusterOps(fabric.send, lambda: fabric.peers, fabric.heard_of)
         self.shares = ClusterShares(config.node, fabric)
-        self.numbered = NumberedForwarding(
+        self.numbered = numbered = NumberedForwarding(
             config,
             fabric,
             self.routes.durable,
@@ -135,6 +136,7 @@ class ClusterMember:
             deliver=self._forwarded_here,
             repick=self._pick_again,
         )
+        self._kept = numbered.kept  # what is published here for peers that are down
         # Flow control across nodes, as across a pool's workers (pool.flow_control): this
         # worker's publishers that other nodes' sessions hold, and theirs as sessions here
         # hold them. Ids and holds are the cluster's own, apart from the pool's.
@@ -393,10 +395,11 @@ class ClusterMember:
             )
 
     def peer_down(self, worker: int) -> None:
+        durable = self.routes.durable.filters_of(worker)  # before they go with its routes
         self.routes.peer_down(worker)
         self.ops.peer_down(worker)
         self.shares.peer_down(worker)
-        self.numbered.peer_down(worker)
+        self.numbered.peer_down(worker, durable)
         self.publishers.peer_down(worker)  # a node gone leaves no publisher here paused
         self.remote_gates.peer_down(worker)
         self.moves.peer_down(worker)
@@ -416,7 +419,7 @@ class ClusterMember:
                 assert isinstance(frame, SharesChanged | SharesSnapshot)
                 self.shares.frame_received(worker, frame)
             elif kind in ROUTE_FRAMES:
-                self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
+                self._route_frame(worker, frame)
             elif kind in MOVE_FRAMES:  # a session moving between nodes
                 self.moves.frame_received(worker, frame)
             elif kind in _CLAIM_FRAMES and self.registry is not None:
@@ -434,6 +437,13 @@ class ClusterMember:
                 assert isinstance(frame, Unconfirmed)
                 self._unconfirmed(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
+
+    def _route_frame(self, worker: int, frame: Frame) -> None:
+        """A frame of `worker`'s routes; its `DurableSnapshot` is the last of the snapshots
+        it sends when it links, so its routes are known here again."""
+        self.routes.frame_received(worker, frame)  # type: ignore[arg-type]
+        if type(frame) is DurableSnapshot:
+            self.numbered.routes_known(worker)
 
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
         """A publish batch's frames, plain or numbered and confirmed
@@ -553,6 +563,8 @@ class ClusterMember:
         """Whether a worker of another node wants `message` (it is then sent at `flush`).
         Asked once per message published on this worker, wanted elsewhere or not."""
         topic = message.topic
+        if message.qos and self._kept and not topic.startswith(_LOCAL_ONLY):
+            self.numbered.keep(message)  # for the persistent sessions of peers that are down
         workers = self._wanted_by(topic)
         if not workers or topic.startswith(_LOCAL_ONLY):
             return False

@@ -28,7 +28,9 @@ out of them and picked again among the members left (`repick`: the dispatcher's
 at least once, not lost with a node. What else it had not confirmed is sent again if it
 comes back in the same life (its NATS connection was cut); if it restarted, its QoS 1/2
 messages go to the new life (`Unconfirmed`), before anything else, for the persistent
-sessions it restored, which take those they lack (`cluster.restored_sessions`).
+sessions it restored, which take those they lack (`cluster.restored_sessions`). While a peer
+is down, what is published here for its persistent sessions is kept
+(`cluster.kept_for_down`) and goes to it once its routes are known again (`routes_known`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from actors.persistence import Persistence
 from cluster.commits import Batch, ReceivedBatches, SentBatches, Verdict
 from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
+from cluster.kept_for_down import KeptForDown
 from core.message import Message
 from core.share_origin import ShareMark, ShareOrigin
 from pool.ack_waits import AckWaits
@@ -140,6 +143,10 @@ class NumberedForwarding:
         self._confirming: gevent.Greenlet[..., Any] | None = None  # sends them, soon
         self._gaps: set[int] = set()  # senders whose batches are dropped until they resend
         self._resend_all = False  # NATS came back: every kept batch goes again
+        # What is published here for the persistent sessions of peers that are down, and
+        # the peers up again whose routes are not known yet (whether they restarted).
+        self.kept = KeptForDown(config.down_queue)
+        self._returning: dict[int, bool] = {}
         self._ticker: gevent.Greenlet[..., Any] | None = None
 
     def start(self) -> None:
@@ -163,6 +170,18 @@ class NumberedForwarding:
         durable = self._durable.workers_cached(message.topic)
         if durable:
             self._stored_by.update(durable)
+
+    def keep(self, message: Message) -> None:
+        """`message`, QoS 1/2, published on this worker while peers are down: kept for those
+        whose persistent sessions want it."""
+        filled = self.kept.offer(message)
+        for peer in filled or ():
+            logger.warning(
+                "cluster: %d messages kept for the persistent sessions of %s, which is down "
+                "([cluster] down_queue): the oldest are dropped from now on, and counted",
+                self._config.down_queue,
+                self._fabric.name_of(peer),
+            )
 
     def add_pick(self, peer: int) -> None:
         """A QoS 1/2 message of this batch goes to `peer`, picked for a share group: it gets
@@ -258,8 +277,41 @@ class NumberedForwarding:
                 self._fabric.send(worker, Unconfirmed(part.messages, epoch))
         self._resend(worker, self._sent.peer_up(worker, epoch))
         self._pick_again(worker, picks)
+        self._returning[worker] = restarted  # what was kept goes once its routes are known
 
-    def peer_down(self, worker: int) -> None:
+    def routes_known(self, worker: int) -> None:
+        """`worker`'s routes are known here again (its `DurableSnapshot` came): what was
+        published here for its persistent sessions while it was down goes to it now, before
+        anything published from now on. A worker that restarted gets it as `Unconfirmed`,
+        for the sessions it restored; one that was cut off, as a numbered batch."""
+        restarted = self._returning.pop(worker, None)
+        if restarted is None:
+            return
+        kept, dropped = self.kept.up(worker)
+        if not kept:
+            return
+        logger.warning(
+            "cluster: %s is back: given the %d QoS 1/2 messages published here for its "
+            "persistent sessions while it was down (%d older ones were dropped past [cluster] "
+            "down_queue)",
+            self._fabric.name_of(worker),
+            len(kept),
+            dropped,
+        )
+        epoch = self._sent.epoch_of(worker)
+        if restarted and epoch is not None:
+            for part in self._split(Forward(kept)):
+                self._fabric.send(worker, Unconfirmed(part.messages, epoch))
+            return
+        self._token += 1
+        batch = self._sent.add(worker, self._token, Forward(kept), self._clock(), awaited=False)
+        self._send_batch(worker, batch)
+
+    def peer_down(self, worker: int, durable: frozenset[str]) -> None:
+        """`worker` is down; `durable`: the filters its persistent sessions subscribed to,
+        for which what is published here is kept until it is back."""
+        self.kept.down(worker, durable)
+        self._returning.pop(worker, None)
         released = self._acks.peer_gone(worker)
         if released:
             logger.warning(

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_config import wait_for_log, wait_for_log_lines
+from tests.support.broker_process import BrokerProcess, pool_mode
 from tests.support.clients import PahoCollector, unique
 from tests.support.cluster import (
     cluster_fixture,
@@ -53,6 +54,14 @@ def publish_burst(publisher: PahoCollector, topic: str, count: int, qos: int) ->
     for info in sent:
         info.wait_for_publish(30)
         assert info.is_published()
+
+
+def logged_for_every_worker_of_b(node: BrokerProcess, line: str) -> None:
+    """Every worker of `node` has logged `line` (a template of b's worker, `b.{}`) about
+    every worker of node b."""
+    workers = pool_mode.workers
+    for worker in range(workers):
+        wait_for_log_lines(node, line.format(worker), workers, timeout=5)
 
 
 def test_every_acknowledged_message_survives_the_subscribers_node_dying_right_after(
@@ -176,6 +185,65 @@ def test_what_a_node_killed_before_storing_was_sent_reaches_its_sessions_when_it
     got = drain(subscriber, 25)
     assert [int(m.payload) for m in got] == list(range(25))
     assert {m.qos for m in got} == {qos}
+    subscriber.close()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_what_is_published_while_a_node_is_down_reaches_its_sessions_when_it_is_back(
+    cluster: dict[str, BrokerProcess], tmp_path: Path, how: str, qos: int
+) -> None:
+    # Node b goes down with an offline persistent session (a clean stop, as in a rolling
+    # restart, or SIGKILL), and a goes on publishing to it. Killed, b is taken for gone
+    # after peer_timeout: what a sent it before that is given to b's next life as it never
+    # confirmed it, and what a published after it was kept. Stopped, b says it leaves and
+    # everything is kept. Restarted, b's session gets it all, once, in order.
+    client_id, topic = unique("keeper"), f"down/{unique('t')}"
+    persistent_subscriber(cluster["b"], client_id, topic, qos)
+    publisher = burst_publisher(cluster["a"], 20)
+    for index in range(5):  # stored by b before it goes
+        publisher.publish(topic, str(index).encode(), qos)
+    if how == "stopped":
+        cluster["b"].stop()
+        logged_for_every_worker_of_b(cluster["a"], "cluster: b.{} is leaving")
+        sent = []
+    else:
+        kill_node(cluster["b"])
+        sent = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(5, 15)]
+        logged_for_every_worker_of_b(cluster["a"], "cluster: no word from b.{}")
+    sent += [
+        publisher.client.publish(topic, str(i).encode(), qos) for i in range(5 + len(sent), 25)
+    ]
+    for info in sent:
+        info.wait_for_publish(10)
+        assert info.is_published()
+    publisher.close()
+    cluster["b"] = restart_node(tmp_path, "b")
+    linked(cluster)
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    got = drain(subscriber, 25)
+    assert [int(m.payload) for m in got] == list(range(25))
+    assert {m.qos for m in got} == {qos}
+    subscriber.close()
+
+
+def test_what_is_published_while_a_node_is_silent_reaches_its_sessions_when_it_is_back(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # Node b stops answering (SIGSTOP) past peer_timeout, with an offline persistent
+    # session: a takes it for gone, drops its routes and keeps what is published for the
+    # session. b wakes up in the same life: it is given those messages, and its session
+    # gets them once, in order.
+    client_id, topic = unique("keeper"), f"silent/{unique('t')}"
+    persistent_subscriber(cluster["b"], client_id, topic, 1)
+    publisher = burst_publisher(cluster["a"], 10)
+    with paused(cluster["b"]):
+        logged_for_every_worker_of_b(cluster["a"], "cluster: no word from b.{}")
+        publish_burst(publisher, topic, 10, qos=1)  # acknowledged: b is not waited for
+    wait_for_log(cluster["a"], "is back: given the 10 QoS 1/2 messages", timeout=10)
+    publisher.close()
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10))
     subscriber.close()
 
 

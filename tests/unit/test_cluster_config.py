@@ -16,6 +16,8 @@ def test_a_minimal_table_gives_the_defaults() -> None:
     config = parse_cluster(BASE, Path("/etc/mqtt"))
     assert config == ClusterConfig(name="plant-7", node="edge-a", nats=("nats://10.0.0.5:4222",))
     assert (config.heartbeat, config.peer_timeout) == (1.0, 5.0)
+    assert config.down_queue == 10_000
+    assert parse_cluster({**BASE, "down_queue": 0}, Path()).down_queue == 0
     assert not config.uses_tls
 
 
@@ -40,6 +42,8 @@ def test_files_are_relative_to_the_configuration_and_tls_urls_turn_tls_on() -> N
         ({"heartbeat": 3.0}, "peer_timeout must be at least twice heartbeat"),
         ({"user": "u"}, "user and password go together"),
         ({"keyfile": "k.pem"}, "keyfile needs certfile"),
+        ({"down_queue": -1}, "down_queue must be a whole number, 0 or more"),
+        ({"down_queue": 1.5}, "down_queue must be a whole number, 0 or more"),
         ({"nodes": 3}, "unknown keys ['nodes']"),
     ],
 )
