@@ -90,6 +90,20 @@ def hmac_key(password: bytes) -> bytes:
     return key.ljust(64, b"\0")
 
 
+def bcrypt_key(password: bytes) -> bytes:
+    """The key bcrypt's setup really uses for `password`: its first 72 bytes and a zero byte,
+    repeated to 72 bytes. Passwords with the same key, such as b"" and b"\0", or b"a" and
+    b"a\0a", are one password to bcrypt, in every implementation."""
+    return ((password[:72] + b"\0") * 72)[:72]
+
+
+def test_bcrypt_takes_passwords_with_the_same_key_for_one() -> None:
+    spec = HashSpec("bcrypt")
+    stored = hash_password(spec, b"a", BCRYPT_SALT)
+    assert check_password(spec, b"a\0a", stored, "")  # the key repeats "a\0"
+    assert not check_password(spec, b"a\0", stored, "")
+
+
 def test_pbkdf2_takes_passwords_that_differ_by_trailing_zero_bytes_for_one() -> None:
     stored = hash_password(PBKDF2, b"secret", "salt")
     assert check_password(PBKDF2, b"secret\0", stored, "salt")  # the PRF's key padding
@@ -102,7 +116,7 @@ def test_bcrypt_accepts_its_password_and_no_other(password: bytes, other: bytes)
     spec = HashSpec("bcrypt")
     stored = hash_password(spec, password, BCRYPT_SALT)
     assert check_password(spec, password, stored, "")
-    assert check_password(spec, other, stored, "") == (other[:72] == password[:72])
+    assert check_password(spec, other, stored, "") == (bcrypt_key(other) == bcrypt_key(password))
 
 
 @given(stored=st.text(max_size=80), password=passwords)
