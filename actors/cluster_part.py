@@ -38,6 +38,11 @@ class ClusterPart(Protocol):
         (share groups stay on their node), and what they had forwarded to the node's
         previous life and never saw confirmed reaches it (`cluster.restored_sessions`)."""
 
+    def rehosted_route(self, topic_filter: str, client_id: str, route: Route) -> None:
+        """A pool's worker re-hosted, from the store, a session of another worker that died
+        alone: it subscribes to `topic_filter` (`route`, already routed), and what other
+        nodes give the dead worker's next life reaches it too."""
+
     def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:
         """A pool worker's: `relay` hands the other workers of the pool what another node
         gives this node's restored sessions, as a session restored on one worker may have

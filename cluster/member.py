@@ -89,6 +89,9 @@ from store.base import DeleteRetained, PutRetained
 logger = logging.getLogger(__name__)
 
 ROUTES_TIMEOUT = 5.0  # seconds a moved-in session's CONNACK waits for its routes to be known
+# Seconds a pool's dead worker takes, at most, to be restarted and linked to NATS: the
+# sessions re-hosted from it wait that long too for what the other nodes give its next life.
+REHOST_WAIT = 10.0
 FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
 _FORWARDING_FRAMES = frozenset((Forward, ForwardShared, Numbered, CommitSync, Committed))
@@ -171,6 +174,7 @@ class ClusterMember:
         # forwarded to this node's previous life (settled twice `peer_timeout` after the
         # first link to NATS), and a pool worker's relay of it to the other workers.
         self.restored = RestoredSessions()
+        self._settling: gevent.Greenlet[..., Any] | None = None
         self._relay: Callable[[tuple[Message, ...]], object] | None = None
 
     def start(self) -> None:
@@ -286,7 +290,7 @@ class ClusterMember:
             self._link_ups += 1
             gevent.spawn_later(self.config.peer_timeout, self._nodes_heard, self._link_ups)
             if self._link_ups == 1:
-                gevent.spawn_later(2 * self.config.peer_timeout, self.restored.settle)
+                self._settle_restored_later()
             return
         self._lost_at = time.monotonic()
         self._nodes_known = False
@@ -481,6 +485,19 @@ class ClusterMember:
         self.restored.deliver(self._context.dispatcher, frame.messages, sender)
         if self._relay is not None:
             self._relay(frame.messages)
+
+    def rehosted_route(self, topic_filter: str, client_id: str, route: Route) -> None:
+        if not reads_local_only(topic_filter) and not is_shared(topic_filter):
+            self.restored.add(topic_filter, client_id, route)
+            self._settle_restored_later(REHOST_WAIT)
+
+    def _settle_restored_later(self, more: float = 0.0) -> None:
+        """The restored sessions stop waiting twice `peer_timeout` from now (and `more`
+        seconds), the other nodes having heard of the restart by then."""
+        if self._settling is not None:
+            self._settling.kill(block=False)
+        delay = 2 * self.config.peer_timeout + more
+        self._settling = gevent.spawn_later(delay, self.restored.settle)
 
     def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:
         self._relay = relay

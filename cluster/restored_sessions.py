@@ -13,7 +13,9 @@ has already (it was restored with them: `SessionActor.keep_restored`, by message
 
 Once the other nodes have had time to see the restart (`settle`: twice `peer_timeout` after
 the node's first link to NATS), the sessions stop checking, and a late `Unconfirmed` is
-dropped with a warning.
+dropped with a warning. A pool's worker that dies alone is restarted at once, and the
+sessions it held are re-hosted by their homes (`pool.worker`): those join here too, for
+what the other nodes give its next life (relayed), and wait as long again.
 """
 
 from __future__ import annotations
@@ -47,24 +49,25 @@ class RestoredSessions:
 
     def add(self, topic_filter: str, client_id: str, route: Route) -> None:
         """A restored session's subscription (not a share group's: its picks are made
-        again elsewhere)."""
-        if self.settled:
-            return
+        again elsewhere); after `settle`, a session a pool's worker re-hosted from a dead
+        one, which opens the wait again."""
+        self.settled = False
         self._routes.add(topic_filter, client_id, route)
         self._filters.setdefault(client_id, []).append(topic_filter)
         self._sessions[client_id] = route.session
 
     def deliver(self, dispatcher: Dispatcher, messages: tuple[Message, ...], sender: str) -> None:
-        """Messages `sender` sent to this node's previous life and never saw confirmed, to
-        the restored sessions they match that still run here."""
+        """Messages `sender` has for this node's previous life (forwarded and never
+        confirmed, or kept while it was down), to the restored sessions they match that
+        still run here."""
         if self._early is not None:
             self._early.append((messages, sender))
             return
         if self.settled:
             logger.warning(
-                "cluster: %s gave %d messages forwarded to this node's previous life after "
-                "its restored sessions stopped waiting for them (twice peer_timeout after "
-                "the first link to NATS); dropped",
+                "cluster: %s gave %d messages for the persistent sessions of this node's "
+                "previous life after its restored sessions stopped waiting for them (twice "
+                "peer_timeout after the first link to NATS); dropped",
                 sender,
                 len(messages),
             )
@@ -73,8 +76,9 @@ class RestoredSessions:
         if self._sessions:
             dispatcher.deliver_orphans(messages, self._plans)
         logger.info(
-            "cluster: %s gave %d messages it had forwarded to this node's previous life and "
-            "never saw confirmed; %d restored sessions here get those they match and lack",
+            "cluster: %s gave %d messages for the persistent sessions of this node's "
+            "previous life, which it did not store; %d restored sessions here get those they "
+            "match and lack",
             sender,
             len(messages),
             len(self._sessions),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from actors.session_actor import SessionActor
 from actors.session_registry import SessionRegistry, new_session_state
 from bridge.service import Bridges
 from core.move_in import insert_qos0
+from core.session_state import SubscriptionOptions
 from net.endpoint import Endpoint
 from pool.admission import PoolAdmission
 from pool.frames.store import StoreFailing
@@ -309,6 +311,28 @@ class PoolBroker(Broker):
             self.worker_id, None if cluster is None else cluster.node
         )
 
+    def _adopting(self, actor: SessionActor) -> None:
+        """Before launch: `actor` is a session adopted from a dead worker; it waits for what
+        the other workers kept for it (in a cluster, also for what the other nodes give the
+        dead worker's next life: `cluster.restored_sessions`)."""
+        if self.cluster is not None:
+            actor.keep_restored()
+        actor.moving_in(None, user_known=False)
+
+    def _adopted(
+        self,
+        adoption: int,
+        client_id: str,
+        session: Any,
+        subscriptions: Mapping[str, SubscriptionOptions],
+        routes: list[tuple[str, Route]],
+    ) -> None:
+        """`session` runs, adopted in round `adoption` with its `routes`."""
+        self.node.adoptions.add(adoption, client_id, session, subscriptions)
+        if self.cluster is not None:
+            for topic_filter, route in routes:
+                self.cluster.rehosted_route(topic_filter, client_id, route)
+
     def start_stored_session(
         self, client_id: str, stored: StoredSession, moving: Arriving | None = None
     ) -> Any:
@@ -339,15 +363,15 @@ class PoolBroker(Broker):
         if moving is not None:
             actor.moving_in(moving.username, bool(moving.user_known))
         elif adoption is not None:
-            actor.moving_in(None, user_known=False)
+            self._adopting(actor)
         session = actor.launch()
         self.node.moves.started(client_id, session)
-        if adoption is not None and moving is None:
-            self.node.adoptions.add(adoption, client_id, session, state.subscriptions)
         routes = [
             (topic_filter, Route(session, options, persistent=True))
             for topic_filter, options in state.subscriptions.items()
         ]
+        if adoption is not None and moving is None:
+            self._adopted(adoption, client_id, session, state.subscriptions, routes)
         if routes:
             context.router.tell(AddRoutes(client_id, routes))
         if remaining != float("inf"):

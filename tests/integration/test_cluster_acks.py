@@ -8,14 +8,18 @@ process per node and with a pool of two workers per node (the integration suite'
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from mqtt.packets import Disconnect
+from pool.ownership import home_of
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode
-from tests.support.clients import PahoCollector, unique
+from tests.support.clients import PahoCollector, subscribe_raw, unique
 from tests.support.cluster import (
     cluster_fixture,
     drain,
@@ -28,6 +32,7 @@ from tests.support.cluster import (
     restart_node,
 )
 from tests.support.nats_server import NatsServer
+from tests.support.workers import connect_on_worker, worker_pid
 
 pytestmark = needs_nats_server
 
@@ -241,6 +246,36 @@ def test_what_is_published_while_a_node_is_silent_reaches_its_sessions_when_it_i
         logged_for_every_worker_of_b(cluster["a"], "cluster: no word from b.{}")
         publish_burst(publisher, topic, 10, qos=1)  # acknowledged: b is not waited for
     wait_for_log(cluster["a"], "is back: given the 10 QoS 1/2 messages", timeout=10)
+    publisher.close()
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10))
+    subscriber.close()
+
+
+def test_a_pool_worker_that_dies_alone_leaves_its_sessions_nothing_lost_of_the_others(
+    cluster: dict[str, BrokerProcess],
+) -> None:
+    # Node b's worker 0 holds an offline persistent session homed at worker 1. It stops
+    # (SIGSTOP): a takes it for gone and keeps what is published for the session. Killed,
+    # it is restarted by its pool while worker 1 re-hosts the session; a gives the messages
+    # to worker 0's next life, which hands them to worker 1, whose session gets them all.
+    if pool_mode.workers == 1:
+        pytest.skip("a worker dies alone only in a pool")
+    client_id = next(c for c in (unique("keeper") for _ in range(100)) if home_of(c, 2) == 1)
+    topic = f"alone/{unique('t')}"
+    client, _ = connect_on_worker(cluster["b"], client_id, 0, 2, clean=False)
+    subscribe_raw(client, 1, (topic, 1))
+    client.send(Disconnect())
+    client.close()
+    wait_for_log(cluster["b"], f"client '{client_id}' (127.0.0.1", timeout=5)
+    publisher = burst_publisher(cluster["a"], 10)
+    pid = worker_pid(cluster["b"], 0)
+    os.kill(pid, signal.SIGSTOP)
+    wait_for_log_lines(cluster["a"], "cluster: no word from b.0", 2, timeout=5)
+    publish_burst(publisher, topic, 10, qos=1)  # acknowledged: b.0 is not waited for
+    os.kill(pid, signal.SIGKILL)
+    wait_for_log(cluster["b"], f"worker 1: re-hosted the session of '{client_id}'", timeout=10)
+    wait_for_log(cluster["a"], "is back: given the 10 QoS 1/2 messages", timeout=15)
     publisher.close()
     subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
     assert [int(m.payload) for m in drain(subscriber, 10)] == list(range(10))

@@ -424,7 +424,7 @@ def test_what_a_killed_node_had_stored_without_confirming_is_not_delivered_twice
             proxy.heal()
             nodes["b"] = start_broker(tmp_path / "b", config)
             linked(nodes)
-            wait_for_log(nodes["b"], "gave 20 messages it had forwarded", timeout=5)
+            wait_for_log(nodes["b"], "gave 20 messages for the persistent sessions", timeout=5)
             subscriber = PahoCollector(nodes["b"], client_id, clean_session=False)
             got = drain(subscriber, 25)
             assert [int(m.payload) for m in got] == list(range(25))
