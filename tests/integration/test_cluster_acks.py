@@ -163,6 +163,31 @@ def test_a_publisher_waits_no_longer_than_the_peer_timeout_for_a_silent_node(
     subscriber.close()
 
 
+def five_stored_on_b(cluster: dict[str, BrokerProcess], qos: int) -> tuple[str, str, PahoCollector]:
+    """An offline persistent session on node b subscribed at `qos`, and a publisher on a
+    (20 in flight) whose messages 0 to 4 b has stored: the client id, topic and publisher."""
+    client_id, topic = unique("keeper"), f"kept/{unique('t')}"
+    persistent_subscriber(cluster["b"], client_id, topic, qos)
+    publisher = burst_publisher(cluster["a"], 20)
+    for index in range(5):
+        publisher.publish(topic, str(index).encode(), qos)
+    return client_id, topic, publisher
+
+
+def b_restarted_delivers_all_25(
+    cluster: dict[str, BrokerProcess], tmp_path: Path, client_id: str, qos: int
+) -> None:
+    """Node b, started again from its store, gives `client_id`'s session messages 0 to 24
+    once each, in order, at `qos`."""
+    cluster["b"] = restart_node(tmp_path, "b")
+    linked(cluster)
+    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
+    got = drain(subscriber, 25)
+    assert [int(m.payload) for m in got] == list(range(25))
+    assert {m.qos for m in got} == {qos}
+    subscriber.close()
+
+
 @pytest.mark.parametrize("qos", [1, 2])
 def test_what_a_node_killed_before_storing_was_sent_reaches_its_sessions_when_it_restarts(
     cluster: dict[str, BrokerProcess], tmp_path: Path, qos: int
@@ -172,11 +197,7 @@ def test_what_a_node_killed_before_storing_was_sent_reaches_its_sessions_when_it
     # killed without having stored those messages. a kept them, and gives them to b's next
     # life, whose restored session gets every message once, after those b had stored, in
     # order (QoS 2: exactly once).
-    client_id, topic = unique("keeper"), f"lost/{unique('t')}"
-    persistent_subscriber(cluster["b"], client_id, topic, qos)
-    publisher = burst_publisher(cluster["a"], 20)
-    for index in range(5):  # stored by b before it stops
-        publisher.publish(topic, str(index).encode(), qos)
+    client_id, topic, publisher = five_stored_on_b(cluster, qos)
     with paused(cluster["b"]):
         sent = [publisher.client.publish(topic, str(i).encode(), qos) for i in range(5, 25)]
         for info in sent:
@@ -184,13 +205,7 @@ def test_what_a_node_killed_before_storing_was_sent_reaches_its_sessions_when_it
             assert info.is_published()
         kill_node(cluster["b"])
     publisher.close()
-    cluster["b"] = restart_node(tmp_path, "b")
-    linked(cluster)
-    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
-    got = drain(subscriber, 25)
-    assert [int(m.payload) for m in got] == list(range(25))
-    assert {m.qos for m in got} == {qos}
-    subscriber.close()
+    b_restarted_delivers_all_25(cluster, tmp_path, client_id, qos)
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -203,11 +218,7 @@ def test_what_is_published_while_a_node_is_down_reaches_its_sessions_when_it_is_
     # after peer_timeout: what a sent it before that is given to b's next life as it never
     # confirmed it, and what a published after it was kept. Stopped, b says it leaves and
     # everything is kept. Restarted, b's session gets it all, once, in order.
-    client_id, topic = unique("keeper"), f"down/{unique('t')}"
-    persistent_subscriber(cluster["b"], client_id, topic, qos)
-    publisher = burst_publisher(cluster["a"], 20)
-    for index in range(5):  # stored by b before it goes
-        publisher.publish(topic, str(index).encode(), qos)
+    client_id, topic, publisher = five_stored_on_b(cluster, qos)
     if how == "stopped":
         cluster["b"].stop()
         logged_for_every_worker_of_b(cluster["a"], "cluster: b.{} is leaving")
@@ -223,13 +234,7 @@ def test_what_is_published_while_a_node_is_down_reaches_its_sessions_when_it_is_
         info.wait_for_publish(10)
         assert info.is_published()
     publisher.close()
-    cluster["b"] = restart_node(tmp_path, "b")
-    linked(cluster)
-    subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
-    got = drain(subscriber, 25)
-    assert [int(m.payload) for m in got] == list(range(25))
-    assert {m.qos for m in got} == {qos}
-    subscriber.close()
+    b_restarted_delivers_all_25(cluster, tmp_path, client_id, qos)
 
 
 def test_what_is_published_while_a_node_is_silent_reaches_its_sessions_when_it_is_back(
