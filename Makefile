@@ -12,7 +12,8 @@ BIN := $(VENV)/bin
 # redis-server (the auth_postgres and auth_redis tests start private servers; Debian keeps
 # PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off the PATH), nats-server
 # (the cluster tests start one, or three in a NATS cluster) and haproxy (the cluster's fault
-# tests put it in front of the nodes; Debian keeps both in /usr/sbin).
+# tests put it in front of the nodes; Debian keeps both in /usr/sbin), and openssl (a bridge
+# test names a CA directory's files by their hashes).
 system-deps:
 	@missing=""; \
 	command -v mosquitto_pub >/dev/null || missing="$$missing mosquitto-clients"; \
@@ -23,6 +24,7 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || missing="$$missing nats-server"; \
 	[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || missing="$$missing haproxy"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

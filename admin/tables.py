@@ -237,6 +237,7 @@ def bridges(broker: BrokerView, _query: dict[str, Any]) -> Rows:
                 "sent": counts.sent,
                 "received": counts.received,
                 "unmapped": counts.unmapped,
+                "too_large": counts.too_large,
                 "queued": waiting,
                 "dropped": dropped.get(runner.client_id, 0),
             }

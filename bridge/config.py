@@ -7,6 +7,7 @@ table and key; `actors.config` turns it into its `ConfigError`.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,8 +18,12 @@ from mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
 DIRECTIONS = ("in", "out", "both")
 PROTOCOL_VERSIONS = {"3.1.1": 4, "5.0": 5}
 NEVER_EXPIRES = 4_294_967_295  # MQTT 5.0 Session Expiry Interval 0xFFFFFFFF
+MAX_PACKET_SIZE = 268_435_460  # the largest MQTT packet: 5 + the largest remaining length
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_TLS_FILES = ("cafile", "certfile", "keyfile")
+_TLS_FILES = ("cafile", "capath", "certfile", "keyfile")
+# Mosquitto's `bridge_tls_version` values this broker offers; each pins that one version.
+TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
+START_TYPES = ("automatic", "once")
 # The default in-flight window toward the remote broker. Wide when no outgoing line carries
 # QoS 2: every hop of a message costs this broker a turn of its event loop, and a window of
 # 20 (Mosquitto's) spends those turns on a few messages each. Narrow with a QoS 2 line: a
@@ -55,6 +60,16 @@ class BridgeConfig:
 
     name: str = ""
     addresses: tuple[str, ...] = ()  # "host:port", tried in turn
+    # false: the first address is the main one: while connected to another, the bridge
+    # checks every PRIMARY_RETRY seconds whether it answers and then moves back to it; true:
+    # all are equals, a lost connection tries the next one (Mosquitto's `round_robin`)
+    round_robin: bool = False
+    bind_address: str = ""  # the local IP address the connections leave from; "": any
+    start_type: str = "automatic"  # "once": not started again once its connection is lost
+    # Unsubscribe at the remote from the outgoing-only lines' filters once connected (a
+    # remote session may hold them from when they came in): Mosquitto's
+    # `bridge_attempt_unsubscribe`
+    attempt_unsubscribe: bool = True
     protocol_version: str = "3.1.1"  # or "5.0"
     client_id: str = ""  # at the remote; "": "<node_name>.<name>" ("<cluster>.<name>")
     username: str = ""  # at the remote broker; "": none
@@ -65,9 +80,12 @@ class BridgeConfig:
     try_private: bool = True  # 3.1.1: set the bridge bit (0x80) in CONNECT's protocol level
     tls: bool = False  # on by itself with cafile; without one the system's CAs are trusted
     cafile: str = ""
+    capath: str = ""  # a directory of CA certificates (hashed names, `openssl rehash`)
     certfile: str = ""  # the client certificate (PEM); keyfile if the key is apart
     keyfile: str = ""
     tls_insecure: bool = False  # skip the server name check (never in production)
+    tls_version: str = ""  # one of TLS_VERSIONS, that version only; "": TLS 1.2 or later
+    alpn: str = ""  # the protocol offered in the TLS handshake's ALPN extension; "": none
     reconnect_delay: float = 1.0  # seconds before the first retry round ...
     max_reconnect_delay: float = 60.0  # ... doubling up to this
     connect_timeout: float = 10.0  # seconds for TCP, TLS and CONNACK together
@@ -79,6 +97,12 @@ class BridgeConfig:
     queue_max_messages: int = 100_000
     queue_max_bytes: int = 104_857_600
     local_username: str = ""  # the user the local ACL sees the bridge as; "": none
+    # false: the retain flag is cleared on every message sent to the remote (for a broker
+    # that does not take retained messages; a 5.0 remote that says so is heard as well)
+    outgoing_retain: bool = True
+    # The largest packet sent to the remote (0: no bound of the bridge's own; a 5.0 remote's
+    # Maximum Packet Size bounds it too): a message past it is dropped, counted and logged
+    max_packet_size: int = 0
     # Mosquitto's notifications: the bridge's state (retained "1" connected, "0" not) here
     # and, unless local only, at the remote (a will "0", and "1" once connected)
     notifications: bool = True
@@ -93,7 +117,7 @@ class BridgeConfig:
 
     @property
     def uses_tls(self) -> bool:
-        return self.tls or bool(self.cafile)
+        return self.tls or bool(self.cafile) or bool(self.capath)
 
     def state_topic(self, client_id: str) -> str:
         """The topic of the bridge's state: here `client_id` is "" (the bridge's name stands
@@ -248,6 +272,28 @@ def _check(where: str, bridge: BridgeConfig) -> None:
         raise BridgeConfigError(
             f"{where}: reconnect_delay must be above 0 and at most max_reconnect_delay"
         )
+    _check_connection(where, bridge)
+    _check_credentials(where, bridge)
+
+
+def _check_connection(where: str, bridge: BridgeConfig) -> None:
+    if not 0 <= bridge.max_packet_size <= MAX_PACKET_SIZE:
+        raise BridgeConfigError(
+            f"{where}: max_packet_size must be 0 (no bound) to {MAX_PACKET_SIZE} bytes"
+        )
+    if bridge.bind_address:
+        try:
+            ipaddress.ip_address(bridge.bind_address)
+        except ValueError:
+            raise BridgeConfigError(
+                f"{where}: bind_address must be an IP address of this machine, got "
+                f"{bridge.bind_address!r}"
+            ) from None
+    if bridge.start_type not in START_TYPES:
+        raise BridgeConfigError(
+            f"{where}: start_type must be one of {', '.join(START_TYPES)}, got "
+            f"{bridge.start_type!r} (Mosquitto's `lazy` is not offered: docs/configuration.md)"
+        )
     if bridge.connect_timeout <= 0:
         raise BridgeConfigError(f"{where}: connect_timeout must be above 0 seconds")
     if bridge.notification_topic:
@@ -258,12 +304,19 @@ def _check(where: str, bridge: BridgeConfig) -> None:
                 f"{where}: notification_topic {bridge.notification_topic!r} is not a valid "
                 f"topic name: {error}"
             ) from None
-    _check_credentials(where, bridge)
 
 
 def _check_credentials(where: str, bridge: BridgeConfig) -> None:
-    if (bridge.certfile or bridge.keyfile) and not bridge.uses_tls:
-        raise BridgeConfigError(f"{where}: certfile/keyfile need tls = true or a cafile")
+    tls_only = ("certfile", "keyfile", "tls_version", "alpn")
+    if any(getattr(bridge, key) for key in tls_only) and not bridge.uses_tls:
+        raise BridgeConfigError(
+            f"{where}: {', '.join(tls_only)} need tls = true, a cafile or a capath"
+        )
+    if bridge.tls_version and bridge.tls_version not in TLS_VERSIONS:
+        raise BridgeConfigError(
+            f"{where}: tls_version must be one of {', '.join(TLS_VERSIONS)}, got "
+            f"{bridge.tls_version!r} (TLS 1.1 and older are deprecated, RFC 8996)"
+        )
     if bridge.keyfile and not bridge.certfile:
         raise BridgeConfigError(f"{where}: keyfile needs certfile")
     if bridge.password and not bridge.username:

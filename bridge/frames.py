@@ -20,6 +20,7 @@ from mqtt.errors import MalformedPacketError, PacketTooLargeError
 from mqtt.wire import encode_varint
 
 _PUBLISH = 3
+_RETAIN = 0x01  # the RETAIN bit of a PUBLISH's first byte
 # The first byte of PUBACK, PUBREC, PUBREL (its flags 0b0010 [MQTT-3.6.1-1]) and PUBCOMP
 _ACKS = frozenset((0x40, 0x50, 0x62, 0x70))
 
@@ -101,9 +102,9 @@ def _publish(frame: bytes, start: int) -> RawPublish:
     return RawPublish(frame, frame[start + 2 : topic_end].decode(), qos, packet_id, payload_at)
 
 
-def for_3_1_1(publish: RawPublish, topic: str) -> bytes:
-    """`publish` as a 3.1.1 PUBLISH under `topic`: the same flags, packet id and payload, no
-    properties."""
+def for_3_1_1(publish: RawPublish, topic: str, retain: bool = True) -> bytes:
+    """`publish` as a 3.1.1 PUBLISH under `topic`: the same flags (RETAIN cleared unless
+    `retain`), packet id and payload, no properties."""
     frame = publish.frame
     raw_topic = topic.encode()
     id_bytes = publish.packet_id.to_bytes(2, "big") if publish.qos else b""
@@ -111,7 +112,7 @@ def for_3_1_1(publish: RawPublish, topic: str) -> bytes:
     remaining = 2 + len(raw_topic) + len(id_bytes) + len(payload)
     return b"".join(
         (
-            frame[:1],
+            frame[:1] if retain else bytes((frame[0] & ~_RETAIN,)),
             encode_varint(remaining),
             len(raw_topic).to_bytes(2, "big"),
             raw_topic,

@@ -3,9 +3,9 @@ or the bridge's end of an in-process stream (this broker, `net.inprocess.GreenEn
 in and out.
 
 `handshake` sends CONNECT and waits for CONNACK; `request` sends a SUBSCRIBE and waits for
-its SUBACK; whatever else arrives meanwhile (a resumed session's messages) is kept, in
-order, for the next `receive`. Writes from several greenlets never interleave mid-packet
-(one lock per link).
+its SUBACK, `unsubscribe` an UNSUBSCRIBE and its UNSUBACK; whatever else arrives meanwhile
+(a resumed session's messages) is kept, in order, for the next `receive`. Writes from
+several greenlets never interleave mid-packet (one lock per link).
 
 Toward the remote each packet batch costs system calls on a busy path, so a write is one
 `send` (gevent's `sendall` asks the socket its buffer size first, a second call), and once
@@ -35,7 +35,16 @@ from bridge.frames import RawPublish, is_plain_ack, split
 from mqtt.decoder import PacketDecoder
 from mqtt.encoder import encode
 from mqtt.errors import MqttError
-from mqtt.packets import ConnAck, Connect, Disconnect, Packet, SubAck, Subscribe
+from mqtt.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
 
 READ_SIZE = 65536
 
@@ -166,11 +175,25 @@ class Link:
 
     def request(self, subscribe: Subscribe, timeout: float) -> SubAck:
         """Send `subscribe`; its SUBACK. Raises LinkClosedError (also after `timeout` seconds)."""
-        self.send([subscribe])
+        answer = self._request(subscribe, SubAck, timeout)
+        assert isinstance(answer, SubAck)
+        return answer
+
+    def unsubscribe(self, unsubscribe: Unsubscribe, timeout: float) -> UnsubAck:
+        """Send `unsubscribe`; its UNSUBACK. Raises LinkClosedError (also after `timeout`
+        seconds)."""
+        answer = self._request(unsubscribe, UnsubAck, timeout)
+        assert isinstance(answer, UnsubAck)
+        return answer
+
+    def _request(
+        self, request: Subscribe | Unsubscribe, kind: type[SubAck | UnsubAck], timeout: float
+    ) -> Received:
+        self.send([request])
         while True:
-            answer = self._await(SubAck, timeout, "SUBACK")
-            assert isinstance(answer, SubAck)
-            if answer.packet_id == subscribe.packet_id:
+            answer = self._await(kind, timeout, kind.__name__.upper())
+            assert isinstance(answer, SubAck | UnsubAck)
+            if answer.packet_id == request.packet_id:
                 return answer
 
     def _await(self, kind: type, timeout: float, name: str) -> Received:

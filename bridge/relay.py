@@ -22,15 +22,25 @@ the remote's ids toward the bridge.
 A message that matches no topic line of its direction (a subscription left over from an
 older configuration) is acknowledged at once and counted in `unmapped`. A 3.1.1 remote gets
 no properties and sends none; reason codes cross only between 5.0 sides.
+
+What the remote takes bounds what goes out (`RemoteLimits`): a PUBLISH larger than the
+bridge's `max_packet_size` or the remote's Maximum Packet Size is not sent [MQTT-3.2.2-15]
+but acknowledged to the local session as if the remote had taken it, as a server discards a
+packet too large for its client [MQTT-3.1.2-25], and counted in `too_large`: sent, the
+remote would close the connection, and the resend after the reconnect would stop the
+bridge for good. The retain flag is cleared on the way out without `outgoing_retain`, or
+when a 5.0 remote says Retain Available 0 [MQTT-3.2.2-14].
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.frames import RawPublish, for_3_1_1
 from bridge.topics import TopicMap
+from mqtt.encoder import encode
 from mqtt.packets import Packet, PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt.properties import PropertyId
 
@@ -55,18 +65,44 @@ class RelayCounts:
     sent: int = 0  # PUBLISHes forwarded to the remote broker
     received: int = 0  # PUBLISHes from the remote broker published here
     unmapped: int = 0  # acknowledged without being forwarded: no topic line has them
+    too_large: int = 0  # acknowledged without being forwarded: larger than the remote takes
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLimits:
+    """What one connection's remote takes: the largest packet (0: no bound) and whether
+    the retain flag may be set."""
+
+    max_packet_size: int = 0
+    retain: bool = True
+
+    @classmethod
+    def of(
+        cls, max_packet_size: int, outgoing_retain: bool, connack: dict[int, Any]
+    ) -> RemoteLimits:
+        """The limits of a bridge configured with `max_packet_size` (0: none) and
+        `outgoing_retain`, whose remote answered with the CONNACK properties `connack`."""
+        remote_size: int = connack.get(PropertyId.MAXIMUM_PACKET_SIZE, 0)
+        sizes = [size for size in (max_packet_size, remote_size) if size]
+        retain = outgoing_retain and connack.get(PropertyId.RETAIN_AVAILABLE, 1) == 1
+        return cls(min(sizes) if sizes else 0, retain)
 
 
 class Relay:
     """One bridge's relay between its local session (5.0) and a remote of `remote_version`."""
 
-    __slots__ = ("_refused", "_remote_version", "_topics", "counts")
+    __slots__ = ("_limits", "_refused", "_remote_version", "_topics", "counts")
 
     def __init__(
-        self, topics: TopicMap, remote_version: int, counts: RelayCounts | None = None
+        self,
+        topics: TopicMap,
+        remote_version: int,
+        counts: RelayCounts | None = None,
+        limits: RemoteLimits = RemoteLimits(),
     ) -> None:
         self._topics = topics
         self._remote_version = remote_version
+        self._limits = limits
         # Out: QoS 2 ids the remote refused in its PUBREC (5.0, code >= 0x80): it ends that
         # flow [MQTT-4.3.3-13], so the local session's PUBREL is answered here.
         self._refused: set[int] = set()
@@ -108,14 +144,15 @@ class Relay:
         topic = self._topics.to_remote(packet.topic)
         if topic is None:
             self.counts.unmapped += 1
-            ack = _unforwarded_ack(packet)
-            if ack is not None:
-                out.to_local.append(ack)
-                if type(ack) is PubRec:
-                    self._refused.add(ack.packet_id)
+            self._drop(packet.qos, packet.packet_id or 0, out)
             return
-        self.counts.sent += 1
-        out.to_remote.append(_renamed(packet, topic, self._remote_version))
+        limits = self._limits
+        renamed = _renamed(packet, topic, self._remote_version, limits.retain)
+        if not limits.max_packet_size:
+            self.counts.sent += 1
+            out.to_remote.append(renamed)
+            return
+        self._send_within(encode(renamed, self._remote_version), packet.qos, renamed.packet_id, out)
 
     def _outgoing_raw(self, packet: RawPublish, out: Relayed) -> None:
         """`_outgoing` for a PUBLISH read as bytes, to a 3.1.1 remote."""
@@ -123,14 +160,29 @@ class Relay:
         topic = self._topics.to_remote(packet.topic)
         if topic is None:
             self.counts.unmapped += 1
-            ack = _unforwarded_ack_of(packet.qos, packet.packet_id)
-            if ack is not None:
-                out.to_local.append(ack)
-                if type(ack) is PubRec:
-                    self._refused.add(ack.packet_id)
+            self._drop(packet.qos, packet.packet_id, out)
+            return
+        self._send_within(
+            for_3_1_1(packet, topic, self._limits.retain), packet.qos, packet.packet_id, out
+        )
+
+    def _send_within(self, frame: bytes, qos: int, packet_id: int | None, out: Relayed) -> None:
+        """Send the PUBLISH `frame` unless it is larger than the remote takes."""
+        bound = self._limits.max_packet_size
+        if bound and len(frame) > bound:
+            self.counts.too_large += 1
+            self._drop(qos, packet_id or 0, out)
             return
         self.counts.sent += 1
-        out.to_remote.append(for_3_1_1(packet, topic))
+        out.to_remote.append(frame)
+
+    def _drop(self, qos: int, packet_id: int, out: Relayed) -> None:
+        """Acknowledge to the local session a message that does not go out."""
+        ack = _unforwarded_ack_of(qos, packet_id)
+        if ack is not None:
+            out.to_local.append(ack)
+            if type(ack) is PubRec:
+                self._refused.add(ack.packet_id)
 
     def _incoming(self, packet: Publish, out: Relayed) -> None:
         topic = self._topics.to_local(packet.topic)
@@ -138,12 +190,12 @@ class Relay:
             self.counts.unmapped += 1
             # After a PUBREC the remote sends PUBREL, which this broker answers (PUBCOMP 0x92
             # for an id it does not know; a 3.1.1 session answers any PUBREL).
-            ack = _unforwarded_ack(packet)
+            ack = _unforwarded_ack_of(packet.qos, packet.packet_id or 0)
             if ack is not None:
                 out.to_remote.append(ack)
             return
         self.counts.received += 1
-        out.to_local.append(_renamed(packet, topic, 5))
+        out.to_local.append(_renamed(packet, topic, 5, packet.retain))
 
 
 def _ack(packet: PubAck | PubRec | PubRel | PubComp, version: int) -> Packet:
@@ -153,8 +205,9 @@ def _ack(packet: PubAck | PubRec | PubRel | PubComp, version: int) -> Packet:
     return packet
 
 
-def _renamed(packet: Publish, topic: str, version: int) -> Publish:
-    """`packet` under `topic`, with the properties a side of `version` gets."""
+def _renamed(packet: Publish, topic: str, version: int, retain: bool) -> Publish:
+    """`packet` under `topic`, with the properties a side of `version` gets, its retain
+    flag kept only if `retain`."""
     properties = {}
     if version >= 5 and packet.properties:
         properties = {k: v for k, v in packet.properties.items() if k not in _PER_CONNECTION}
@@ -162,20 +215,16 @@ def _renamed(packet: Publish, topic: str, version: int) -> Publish:
         topic,
         packet.payload,
         packet.qos,
-        packet.retain,
+        packet.retain and retain,
         packet.dup,
         packet.packet_id,
         properties,
     )
 
 
-def _unforwarded_ack(packet: Publish) -> PubAck | PubRec | None:
-    """What accepts a message no topic line forwards: PUBACK ends a QoS 1 exchange, PUBREC
-    answers a QoS 2 one; QoS 0 needs nothing."""
-    return _unforwarded_ack_of(packet.qos, packet.packet_id or 0)
-
-
 def _unforwarded_ack_of(qos: int, packet_id: int) -> PubAck | PubRec | None:
+    """What accepts a message that is not forwarded: PUBACK ends a QoS 1 exchange, PUBREC
+    answers a QoS 2 one; QoS 0 needs nothing."""
     if qos == 1:
         return PubAck(packet_id)
     return PubRec(packet_id) if qos == 2 else None

@@ -14,7 +14,15 @@ the bridge's queue bound (`queue_max_messages` / `queue_max_bytes`, oldest dropp
 and logged at most once per second as any session's).
 
 Every failed attempt is one WARNING line saying why and when the next one comes
-(`bridge.backoff`); the state is `$SYS/broker/connection/<name>/state`, retained, 1 while
+(`bridge.backoff`). Connected to another address than the first (unless `round_robin`),
+a fourth greenlet checks every `PRIMARY_RETRY` seconds whether the first one takes a TCP
+connection and, once it does, ends the round to move back to it, as Mosquitto's bridge
+does. With `start_type = "once"` the bridge does not start over once its connection ended
+or every address failed. A message larger than the remote takes is dropped by the relay,
+one WARNING line a second at most saying how many (`bridge.relay`, "too_large"). A remote
+that takes no retained messages refuses a retained will (CONNACK 0x9A [MQTT-3.2.2-12]): the
+bridge connects again at once with the will and its state there not retained. The
+state is `$SYS/broker/connection/<name>/state`, retained, 1 while
 connected, 0 otherwise, and at the remote, as Mosquitto's bridges do, the same under the
 bridge's client id there: its will says 0, and 1 is published once connected
 (`notifications`, `notifications_local_only`, `notification_topic`).
@@ -34,18 +42,26 @@ import gevent
 from bridge.backoff import Backoff
 from bridge.config import BridgeConfig
 from bridge.link import Link, LinkClosedError
-from bridge.relay import Relay, RelayCounts
-from bridge.remote import ConnectError, open_remote
+from bridge.relay import Relay, RelayCounts, RemoteLimits
+from bridge.remote import ConnectError, answers, open_remote
 from bridge.topics import Subscription, TopicMap
 from core.client import BRIDGE_CLIENT_PREFIX
-from mqtt.packets import Connect, Disconnect, PingReq, Publish, Subscribe, Will
+from mqtt.packets import Connect, Disconnect, PingReq, Publish, Subscribe, Unsubscribe, Will
 from mqtt.packets import Subscription as SubscribeEntry
 from mqtt.properties import PropertyId
+from mqtt.reason_codes import ReasonCode
 
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_GRACE = 1.5  # the remote is given up after this many keep-alive periods of silence
+PRIMARY_RETRY = 5.0  # seconds between the checks of the first address (Mosquitto's 5)
+TOO_LARGE_LOG_INTERVAL = 1.0  # seconds between the lines about messages too large
 SUBACK_FAILURE = 0x80
+# The packet ids of the bridge's own requests at the remote, each answered before the relay
+# passes on the local session's PUBLISHes, whose ids are then free [MQTT-2.2.1-3]
+SUBSCRIBE_ID = 1
+UNSUBSCRIBE_ID = 2
+RETAIN_NOT_SUPPORTED = ReasonCode.RETAIN_NOT_SUPPORTED
 NEVER_EXPIRES = 0xFFFFFFFF
 
 
@@ -58,6 +74,14 @@ class BridgeStatus:
     address: str = ""  # where it is connected, or last tried
     connects: int = 0  # connections made since start
     last_error: str = ""
+
+
+class RetainRefusedError(ConnectError):
+    """The remote refused the CONNECT for its retained will: it takes no retained messages."""
+
+
+class MovingBackError(LinkClosedError):
+    """The first address answers again: the round ends to connect to it."""
 
 
 class BridgeRunner:
@@ -89,6 +113,11 @@ class BridgeRunner:
         # The window toward the remote of this round: `max_inflight`, capped by the Receive
         # Maximum of a 5.0 remote [MQTT-3.3.4-7]; the local session's Receive Maximum.
         self._window = config.max_inflight
+        self._limits = RemoteLimits()  # what this round's remote takes
+        # The state at the remote is retained, unless the remote refused that once or the
+        # bridge sends nothing retained (`outgoing_retain`)
+        self._state_retained = config.outgoing_retain
+        self._too_large_logged = (0.0, 0)  # when the last line about them was, and the count
         self._greenlet: gevent.Greenlet[..., Any] | None = None
         self._stopping = False
 
@@ -120,7 +149,12 @@ class BridgeRunner:
 
     def _run(self) -> None:
         config = self.config
-        backoff = Backoff(config.addresses, config.reconnect_delay, config.max_reconnect_delay)
+        backoff = Backoff(
+            config.addresses,
+            config.reconnect_delay,
+            config.max_reconnect_delay,
+            round_robin=config.round_robin,
+        )
         while not self._stopping:
             address = backoff.address
             self.status.address = address
@@ -128,15 +162,22 @@ class BridgeRunner:
                 remote = self._connect_remote(address)
             except (ConnectError, LinkClosedError) as error:
                 wait = backoff.failed()
+                if self._once_over(wait, f"cannot connect to {address}: {error}"):
+                    return
                 self._failed(f"cannot connect to {address}: {error}", wait)
                 gevent.sleep(wait)
                 continue
             backoff.connected()
             try:
-                self._serve(remote, address)
+                self._serve(remote, address, on_first=backoff.at_first)
+            except MovingBackError as error:
+                backoff.lost()  # to the first address, at once
+                logger.info("bridge %r: %s", config.name, error)
             except LinkClosedError as error:
                 if not self._stopping:
                     wait = backoff.lost()
+                    if self._once_over(wait, f"connection lost: {error}"):
+                        return
                     self._failed(f"connection lost: {error}", wait)
                     gevent.sleep(wait)
             except Exception:
@@ -145,13 +186,40 @@ class BridgeRunner:
             finally:
                 self._end_round()
 
+    def _once_over(self, wait: float, why: str) -> bool:
+        """With `start_type = "once"`: whether the bridge is done (its connection ended, or
+        a whole round of attempts failed: `wait` above 0), said in one line."""
+        if self.config.start_type != "once" or wait == 0:
+            return False
+        self.status.last_error = why
+        logger.warning(
+            "bridge %r: %s; start_type is once: no further attempt until the broker restarts",
+            self.config.name,
+            why,
+        )
+        return True
+
     def _failed(self, why: str, wait: float) -> None:
         self.status.last_error = why
         logger.warning("bridge %r: %s; next attempt in %.1f s", self.config.name, why, wait)
 
     def _connect_remote(self, address: str) -> Link:
+        try:
+            return self._connect_remote_once(address)
+        except RetainRefusedError:
+            # [MQTT-3.2.2-12]: a remote without retained messages refuses a retained will.
+            self._state_retained = False
+            logger.info(
+                "bridge %r: %s takes no retained messages: the bridge's state there is "
+                "published without the retain flag from now on",
+                self.config.name,
+                address,
+            )
+            return self._connect_remote_once(address)
+
+    def _connect_remote_once(self, address: str) -> Link:
         config = self.config
-        sock = open_remote(address, self._tls, config.connect_timeout)
+        sock = open_remote(address, self._tls, config.connect_timeout, config.bind_address)
         # From a 3.1.1 remote the plain acknowledgements are passed on as bytes.
         link = Link(
             sock,
@@ -181,9 +249,12 @@ class BridgeRunner:
             password=config.password.encode() if config.password else None,
             properties=properties,
             bridge=config.try_private,
-            will=None if state is None else Will(state, b"0", qos=1, retain=True),
+            will=None if state is None else Will(state, b"0", qos=1, retain=self._state_retained),
         )
         connack = link.handshake(connect, config.connect_timeout)
+        if connack.reason_code == RETAIN_NOT_SUPPORTED and state and self._state_retained:
+            link.close()
+            raise RetainRefusedError
         if connack.reason_code:
             link.close()
             raise ConnectError(
@@ -199,11 +270,18 @@ class BridgeRunner:
                 + ")"
             )
         self._window = session_window(config.max_inflight, connack.properties)
+        self._limits = RemoteLimits.of(
+            config.max_packet_size, config.outgoing_retain, connack.properties
+        )
         subscriptions = self._topics.remote_subscriptions()
         if subscriptions:
             self._subscribe(link, subscriptions, no_local=config.version >= 5)
+        stale = self._topics.remote_unsubscriptions()
+        if stale and config.attempt_unsubscribe:
+            link.unsubscribe(Unsubscribe(UNSUBSCRIBE_ID, stale), config.connect_timeout)
         if state is not None:
-            link.send([Publish(state, b"1", qos=0, retain=True)])
+            retain = self._state_retained and self._limits.retain
+            link.send([Publish(state, b"1", qos=0, retain=retain)])
         return link
 
     def _connect_local(self) -> Link:
@@ -244,7 +322,7 @@ class BridgeRunner:
             )
             for s in subscriptions
         ]
-        suback = link.request(Subscribe(1, entries), self.config.connect_timeout)
+        suback = link.request(Subscribe(SUBSCRIBE_ID, entries), self.config.connect_timeout)
         for entry, code in zip(entries, suback.reason_codes, strict=False):
             if code >= SUBACK_FAILURE:
                 logger.warning(
@@ -256,9 +334,9 @@ class BridgeRunner:
                     code,
                 )
 
-    def _serve(self, remote: Link, address: str) -> None:
+    def _serve(self, remote: Link, address: str, *, on_first: bool) -> None:
         local = self._connect_local()
-        relay = Relay(self._topics, self.config.version, self.counts)
+        relay = Relay(self._topics, self.config.version, self.counts, self._limits)
         self.status.connected = True
         self.status.connects += 1
         self.status.last_error = ""
@@ -270,12 +348,14 @@ class BridgeRunner:
             self.config.protocol_version,
             self.remote_client_id,
         )
-        workers: list[gevent.Greenlet[Any, str]] = [
+        workers: list[gevent.Greenlet[Any, str | MovingBackError]] = [
             gevent.spawn(self._until_closed, self._pump, local, remote, relay, True),
             gevent.spawn(self._until_closed, self._pump, remote, local, relay, False),
         ]
         if self.config.keepalive:
             workers.append(gevent.spawn(self._until_closed, self._keepalive, remote))
+        if not on_first and not self.config.round_robin:
+            workers.append(gevent.spawn(self._until_closed, self._watch_first, address))
         try:
             done = gevent.wait(workers, count=1)
         finally:
@@ -284,13 +364,17 @@ class BridgeRunner:
         assert isinstance(ended, gevent.Greenlet)
         if ended.exception is not None:
             raise ended.exception
+        if isinstance(ended.value, MovingBackError):
+            raise ended.value
         raise LinkClosedError(ended.value)
 
     @staticmethod
-    def _until_closed(work: Callable[..., None], *args: Any) -> str:
+    def _until_closed(work: Callable[..., None], *args: Any) -> str | MovingBackError:
         """Run `work` until its link closes; why it closed."""
         try:
             work(*args)
+        except MovingBackError as error:
+            return error
         except LinkClosedError as error:
             return str(error)
         return "a relay ended"
@@ -307,9 +391,38 @@ class BridgeRunner:
                         + _reason_string(packet.properties)
                     )
             relayed = handle(packets)
+            if from_local and relay.counts.too_large != self._too_large_logged[1]:
+                self._log_too_large(relay.counts.too_large)
             local, remote = (source, other) if from_local else (other, source)
             remote.send(relayed.to_remote)
             local.send(relayed.to_local)
+
+    def _log_too_large(self, count: int) -> None:
+        """One line a second at most about the messages dropped as too large."""
+        now = time.monotonic()
+        last_at, last_count = self._too_large_logged
+        if now - last_at < TOO_LARGE_LOG_INTERVAL:
+            return
+        self._too_large_logged = (now, count)
+        logger.warning(
+            "bridge %r: %d message(s) larger than %d bytes, the most %s takes, were dropped "
+            "(%d in all; raise max_packet_size, or the remote's maximum packet size)",
+            self.config.name,
+            count - last_count,
+            self._limits.max_packet_size,
+            self.status.address,
+            count,
+        )
+
+    def _watch_first(self, address: str) -> None:
+        """Connected to `address`, not the first: end the round once the first answers."""
+        first = self.config.addresses[0]
+        while True:
+            gevent.sleep(PRIMARY_RETRY)
+            if answers(first, self.config.connect_timeout, self.config.bind_address):
+                raise MovingBackError(
+                    f"the first address {first} answers again: leaving {address} for it"
+                )
 
     def _keepalive(self, remote: Link) -> None:
         interval = self.config.keepalive

@@ -52,6 +52,14 @@ class TopicMap:
         """What the bridge subscribes to at the remote broker: the incoming lines."""
         return _unique(Subscription(t.remote_prefix + t.pattern, t.qos) for t in self._in)
 
+    def remote_unsubscriptions(self) -> list[str]:
+        """The remote filters of the outgoing-only lines that no incoming line subscribes
+        to: a remote session kept from a configuration where they came in may still hold
+        them (Mosquitto's `bridge_attempt_unsubscribe`)."""
+        subscribed = {s.topic_filter for s in self.remote_subscriptions()}
+        stale = (t.remote_prefix + t.pattern for t in self._out if t.direction == "out")
+        return [f for f in dict.fromkeys(stale) if f not in subscribed]
+
     def to_remote(self, local_topic: str) -> str | None:
         """The remote name of a local topic going out; None: no outgoing line has it."""
         cache = self._to_remote

@@ -19,7 +19,7 @@ from bridge.config import (
 )
 from bridge.frames import RawPublish, is_plain_ack, split
 from bridge.placement import bridge_nodes, runner_node, runner_of
-from bridge.relay import Relay
+from bridge.relay import Relay, RemoteLimits
 from bridge.runner import session_window
 from bridge.topics import CACHED, Subscription, TopicMap
 from core.client import ClientInfo
@@ -91,6 +91,30 @@ def test_backoff_tries_every_address_then_waits_doubling_up_to_the_cap() -> None
     assert backoff.lost() == 1.0
     assert backoff.address == "a:1"
     assert backoff.failed() == 0.0  # a new schedule: the first round waits nothing within it
+
+
+def test_backoff_after_a_lost_connection_goes_back_to_the_first_address() -> None:
+    backoff = Backoff(("a:1", "b:2", "c:3"), first=1.0, cap=5.0, rng=lambda: 1.0)
+    assert backoff.failed() == 0.0
+    assert (backoff.address, backoff.at_first) == ("b:2", False)
+    backoff.connected()
+    assert not backoff.at_first  # connected to the second address
+    assert backoff.lost() == 1.0
+    assert (backoff.address, backoff.at_first) == ("a:1", True)
+
+
+def test_backoff_round_robin_goes_on_to_the_next_address_and_waits_after_a_whole_round() -> None:
+    backoff = Backoff(("a:1", "b:2", "c:3"), first=1.0, cap=5.0, rng=lambda: 1.0, round_robin=True)
+    assert backoff.failed() == 0.0
+    backoff.connected()  # to b:2
+    assert backoff.lost() == 1.0
+    assert backoff.address == "c:3"
+    assert backoff.failed() == 0.0  # c:3, then a:1 within the round that began at c:3
+    assert backoff.address == "a:1"
+    assert backoff.failed() == 0.0
+    assert backoff.address == "b:2"
+    assert backoff.failed() == 1.0  # all three refused: the round's wait
+    assert backoff.address == "c:3"
 
 
 def test_backoff_jitter_is_between_half_and_the_whole_wait() -> None:
@@ -170,6 +194,57 @@ def test_relay_passes_each_qos_flow_with_the_same_packet_ids() -> None:
     assert relay.counts.sent == 1
 
 
+def test_the_outgoing_only_lines_are_unsubscribed_at_the_remote_unless_one_comes_in() -> None:
+    lines = _map(
+        TopicConfig("a/#", "out", 1, "", "r/"),
+        TopicConfig("a/#", "out", 2, "", "r/"),  # the same remote filter once
+        TopicConfig("b/#", "out", 1),
+        TopicConfig("b/#", "in", 1),  # subscribed: not unsubscribed
+        TopicConfig("c/#", "both", 1),
+    )
+    assert lines.remote_unsubscriptions() == ["r/a/#"]
+
+
+def test_relay_bounds_what_goes_out_by_what_the_remote_takes() -> None:
+    # The bridge's bound and a 5.0 remote's Maximum Packet Size: the smaller counts.
+    limits = RemoteLimits.of(0, True, {PropertyId.MAXIMUM_PACKET_SIZE: 60})
+    assert limits == RemoteLimits(60, True)
+    assert RemoteLimits.of(40, True, {PropertyId.MAXIMUM_PACKET_SIZE: 60}).max_packet_size == 40
+    assert RemoteLimits.of(0, True, {}) == RemoteLimits(0, True)  # no bound at all
+    # Retain Available 0 [MQTT-3.2.2-14], or outgoing_retain = false, clears the flag.
+    assert not RemoteLimits.of(0, True, {PropertyId.RETAIN_AVAILABLE: 0}).retain
+    assert not RemoteLimits.of(0, False, {}).retain
+    for version in (4, 5):
+        relay = Relay(_map(TopicConfig("#", "out", 2)), version, limits=limits)
+        small = Publish("t", b"x" * 10, 1, True, False, 1)
+        large = Publish("t", b"x" * 100, 1, True, False, 2)
+        large2 = Publish("t", b"x" * 100, 2, False, False, 3)
+        sent = [small, large, large2]
+        out = relay.from_local(_as_read(sent, version))
+        # Too large [MQTT-3.2.2-15]: acknowledged here as if sent [MQTT-3.1.2-25].
+        assert out.to_local == [PubAck(2), PubRec(3)]
+        assert relay.from_local([PubRel(3)]).to_local == [PubComp(3)]
+        assert [_decoded(p, version) for p in out.to_remote] == [small]
+        assert (relay.counts.sent, relay.counts.too_large) == (1, 2)
+    cleared = Relay(_map(TopicConfig("#", "out", 1)), 4, limits=RemoteLimits(0, False))
+    (frame,) = cleared.from_local(_as_read([Publish("t", b"r", 1, True, False, 4)], 4)).to_remote
+    assert _decoded(frame, 4) == Publish("t", b"r", 1, False, False, 4)
+
+
+def _as_read(packets: list[Publish], remote_version: int) -> list[RawPublish | Publish]:
+    """What the local link of a bridge to a `remote_version` remote reads of `packets`."""
+    if remote_version >= 5:
+        return list(packets)
+    frames, _end = split(b"".join(encode(p, 5) for p in packets), 1 << 20)
+    return [f for f in frames if isinstance(f, RawPublish)]
+
+
+def _decoded(packet: object, version: int) -> object:
+    if isinstance(packet, bytes):
+        (packet,) = PacketDecoder(1 << 20, protocol_version=version).feed(packet)
+    return packet
+
+
 def test_relay_acknowledges_what_no_line_maps() -> None:
     relay = Relay(_map(TopicConfig("up/#", "out", 2)), remote_version=5)
     unmapped = [Publish("other", b"", 1, packet_id=3), Publish("x", b"", 2, packet_id=4)]
@@ -240,6 +315,11 @@ def test_configuration_reads_a_bridge_and_resolves_files() -> None:
         '[[bridges.topics]]\npattern = "t/#"\ndirection = "both"\nqos = 1\n'
     )
     assert bridge.cafile == "/etc/broker/ca.pem" and bridge.uses_tls and bridge.version == 4
+    (bridge,) = _bridges(  # type: ignore[misc]
+        '[[bridges]]\nname = "cloud"\naddresses = ["h:8883"]\ncapath = "certs"\n'
+        '[[bridges.topics]]\npattern = "t/#"\n'
+    )
+    assert bridge.capath == "/etc/broker/certs" and bridge.uses_tls  # a capath turns TLS on
 
 
 def test_the_state_topic_is_named_after_the_bridge_here_and_its_client_id_at_the_remote() -> None:
@@ -311,6 +391,11 @@ def test_the_window_is_the_bridges_own_lowered_to_a_5_remotes_receive_maximum() 
         ('name = "a"\naddresses = ["h:1"]\nprotocol_version = "4"', "protocol_version"),
         ('name = "a"\naddresses = ["h:1"]\nnotification_topic = "s/+"', "notification_topic"),
         ('name = "a"\naddresses = ["h:1"]\nnotifications = "yes"', "notifications must be bool"),
+        ('name = "a"\naddresses = ["h:1"]\nbind_address = "eth0"', "bind_address must be an IP"),
+        ('name = "a"\naddresses = ["h:1"]\nstart_type = "lazy"', "start_type must be one of"),
+        ('name = "a"\naddresses = ["h:1"]\nmax_packet_size = -1', "max_packet_size must be"),
+        ('name = "a"\naddresses = ["h:1"]\ntls_version = "tlsv1.2"', "need tls = true"),
+        ('name = "a"\naddresses = ["h:1"]\ntls = true\ntls_version = "tlsv1.1"', "RFC 8996"),
     ],
 )
 def test_configuration_errors_name_the_key(text: str, message: str) -> None:
