@@ -23,7 +23,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TLS_FILES = ("cafile", "capath", "certfile", "keyfile")
 # Mosquitto's `bridge_tls_version` values this broker offers; each pins that one version.
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
-START_TYPES = ("automatic", "once")
+START_TYPES = ("automatic", "lazy", "once")
 # The default in-flight window toward the remote broker. Wide when no outgoing line carries
 # QoS 2: every hop of a message costs this broker a turn of its event loop, and a window of
 # 20 (Mosquitto's) spends those turns on a few messages each. Narrow with a QoS 2 line: a
@@ -65,7 +65,12 @@ class BridgeConfig:
     # all are equals, a lost connection tries the next one (Mosquitto's `round_robin`)
     round_robin: bool = False
     bind_address: str = ""  # the local IP address the connections leave from; "": any
-    start_type: str = "automatic"  # "once": not started again once its connection is lost
+    # "automatic": connected while the broker runs; "once": not started again once its
+    # connection ended; "lazy": connected once `threshold` messages wait for the remote, and
+    # disconnected after `idle_timeout` seconds in which no message crossed either way
+    start_type: str = "automatic"
+    threshold: int = 10
+    idle_timeout: float = 60.0
     # Unsubscribe at the remote from the outgoing-only lines' filters once connected (a
     # remote session may hold them from when they came in): Mosquitto's
     # `bridge_attempt_unsubscribe`
@@ -292,8 +297,10 @@ def _check_connection(where: str, bridge: BridgeConfig) -> None:
     if bridge.start_type not in START_TYPES:
         raise BridgeConfigError(
             f"{where}: start_type must be one of {', '.join(START_TYPES)}, got "
-            f"{bridge.start_type!r} (Mosquitto's `lazy` is not offered: docs/configuration.md)"
+            f"{bridge.start_type!r}"
         )
+    if bridge.threshold < 1 or bridge.idle_timeout <= 0:
+        raise BridgeConfigError(f"{where}: threshold must be 1 or more, idle_timeout above 0")
     if bridge.connect_timeout <= 0:
         raise BridgeConfigError(f"{where}: connect_timeout must be above 0 seconds")
     if bridge.notification_topic:

@@ -14,22 +14,25 @@ the bridge's queue bound (`queue_max_messages` / `queue_max_bytes`, oldest dropp
 and logged at most once per second as any session's).
 
 Every failed attempt is one WARNING line saying why and when the next one comes
-(`bridge.backoff`). Connected to another address than the first (unless `round_robin`),
-a fourth greenlet checks every `PRIMARY_RETRY` seconds whether the first one takes a TCP
-connection and, once it does, ends the round to move back to it, as Mosquitto's bridge
-does. With `start_type = "once"` the bridge does not start over once its connection ended
-or every address failed. A message larger than the remote takes is dropped by the relay,
-one WARNING line a second at most saying how many (`bridge.relay`, "too_large"). A remote
-that takes no retained messages refuses a retained will (CONNACK 0x9A [MQTT-3.2.2-12]): the
-bridge connects again at once with the will and its state there not retained. The
-state is `$SYS/broker/connection/<name>/state`, retained, 1 while
-connected, 0 otherwise, and at the remote, as Mosquitto's bridges do, the same under the
-bridge's client id there: its will says 0, and 1 is published once connected
+(`bridge.backoff`). Connected to another address than the first (unless `round_robin`), a
+fourth greenlet checks every `PRIMARY_RETRY` seconds whether the first one takes a TCP
+connection and, once it does, ends the round to move back to it, as Mosquitto's bridge does.
+With `start_type = "once"` the bridge does not start over once its connection ended or every
+address failed; with `"lazy"` it connects only once `threshold` messages wait in its session
+(looked at every `LAZY_CHECK` seconds), and a further greenlet ends the round, cleanly, once
+no message crossed for `idle_timeout` seconds. A message larger than the remote takes is
+dropped by the relay, one WARNING line a second at most saying how many (`bridge.relay`,
+"too_large"). A remote that takes no retained messages refuses a retained will (CONNACK 0x9A
+[MQTT-3.2.2-12]): the bridge connects again at once with the will and its state there not
+retained. The state is `$SYS/broker/connection/<name>/state`, retained, 1 while connected, 0
+otherwise, and at the remote, as Mosquitto's bridges do, the same under the bridge's client
+id there: its will says 0, and 1 is published once connected
 (`notifications`, `notifications_local_only`, `notification_topic`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import time
@@ -56,6 +59,7 @@ logger = logging.getLogger(__name__)
 KEEPALIVE_GRACE = 1.5  # the remote is given up after this many keep-alive periods of silence
 PRIMARY_RETRY = 5.0  # seconds between the checks of the first address (Mosquitto's 5)
 TOO_LARGE_LOG_INTERVAL = 1.0  # seconds between the lines about messages too large
+LAZY_CHECK = 1.0  # seconds between a lazy bridge's looks at its session and its traffic
 SUBACK_FAILURE = 0x80
 # The packet ids of the bridge's own requests at the remote, each answered before the relay
 # passes on the local session's PUBLISHes, whose ids are then free [MQTT-2.2.1-3]
@@ -80,8 +84,16 @@ class RetainRefusedError(ConnectError):
     """The remote refused the CONNECT for its retained will: it takes no retained messages."""
 
 
-class MovingBackError(LinkClosedError):
+class RoundEndError(LinkClosedError):
+    """The bridge ends the round itself (not a failure)."""
+
+
+class MovingBackError(RoundEndError):
     """The first address answers again: the round ends to connect to it."""
+
+
+class IdleError(RoundEndError):
+    """A lazy bridge saw no message cross for `idle_timeout` seconds."""
 
 
 class BridgeRunner:
@@ -92,6 +104,7 @@ class BridgeRunner:
         config: BridgeConfig,
         *,
         open_local: Callable[[], Any],
+        waiting: Callable[[], int | None],
         tls: ssl.SSLContext | None,
         node_name: str,
         report_state: Callable[[str, bool], None],
@@ -102,6 +115,9 @@ class BridgeRunner:
         self.client_id = BRIDGE_CLIENT_PREFIX + config.name
         self.remote_client_id = config.client_id or f"{node_name}.{config.name}"
         self._open_local = open_local
+        # The messages waiting in the local session for the remote (None: the session is
+        # not on this worker), for a lazy bridge
+        self._waiting = waiting
         self._tls = tls
         self._report_state = report_state
         self._max_packet_size = max_packet_size
@@ -156,6 +172,8 @@ class BridgeRunner:
             round_robin=config.round_robin,
         )
         while not self._stopping:
+            if config.start_type == "lazy" and not self._await_threshold():
+                return  # stopped while waiting
             address = backoff.address
             self.status.address = address
             try:
@@ -173,6 +191,16 @@ class BridgeRunner:
             except MovingBackError as error:
                 backoff.lost()  # to the first address, at once
                 logger.info("bridge %r: %s", config.name, error)
+            except IdleError as error:
+                backoff.lost()  # the next round starts from the first address
+                self._leave()
+                logger.info(
+                    "bridge %r: %s: disconnected until %d messages wait for the remote "
+                    "(start_type lazy)",
+                    config.name,
+                    error,
+                    config.threshold,
+                )
             except LinkClosedError as error:
                 if not self._stopping:
                     wait = backoff.lost()
@@ -198,6 +226,58 @@ class BridgeRunner:
             why,
         )
         return True
+
+    def _await_threshold(self) -> bool:
+        """A lazy bridge: wait until `threshold` messages wait for the remote in the local
+        session (False: the bridge was stopped meanwhile). A session that does not exist
+        yet is made first (an in-process connection and its subscriptions, no remote), so
+        that messages queue for the bridge; one that is not on this worker is brought here
+        by connecting at once."""
+        if self._waiting() is None:
+            self._make_local_session()
+        while True:
+            if self._stopping:
+                return False
+            waiting = self._waiting()
+            if waiting is None or waiting >= self.config.threshold:
+                break
+            gevent.sleep(LAZY_CHECK)
+        logger.info(
+            "bridge %r: %s messages wait for the remote (threshold %d): connecting "
+            "(start_type lazy)",
+            self.config.name,
+            "its session's" if waiting is None else waiting,
+            self.config.threshold,
+        )
+        return True
+
+    def _make_local_session(self) -> None:
+        try:
+            self._connect_local().close(Disconnect())
+        except LinkClosedError as error:
+            logger.warning(
+                "bridge %r: could not make its session here: %s", self.config.name, error
+            )
+        finally:
+            self._links.clear()
+
+    def _leave(self) -> None:
+        """End the round cleanly: the state "0" at the remote (a DISCONNECT keeps the will
+        from saying it), then DISCONNECT on both sides."""
+        state = self._remote_state_topic()
+        if self._links and state is not None:
+            retain = self._state_retained and self._limits.retain
+            with contextlib.suppress(LinkClosedError):
+                self._links[0].send([Publish(state, b"0", qos=0, retain=retain)])
+        for link in self._links:
+            link.close(Disconnect())
+
+    def _remote_state_topic(self) -> str | None:
+        """Where the bridge's state goes at the remote; None: not there."""
+        config = self.config
+        if config.notifications and not config.notifications_local_only:
+            return config.state_topic(self.remote_client_id)
+        return None
 
     def _failed(self, why: str, wait: float) -> None:
         self.status.last_error = why
@@ -237,9 +317,7 @@ class BridgeRunner:
         # Mosquitto's remote notifications: the remote publishes "0" when the bridge goes,
         # and the bridge says "1" once connected (QoS 0: the relay's packet ids at the
         # remote are the local session's).
-        state = None
-        if config.notifications and not config.notifications_local_only:
-            state = config.state_topic(self.remote_client_id)
+        state = self._remote_state_topic()
         connect = Connect(
             client_id=self.remote_client_id,
             protocol_version=config.version,
@@ -348,7 +426,7 @@ class BridgeRunner:
             self.config.protocol_version,
             self.remote_client_id,
         )
-        workers: list[gevent.Greenlet[Any, str | MovingBackError]] = [
+        workers: list[gevent.Greenlet[Any, str | RoundEndError]] = [
             gevent.spawn(self._until_closed, self._pump, local, remote, relay, True),
             gevent.spawn(self._until_closed, self._pump, remote, local, relay, False),
         ]
@@ -356,6 +434,8 @@ class BridgeRunner:
             workers.append(gevent.spawn(self._until_closed, self._keepalive, remote))
         if not on_first and not self.config.round_robin:
             workers.append(gevent.spawn(self._until_closed, self._watch_first, address))
+        if self.config.start_type == "lazy":
+            workers.append(gevent.spawn(self._until_closed, self._watch_idle))
         try:
             done = gevent.wait(workers, count=1)
         finally:
@@ -364,16 +444,16 @@ class BridgeRunner:
         assert isinstance(ended, gevent.Greenlet)
         if ended.exception is not None:
             raise ended.exception
-        if isinstance(ended.value, MovingBackError):
+        if isinstance(ended.value, RoundEndError):
             raise ended.value
         raise LinkClosedError(ended.value)
 
     @staticmethod
-    def _until_closed(work: Callable[..., None], *args: Any) -> str | MovingBackError:
+    def _until_closed(work: Callable[..., None], *args: Any) -> str | RoundEndError:
         """Run `work` until its link closes; why it closed."""
         try:
             work(*args)
-        except MovingBackError as error:
+        except RoundEndError as error:
             return error
         except LinkClosedError as error:
             return str(error)
@@ -423,6 +503,21 @@ class BridgeRunner:
                 raise MovingBackError(
                     f"the first address {first} answers again: leaving {address} for it"
                 )
+
+    def _watch_idle(self) -> None:
+        """A lazy bridge: end the round once no message crossed for `idle_timeout` s."""
+        timeout = self.config.idle_timeout
+        counts = self.counts
+        crossed = (counts.sent, counts.received)
+        quiet_since = time.monotonic()
+        while True:
+            gevent.sleep(min(LAZY_CHECK, timeout / 2))
+            now = time.monotonic()
+            if (counts.sent, counts.received) != crossed:
+                crossed = (counts.sent, counts.received)
+                quiet_since = now
+            elif now - quiet_since >= timeout:
+                raise IdleError(f"no message crossed for {timeout:g} s")
 
     def _keepalive(self, remote: Link) -> None:
         interval = self.config.keepalive

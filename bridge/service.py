@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from actors.context import BrokerContext
+from actors.figures import session_state
 from bridge.config import BridgeConfig
 from bridge.local_link import bridge_endpoint, bridge_settings, open_local
 from bridge.placement import bridge_nodes, runner_node, runner_of
@@ -51,9 +52,17 @@ class Bridges:
             def connect(name: str = bridge.name) -> Any:
                 return open_local(name, context, endpoint, settings)
 
+            def waiting(client_id: str = BRIDGE_CLIENT_PREFIX + bridge.name) -> int | None:
+                session = context.registry.sessions.get(client_id)
+                state = None if session is None else session_state(session)
+                if state is None:
+                    return None
+                return len(state.inflight) + (len(state.queue) if state.queue else 0)
+
             self.runners[bridge.name] = BridgeRunner(
                 bridge,
                 open_local=connect,
+                waiting=waiting,
                 tls=client_context(bridge),
                 # The remote client id's default prefix: in a cluster the cluster's name,
                 # so the remote keeps one session per bridge whichever node runs it.

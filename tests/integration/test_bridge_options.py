@@ -225,3 +225,35 @@ def test_a_line_turned_from_in_to_out_is_unsubscribed_at_the_remote(
     finally:
         assert broker.stop() == 0, broker.log()
         remote.stop()
+
+
+def test_a_lazy_bridge_connects_at_its_threshold_and_leaves_when_idle(tmp_path: Path) -> None:
+    remote = start_mosquitto(tmp_path)
+    lazy = 'start_type = "lazy"\nthreshold = 3\nidle_timeout = 2.0'
+    broker = start_broker(tmp_path, bridge_config(remote.port, UP, lazy))
+    try:
+        far = PahoCollector(remote, unique("far"))
+        far.subscribe("plant/up/#", 1)
+        near = PahoCollector(broker, unique("near"))
+        wait_for_log(broker, "client '$bridge/m' (bridge:m) disconnected", timeout=15)
+        for number in (1, 2):  # below the threshold: they wait
+            near.publish("site7/up/a", b"%d" % number, 1)
+        time.sleep(2.0)  # two looks at the session
+        assert CONNECTED not in broker.log()
+        assert "New bridge connected" not in remote.log()
+        near.publish("site7/up/a", b"3", 1)
+        assert [m.payload for m in drain(far, 3)] == [b"1", b"2", b"3"]
+        assert "3 messages wait for the remote (threshold 3)" in broker.log()
+        wait_for_log(broker, "no message crossed for 2 s", timeout=10)
+        state = PahoCollector(remote, unique("state"))
+        state.subscribe("$SYS/broker/connection/broker@127.0.0.1.m/state", 1)
+        assert state.next_message(5).payload == b"0"  # said before its DISCONNECT
+        for number in (4, 5, 6):
+            near.publish("site7/up/a", b"%d" % number, 1)
+        assert [m.payload for m in drain(far, 3)] == [b"4", b"5", b"6"]
+        assert broker.log().count(CONNECTED) == 2
+        for client in (far, near, state):
+            client.close()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
