@@ -126,6 +126,7 @@ class BridgeRunner:
         self.status = BridgeStatus(config.name)
         self.counts = RelayCounts()  # since start, over every connection
         self._links: list[Link] = []
+        self._remote: Link | None = None  # this round's link to the remote, once open
         # The window toward the remote of this round: `max_inflight`, capped by the Receive
         # Maximum of a 5.0 remote [MQTT-3.3.4-7]; the local session's Receive Maximum.
         self._window = config.max_inflight
@@ -149,15 +150,14 @@ class BridgeRunner:
         self._greenlet = gevent.spawn(self._run)
 
     def stop(self, timeout: float = 3.0) -> None:
-        """End the bridge: DISCONNECT both connections (the local session stays, offline).
-        Waits up to `timeout` seconds for the round to end; never blocks the caller's
-        greenlet longer."""
+        """End the bridge: its state "0" at the remote, then DISCONNECT on both connections
+        (the local session stays, offline). Waits up to `timeout` seconds for the round to
+        end; never blocks the caller's greenlet longer."""
         greenlet, self._greenlet = self._greenlet, None
         if greenlet is None:
             return
         self._stopping = True
-        for link in self._links:
-            link.close(Disconnect())
+        self._leave()
         greenlet.join(timeout)
         greenlet.kill(block=False)  # its round's end said "0" if it was connected
 
@@ -179,6 +179,7 @@ class BridgeRunner:
             try:
                 remote = self._connect_remote(address)
             except (ConnectError, LinkClosedError) as error:
+                self._end_round()  # closes the attempt's socket, if it got one
                 wait = backoff.failed()
                 if self._once_over(wait, f"cannot connect to {address}: {error}"):
                     return
@@ -265,10 +266,10 @@ class BridgeRunner:
         """End the round cleanly: the state "0" at the remote (a DISCONNECT keeps the will
         from saying it), then DISCONNECT on both sides."""
         state = self._remote_state_topic()
-        if self._links and state is not None:
+        if self._remote is not None and state is not None:
             retain = self._state_retained and self._limits.retain
             with contextlib.suppress(LinkClosedError):
-                self._links[0].send([Publish(state, b"0", qos=0, retain=retain)])
+                self._remote.send([Publish(state, b"0", qos=0, retain=retain)])
         for link in self._links:
             link.close(Disconnect())
 
@@ -309,6 +310,7 @@ class BridgeRunner:
             raw_acks=config.version < 5,
         )
         self._links.append(link)
+        self._remote = link
         properties: dict[int, Any] = {}
         if config.version >= 5:
             properties[PropertyId.RECEIVE_MAXIMUM] = self._receive_maximum
@@ -536,6 +538,7 @@ class BridgeRunner:
         for link in self._links:
             link.close()
         self._links.clear()
+        self._remote = None
         if self.status.connected:
             self.status.connected = False
             self._report_state(self.config.name, False)

@@ -285,9 +285,13 @@ def test_state_topic_says_connected(tmp_path: Path) -> None:
         remote.stop()
 
 
-@pytest.mark.parametrize("local_only", [False, True], ids=["notifications", "local-only"])
+@pytest.mark.parametrize(
+    ("local_only", "stop"),
+    [(False, "kill"), (False, "stop"), (True, "kill")],
+    ids=["notifications-killed", "notifications-stopped", "local-only"],
+)
 def test_the_remote_hears_the_bridges_state_as_from_a_mosquitto_bridge(
-    tmp_path: Path, local_only: bool
+    tmp_path: Path, local_only: bool, stop: str
 ) -> None:
     remote = start_mosquitto(tmp_path)
     far = PahoCollector(remote, unique("far"))
@@ -304,7 +308,10 @@ def test_the_remote_hears_the_bridges_state_as_from_a_mosquitto_bridge(
             return
         message = far.next_message(10)
         assert (message.topic, message.payload) == ("$SYS/broker/connection/edge-3.m/state", b"1")
-        kill_node(broker)  # every process at once: the remote publishes the bridge's will
+        if stop == "kill":
+            kill_node(broker)  # every process at once: the remote publishes the bridge's will
+        else:
+            assert broker.stop() == 0, broker.log()  # a DISCONNECT: no will, "0" said first
         message = far.next_message(10)
         assert (message.topic, message.payload) == ("$SYS/broker/connection/edge-3.m/state", b"0")
         late = PahoCollector(remote, unique("late"))
