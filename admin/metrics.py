@@ -69,6 +69,12 @@ class BridgeCollector(Collector):
             "Messages dropped from the bridge's session (past its queue bound, or expired).",
             labels=labels,
         )
+        too_large = CounterMetricFamily(
+            f"{PREFIX}_bridge_messages_too_large",
+            "Messages not forwarded: larger than the remote takes (max_packet_size, or its "
+            "Maximum Packet Size).",
+            labels=labels,
+        )
         for row in rows:
             name = [row["name"]]
             connected.add_metric(name, 1 if row["connected"] else 0)
@@ -76,7 +82,8 @@ class BridgeCollector(Collector):
             sent.add_metric(name, row.get("sent", 0))
             received.add_metric(name, row.get("received", 0))
             dropped.add_metric(name, row.get("dropped", 0))
-        return iter([connected, queued, sent, received, dropped])
+            too_large.add_metric(name, row.get("too_large", 0))
+        return iter([connected, queued, sent, received, dropped, too_large])
 
 
 class NodeLabelled(Collector):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_bridges import CONNECTED, bridge_config, drain, topic
-from tests.support.admin import free_port
+from tests.support.admin import Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import start_broker
 from tests.support.clients import PahoCollector, unique
@@ -81,7 +81,9 @@ def test_a_message_larger_than_the_remote_takes_is_dropped_and_the_rest_goes_on(
 ) -> None:
     remote = start_mosquitto(tmp_path, extra=remote_extra)
     extra = f'protocol_version = "{version}"\n{bridge_extra}'
-    broker = start_broker(tmp_path, bridge_config(remote.port, UP, extra))
+    port = free_port()
+    broker = start_broker(tmp_path, bridge_config(remote.port, UP, extra) + http_config(port))
+    admin = Admin(broker, port)
     try:
         wait_for_log(broker, CONNECTED, timeout=15)
         far = PahoCollector(remote, unique("far"))
@@ -94,6 +96,10 @@ def test_a_message_larger_than_the_remote_takes_is_dropped_and_the_rest_goes_on(
         line = wait_for_log(broker, "larger than 200 bytes", timeout=5)
         assert "1 message(s)" in line and "max_packet_size" in line, line
         assert "connection lost" not in broker.log()  # the remote never had it to refuse
+        (row,) = admin.get("/api/v1/bridges")["data"]
+        assert (row["too_large"], row["sent"]) == (1, 2), row
+        metrics = admin.request("GET", "/metrics").body.decode()
+        assert 'bridge_messages_too_large_total{bridge="m"} 1.0' in metrics, metrics
         far.close()
         near.close()
     finally:
