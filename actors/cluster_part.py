@@ -5,7 +5,7 @@ cluster package itself."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,10 +38,10 @@ class ClusterPart(Protocol):
         (share groups stay on their node), and what they had forwarded to the node's
         previous life and never saw confirmed reaches it (`cluster.restored_sessions`)."""
 
-    def rehosted_route(self, topic_filter: str, client_id: str, route: Route) -> None:
+    def rehosted_session(self, client_id: str, routes: Sequence[tuple[str, Route]]) -> None:
         """A pool's worker re-hosted, from the store, a session of another worker that died
-        alone: it subscribes to `topic_filter` (`route`, already routed), and what other
-        nodes give the dead worker's next life reaches it too."""
+        alone: it subscribes to each filter of `routes` (with its route, already routed),
+        and what other nodes give the dead worker's next life reaches it too."""
 
     def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:
         """A pool worker's: `relay` hands the other workers of the pool what another node

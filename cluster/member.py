@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -486,9 +486,13 @@ class ClusterMember:
         if self._relay is not None:
             self._relay(frame.messages)
 
-    def rehosted_route(self, topic_filter: str, client_id: str, route: Route) -> None:
-        if not reads_local_only(topic_filter) and not is_shared(topic_filter):
-            self.restored.add(topic_filter, client_id, route)
+    def rehosted_session(self, client_id: str, routes: Sequence[tuple[str, Route]]) -> None:
+        waits = False
+        for topic_filter, route in routes:
+            if not reads_local_only(topic_filter) and not is_shared(topic_filter):
+                self.restored.add(topic_filter, client_id, route)
+                waits = True
+        if waits:
             self._settle_restored_later(REHOST_WAIT)
 
     def _settle_restored_later(self, more: float = 0.0) -> None:

@@ -330,8 +330,7 @@ class PoolBroker(Broker):
         """`session` runs, adopted in round `adoption` with its `routes`."""
         self.node.adoptions.add(adoption, client_id, session, subscriptions)
         if self.cluster is not None:
-            for topic_filter, route in routes:
-                self.cluster.rehosted_route(topic_filter, client_id, route)
+            self.cluster.rehosted_session(client_id, routes)
 
     def start_stored_session(
         self, client_id: str, stored: StoredSession, moving: Arriving | None = None
