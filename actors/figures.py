@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actors.session_peek import session_state
 from core.backend_figures import all_backends
 from core.latency import LatencyHistogram
 from core.reasons import DropReason
-from core.session_state import SessionState
 
 if TYPE_CHECKING:
     from actors.view import BrokerView
@@ -85,17 +85,6 @@ class Figures:
     cpu_seconds: float = 0.0  # in a pool: the sum over the workers, as rss_bytes
     rss_bytes: int = 0
     usage: list[WorkerUsage] = field(default_factory=list)  # per worker process
-
-
-def session_state(session: Any) -> SessionState | None:
-    """The state of a live session actor, read in place (None once it stopped).
-
-    Reads pykka's weak reference from the ActorRef to its actor (pykka is pinned, and
-    actors/runtime.py relies on its internals already): asking every session for a copy
-    would put one message per session in the loop on every scrape.
-    """
-    actor = session._actor_weakref()
-    return None if actor is None else actor.state
 
 
 def read_figures(broker: BrokerView) -> Figures:

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.context import ConnectedClient
-from actors.figures import figures_to_wire, read_figures, session_state
+from actors.figures import figures_to_wire, read_figures
 from actors.messages import CloseConnection
 from actors.runtime import tell_if_alive
+from actors.session_peek import messages_waiting, session_state
 from core.reasons import DisconnectReason
 from mqtt.topics import matches
 
@@ -221,10 +222,7 @@ def bridges(broker: BrokerView, _query: dict[str, Any]) -> Rows:
         if not runner.running:
             continue
         session = sessions.get(runner.client_id)
-        state = session_state(session) if session is not None else None
-        waiting = 0
-        if state is not None:
-            waiting = len(state.inflight) + (len(state.queue) if state.queue else 0)
+        waiting = (messages_waiting(session) if session is not None else None) or 0
         status, counts = runner.status, runner.counts
         rows.append(
             {

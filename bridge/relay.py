@@ -29,7 +29,10 @@ but acknowledged to the local session as if the remote had taken it, as a server
 packet too large for its client [MQTT-3.1.2-25], and counted in `too_large`: sent, the
 remote would close the connection, and the resend after the reconnect would stop the
 bridge for good. The retain flag is cleared on the way out without `outgoing_retain`, or
-when a 5.0 remote says Retain Available 0 [MQTT-3.2.2-14].
+when a 5.0 remote says Retain Available 0 [MQTT-3.2.2-14]. A PUBLISH above a 5.0 remote's
+Maximum QoS goes at that QoS [MQTT-3.2.2-11]: at QoS 0 the local flow is acknowledged here
+at once; a QoS 2 message sent at QoS 1 has the remote's PUBACK passed on as the PUBREC the
+local session waits for, and its PUBREL answered here.
 """
 
 from __future__ import annotations
@@ -70,11 +73,12 @@ class RelayCounts:
 
 @dataclass(frozen=True, slots=True)
 class RemoteLimits:
-    """What one connection's remote takes: the largest packet (0: no bound) and whether
-    the retain flag may be set."""
+    """What one connection's remote takes: the largest packet (0: no bound), whether the
+    retain flag may be set, and the highest QoS."""
 
     max_packet_size: int = 0
     retain: bool = True
+    max_qos: int = 2
 
     @classmethod
     def of(
@@ -85,13 +89,21 @@ class RemoteLimits:
         remote_size: int = connack.get(PropertyId.MAXIMUM_PACKET_SIZE, 0)
         sizes = [size for size in (max_packet_size, remote_size) if size]
         retain = outgoing_retain and connack.get(PropertyId.RETAIN_AVAILABLE, 1) == 1
-        return cls(min(sizes) if sizes else 0, retain)
+        max_qos: int = connack.get(PropertyId.MAXIMUM_QOS, 2)
+        return cls(min(sizes) if sizes else 0, retain, max_qos)
 
 
 class Relay:
     """One bridge's relay between its local session (5.0) and a remote of `remote_version`."""
 
-    __slots__ = ("_limits", "_refused", "_remote_version", "_topics", "counts")
+    __slots__ = (
+        "_limits",
+        "_qos2_as_qos1",
+        "_released_here",
+        "_remote_version",
+        "_topics",
+        "counts",
+    )
 
     def __init__(
         self,
@@ -103,9 +115,13 @@ class Relay:
         self._topics = topics
         self._remote_version = remote_version
         self._limits = limits
-        # Out: QoS 2 ids the remote refused in its PUBREC (5.0, code >= 0x80): it ends that
-        # flow [MQTT-4.3.3-13], so the local session's PUBREL is answered here.
-        self._refused: set[int] = set()
+        # Out: QoS 2 ids whose local PUBREL is answered here: the remote refused them in its
+        # PUBREC (5.0, code >= 0x80), which ends that flow [MQTT-4.3.3-13], or took them at
+        # a lower QoS
+        self._released_here: set[int] = set()
+        # Out: QoS 2 ids sent at QoS 1 (a 5.0 remote's Maximum QoS 1): their PUBACK stands
+        # for the PUBREC the local session waits for
+        self._qos2_as_qos1: set[int] = set()
         self.counts = counts if counts is not None else RelayCounts()
 
     def from_local(self, packets: Sequence[Packet | RawPublish | bytes]) -> Relayed:
@@ -117,8 +133,8 @@ class Relay:
                 self._outgoing_raw(packet, out)
             elif type(packet) is Publish:
                 self._outgoing(packet, out)
-            elif type(packet) is PubRel and packet.packet_id in self._refused:
-                self._refused.discard(packet.packet_id)
+            elif type(packet) is PubRel and packet.packet_id in self._released_here:
+                self._released_here.discard(packet.packet_id)
                 out.to_local.append(PubComp(packet.packet_id))
             elif isinstance(packet, PubAck | PubRec | PubRel | PubComp):
                 out.to_remote.append(_ack(packet, self._remote_version))
@@ -133,8 +149,12 @@ class Relay:
                 out.to_local.append(packet)
             elif type(packet) is Publish:
                 self._incoming(packet, out)
+            elif type(packet) is PubAck and packet.packet_id in self._qos2_as_qos1:
+                self._qos2_as_qos1.discard(packet.packet_id)
+                self._released_here.add(packet.packet_id)
+                out.to_local.append(PubRec(packet.packet_id, packet.reason_code))
             elif type(packet) is PubRec and packet.reason_code >= _SUCCESS_LIMIT:
-                self._refused.add(packet.packet_id)
+                self._released_here.add(packet.packet_id)
                 out.to_local.append(PubRec(packet.packet_id, packet.reason_code))
             elif isinstance(packet, PubAck | PubRec | PubRel | PubComp):
                 out.to_local.append(_ack(packet, 5))
@@ -147,12 +167,21 @@ class Relay:
             self._drop(packet.qos, packet.packet_id or 0, out)
             return
         limits = self._limits
-        renamed = _renamed(packet, topic, self._remote_version, limits.retain)
-        if not limits.max_packet_size:
-            self.counts.sent += 1
-            out.to_remote.append(renamed)
-            return
-        self._send_within(encode(renamed, self._remote_version), packet.qos, renamed.packet_id, out)
+        renamed = _renamed(packet, topic, self._remote_version, limits.retain, limits.max_qos)
+        item: Packet | bytes = renamed
+        if limits.max_packet_size:
+            item = encode(renamed, self._remote_version)
+            if len(item) > limits.max_packet_size:
+                self.counts.too_large += 1
+                self._drop(packet.qos, packet.packet_id or 0, out)
+                return
+        self.counts.sent += 1
+        out.to_remote.append(item)
+        if renamed.qos < packet.qos:  # [MQTT-3.2.2-11]: no more than the remote's Maximum QoS
+            if renamed.qos == 0:  # nothing comes back: the local flow ends here
+                self._drop(packet.qos, packet.packet_id or 0, out)
+            else:
+                self._qos2_as_qos1.add(renamed.packet_id or 0)
 
     def _outgoing_raw(self, packet: RawPublish, out: Relayed) -> None:
         """`_outgoing` for a PUBLISH read as bytes, to a 3.1.1 remote."""
@@ -182,7 +211,7 @@ class Relay:
         if ack is not None:
             out.to_local.append(ack)
             if type(ack) is PubRec:
-                self._refused.add(ack.packet_id)
+                self._released_here.add(ack.packet_id)
 
     def _incoming(self, packet: Publish, out: Relayed) -> None:
         topic = self._topics.to_local(packet.topic)
@@ -195,7 +224,7 @@ class Relay:
                 out.to_remote.append(ack)
             return
         self.counts.received += 1
-        out.to_local.append(_renamed(packet, topic, 5, packet.retain))
+        out.to_local.append(_renamed(packet, topic, 5))
 
 
 def _ack(packet: PubAck | PubRec | PubRel | PubComp, version: int) -> Packet:
@@ -205,19 +234,22 @@ def _ack(packet: PubAck | PubRec | PubRel | PubComp, version: int) -> Packet:
     return packet
 
 
-def _renamed(packet: Publish, topic: str, version: int, retain: bool) -> Publish:
+def _renamed(
+    packet: Publish, topic: str, version: int, retain: bool = True, max_qos: int = 2
+) -> Publish:
     """`packet` under `topic`, with the properties a side of `version` gets, its retain
-    flag kept only if `retain`."""
+    flag kept only if `retain`, at `max_qos` at most."""
     properties = {}
     if version >= 5 and packet.properties:
         properties = {k: v for k, v in packet.properties.items() if k not in _PER_CONNECTION}
+    qos = min(packet.qos, max_qos)
     return Publish(
         topic,
         packet.payload,
-        packet.qos,
+        qos,
         packet.retain and retain,
         packet.dup,
-        packet.packet_id,
+        packet.packet_id if qos else None,
         properties,
     )
 

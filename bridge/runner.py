@@ -22,9 +22,10 @@ address failed; with `"lazy"` it connects only once `threshold` messages wait in
 (looked at every `LAZY_CHECK` seconds), and a further greenlet ends the round, cleanly, once
 no message crossed for `idle_timeout` seconds. A message larger than the remote takes is
 dropped by the relay, one WARNING line a second at most saying how many (`bridge.relay`,
-"too_large"). A remote that takes no retained messages refuses a retained will (CONNACK 0x9A
-[MQTT-3.2.2-12]): the bridge connects again at once with the will and its state there not
-retained. The state is `$SYS/broker/connection/<name>/state`, retained, 1 while connected, 0
+"too_large"), and one above a 5.0 remote's Maximum QoS goes at that QoS. A remote that takes
+no retained messages refuses a retained will (CONNACK 0x9A [MQTT-3.2.2-12]), one that takes
+QoS 0 only a will at QoS 1 (0x9B): the bridge connects again at once with a will it takes.
+The state is `$SYS/broker/connection/<name>/state`, retained, 1 while connected, 0
 otherwise, and at the remote, as Mosquitto's bridges do, the same under the bridge's client
 id there: its will says 0, and 1 is published once connected
 (`notifications`, `notifications_local_only`, `notification_topic`).
@@ -66,6 +67,7 @@ SUBACK_FAILURE = 0x80
 SUBSCRIBE_ID = 1
 UNSUBSCRIBE_ID = 2
 RETAIN_NOT_SUPPORTED = ReasonCode.RETAIN_NOT_SUPPORTED
+QOS_NOT_SUPPORTED = ReasonCode.QOS_NOT_SUPPORTED
 NEVER_EXPIRES = 0xFFFFFFFF
 
 
@@ -80,8 +82,12 @@ class BridgeStatus:
     last_error: str = ""
 
 
-class RetainRefusedError(ConnectError):
-    """The remote refused the CONNECT for its retained will: it takes no retained messages."""
+class WillRefusedError(ConnectError):
+    """The remote refused the CONNECT for its will: retained (0x9A), or at QoS 1 (0x9B)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"the remote refused the will (0x{code:02x})")
+        self.code = code
 
 
 class RoundEndError(LinkClosedError):
@@ -134,6 +140,7 @@ class BridgeRunner:
         # The state at the remote is retained, unless the remote refused that once or the
         # bridge sends nothing retained (`outgoing_retain`)
         self._state_retained = config.outgoing_retain
+        self._state_qos = 1  # the will's QoS, unless the remote refused it
         self._too_large_logged = (0.0, 0)  # when the last line about them was, and the count
         self._greenlet: gevent.Greenlet[..., Any] | None = None
         self._stopping = False
@@ -285,18 +292,21 @@ class BridgeRunner:
         logger.warning("bridge %r: %s; next attempt in %.1f s", self.config.name, why, wait)
 
     def _connect_remote(self, address: str) -> Link:
-        try:
-            return self._connect_remote_once(address)
-        except RetainRefusedError:
-            # [MQTT-3.2.2-12]: a remote without retained messages refuses a retained will.
-            self._state_retained = False
-            logger.info(
-                "bridge %r: %s takes no retained messages: the bridge's state there is "
-                "published without the retain flag from now on",
-                self.config.name,
-                address,
-            )
-            return self._connect_remote_once(address)
+        """The link to `address`, connected; a will the remote refuses is made plainer and
+        sent again at once: not retained, then at QoS 0 [MQTT-3.2.2-12]."""
+        while True:
+            try:
+                return self._connect_remote_once(address)
+            except WillRefusedError as refused:
+                if refused.code == RETAIN_NOT_SUPPORTED:
+                    self._state_retained = False
+                    what = "retained messages: the bridge's state there is not retained"
+                else:
+                    self._state_qos = 0
+                    what = "QoS 1: the bridge's will there is at QoS 0"
+                logger.info(
+                    "bridge %r: %s takes no %s from now on", self.config.name, address, what
+                )
 
     def _connect_remote_once(self, address: str) -> Link:
         config = self.config
@@ -329,12 +339,18 @@ class BridgeRunner:
             password=config.password.encode() if config.password else None,
             properties=properties,
             bridge=config.try_private,
-            will=None if state is None else Will(state, b"0", qos=1, retain=self._state_retained),
+            will=None
+            if state is None
+            else Will(state, b"0", self._state_qos, self._state_retained),
         )
         connack = link.handshake(connect, config.connect_timeout)
-        if connack.reason_code == RETAIN_NOT_SUPPORTED and state and self._state_retained:
+        code = connack.reason_code
+        if state and (
+            (code == RETAIN_NOT_SUPPORTED and self._state_retained)
+            or (code == QOS_NOT_SUPPORTED and self._state_qos)
+        ):
             link.close()
-            raise RetainRefusedError
+            raise WillRefusedError(code)
         if connack.reason_code:
             link.close()
             raise ConnectError(

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from actors.context import BrokerContext
-from actors.figures import session_state
+from actors.session_peek import messages_waiting
 from bridge.config import BridgeConfig
 from bridge.local_link import bridge_endpoint, bridge_settings, open_local
 from bridge.placement import bridge_nodes, runner_node, runner_of
@@ -54,10 +54,7 @@ class Bridges:
 
             def waiting(client_id: str = BRIDGE_CLIENT_PREFIX + bridge.name) -> int | None:
                 session = context.registry.sessions.get(client_id)
-                state = None if session is None else session_state(session)
-                if state is None:
-                    return None
-                return len(state.inflight) + (len(state.queue) if state.queue else 0)
+                return None if session is None else messages_waiting(session)
 
             self.runners[bridge.name] = BridgeRunner(
                 bridge,

@@ -263,3 +263,35 @@ def test_a_lazy_bridge_connects_at_its_threshold_and_leaves_when_idle(tmp_path: 
     finally:
         assert broker.stop() == 0, broker.log()
         remote.stop()
+
+
+@pytest.mark.parametrize("max_qos", [1, 0])
+def test_messages_go_at_no_more_than_a_5_remotes_maximum_qos(tmp_path: Path, max_qos: int) -> None:
+    remote = start_mosquitto(tmp_path, extra=f"max_qos {max_qos}")
+    extra = 'protocol_version = "5.0"'
+    port = free_port()
+    config = bridge_config(remote.port, topic("up/#", "out", 2, "site7/", "plant/"), extra)
+    broker = start_broker(tmp_path, config + http_config(port))
+    admin = Admin(broker, port)
+    try:
+        wait_for_log(broker, CONNECTED, timeout=15)
+        far = PahoCollector(remote, unique("far"))
+        far.subscribe("plant/up/#", 2)
+        near = PahoCollector(broker, unique("near"))
+        for number in range(3):
+            near.publish("site7/up/q", b"%d" % number, 2)
+        got = drain(far, 3)
+        assert [(m.payload, m.qos) for m in got] == [(b"%d" % n, max_qos) for n in range(3)]
+        # The local session's QoS 2 flows all ended: nothing waits for the remote.
+        deadline = time.monotonic() + 5
+        while (row := admin.get("/api/v1/bridges")["data"][0])["queued"]:
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+        assert row["connected"] and "connection lost" not in broker.log(), broker.log()
+        if max_qos == 0:  # its will at QoS 1 was refused (0x9B), and sent again at QoS 0
+            assert "takes no QoS 1" in broker.log()
+        far.close()
+        near.close()
+    finally:
+        assert broker.stop() == 0, broker.log()
+        remote.stop()

@@ -245,6 +245,30 @@ def _decoded(packet: object, version: int) -> object:
     return packet
 
 
+def test_relay_sends_no_more_than_a_5_remotes_maximum_qos() -> None:
+    assert RemoteLimits.of(0, True, {PropertyId.MAXIMUM_QOS: 1}).max_qos == 1
+    lines = _map(TopicConfig("#", "out", 2))
+    # Maximum QoS 1 [MQTT-3.2.2-11]: QoS 2 goes at QoS 1, its PUBACK is the local PUBREC.
+    relay = Relay(lines, 5, limits=RemoteLimits(max_qos=1))
+    out = relay.from_local(
+        [Publish("t", b"2", 2, False, False, 7), Publish("t", b"1", 1, packet_id=8)]
+    )
+    assert out.to_remote == [Publish("t", b"2", 1, packet_id=7), Publish("t", b"1", 1, packet_id=8)]
+    assert out.to_local == []
+    back = relay.from_remote([PubAck(7), PubAck(8)])
+    assert back.to_local == [PubRec(7), PubAck(8)]
+    released = relay.from_local([PubRel(7)])
+    assert released.to_local == [PubComp(7)] and released.to_remote == []  # ends here
+    # Maximum QoS 0: nothing comes back, the local flows end at once.
+    relay = Relay(lines, 5, limits=RemoteLimits(max_qos=0))
+    out = relay.from_local(
+        [Publish("t", b"2", 2, False, False, 9), Publish("t", b"1", 1, packet_id=10)]
+    )
+    assert out.to_remote == [Publish("t", b"2", 0), Publish("t", b"1", 0)]
+    assert out.to_local == [PubRec(9), PubAck(10)]
+    assert relay.from_local([PubRel(9)]).to_local == [PubComp(9)]
+
+
 def test_relay_acknowledges_what_no_line_maps() -> None:
     relay = Relay(_map(TopicConfig("up/#", "out", 2)), remote_version=5)
     unmapped = [Publish("other", b"", 1, packet_id=3), Publish("x", b"", 2, packet_id=4)]
