@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ import pytest
 from tests.integration.test_bridges import CONNECTED, bridge_config, drain, topic
 from tests.support.admin import Admin, free_port, http_config
 from tests.support.broker_config import wait_for_log
-from tests.support.broker_process import start_broker
+from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.listeners import Certificates
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
@@ -24,6 +27,39 @@ pytestmark = pytest.mark.skipif(
 )
 
 UP = topic("up/#", "out", 1, "site7/", "plant/")
+
+
+@dataclass
+class Bridged:
+    """This broker bridged to a Mosquitto, `near` a client here and `far` one there that
+    subscribed to `plant/up/#`."""
+
+    remote: BrokerProcess
+    broker: BrokerProcess
+    near: PahoCollector
+    far: PahoCollector
+
+
+@contextmanager
+def bridged(
+    tmp_path: Path, topics: str = UP, extra: str = "", remote_extra: str = "", far_qos: int = 1
+) -> Iterator[Bridged]:
+    """A Mosquitto with `remote_extra` lines, this broker bridged to it with `extra` keys,
+    connected; both stop (this broker cleanly) at the end."""
+    remote = start_mosquitto(tmp_path, extra=remote_extra)
+    broker = start_broker(tmp_path, bridge_config(remote.port, topics, extra))
+    clients: list[PahoCollector] = []
+    try:
+        wait_for_log(broker, CONNECTED, timeout=15)
+        clients.append(PahoCollector(remote, unique("far")))
+        clients[0].subscribe("plant/up/#", far_qos)
+        clients.append(PahoCollector(broker, unique("near")))
+        yield Bridged(remote, broker, near=clients[1], far=clients[0])
+    finally:
+        for client in clients:
+            client.close()
+        assert broker.stop() == 0, broker.log()
+        remote.stop()
 
 
 def test_a_bridge_on_its_second_address_moves_back_to_the_first_once_it_answers(
@@ -58,15 +94,9 @@ def test_a_bridge_on_its_second_address_moves_back_to_the_first_once_it_answers(
 
 
 def test_the_connection_leaves_from_the_bind_address(tmp_path: Path) -> None:
-    remote = start_mosquitto(tmp_path)
-    broker = start_broker(tmp_path, bridge_config(remote.port, UP, 'bind_address = "127.0.0.7"'))
-    try:
-        wait_for_log(broker, CONNECTED, timeout=15)
-        line = wait_for_log(remote, "connected from 127.0.0.7:", timeout=5)
+    with bridged(tmp_path, extra='bind_address = "127.0.0.7"') as bridge:
+        line = wait_for_log(bridge.remote, "connected from 127.0.0.7:", timeout=5)
         assert line.split(": ", 1)[1].startswith("New bridge connected"), line
-    finally:
-        assert broker.stop() == 0, broker.log()
-        remote.stop()
 
 
 @pytest.mark.parametrize(
@@ -79,32 +109,22 @@ def test_the_connection_leaves_from_the_bind_address(tmp_path: Path) -> None:
 def test_a_message_larger_than_the_remote_takes_is_dropped_and_the_rest_goes_on(
     tmp_path: Path, version: str, remote_extra: str, bridge_extra: str
 ) -> None:
-    remote = start_mosquitto(tmp_path, extra=remote_extra)
-    extra = f'protocol_version = "{version}"\n{bridge_extra}'
     port = free_port()
-    broker = start_broker(tmp_path, bridge_config(remote.port, UP, extra) + http_config(port))
-    admin = Admin(broker, port)
-    try:
-        wait_for_log(broker, CONNECTED, timeout=15)
-        far = PahoCollector(remote, unique("far"))
-        far.subscribe("plant/up/#", 1)
-        near = PahoCollector(broker, unique("near"))
+    extra = f'protocol_version = "{version}"\n{bridge_extra}\n{http_config(port)}'
+    with bridged(tmp_path, extra=extra, remote_extra=remote_extra) as bridge:
+        broker, near = bridge.broker, bridge.near
         near.publish("site7/up/a", b"before", 1)
         near.publish("site7/up/a", b"x" * 500, 1)  # past 200 bytes
         near.publish("site7/up/a", b"after", 1)
-        assert [m.payload for m in drain(far, 2)] == [b"before", b"after"]
+        assert [m.payload for m in drain(bridge.far, 2)] == [b"before", b"after"]
         line = wait_for_log(broker, "larger than 200 bytes", timeout=5)
         assert "1 message(s)" in line and "max_packet_size" in line, line
         assert "connection lost" not in broker.log()  # the remote never had it to refuse
+        admin = Admin(broker, port)
         (row,) = admin.get("/api/v1/bridges")["data"]
         assert (row["too_large"], row["sent"]) == (1, 2), row
         metrics = admin.request("GET", "/metrics").body.decode()
         assert 'bridge_messages_too_large_total{bridge="m"} 1.0' in metrics, metrics
-        far.close()
-        near.close()
-    finally:
-        assert broker.stop() == 0, broker.log()
-        remote.stop()
 
 
 @pytest.mark.parametrize(
@@ -117,27 +137,17 @@ def test_a_message_larger_than_the_remote_takes_is_dropped_and_the_rest_goes_on(
 def test_the_retain_flag_is_cleared_for_a_remote_that_takes_no_retained_messages(
     tmp_path: Path, version: str, remote_extra: str, bridge_extra: str
 ) -> None:
-    remote = start_mosquitto(tmp_path, extra=remote_extra)
     extra = f'protocol_version = "{version}"\n{bridge_extra}'
-    broker = start_broker(tmp_path, bridge_config(remote.port, UP, extra))
-    try:
-        wait_for_log(broker, CONNECTED, timeout=15)
-        far = PahoCollector(remote, unique("far"))
-        far.subscribe("plant/up/#", 1)
-        near = PahoCollector(broker, unique("near"))
-        near.publish("site7/up/r", b"one", 1, retain=True)
-        near.publish("site7/up/r", b"two", 1, retain=True)
-        got = drain(far, 2)
+    with bridged(tmp_path, extra=extra, remote_extra=remote_extra) as bridge:
+        bridge.near.publish("site7/up/r", b"one", 1, retain=True)
+        bridge.near.publish("site7/up/r", b"two", 1, retain=True)
+        got = drain(bridge.far, 2)
         assert [(m.payload, m.retain) for m in got] == [(b"one", False), (b"two", False)]
-        late = PahoCollector(remote, unique("late"))
+        late = PahoCollector(bridge.remote, unique("late"))
         late.subscribe("plant/up/r", 1)
         late.assert_no_message(1.0)  # nothing retained there
-        assert "connection lost" not in broker.log()
-        for client in (far, near, late):
-            client.close()
-    finally:
-        assert broker.stop() == 0, broker.log()
-        remote.stop()
+        late.close()
+        assert "connection lost" not in bridge.broker.log()
 
 
 def test_a_bridge_started_once_does_not_connect_again(tmp_path: Path) -> None:
@@ -267,22 +277,17 @@ def test_a_lazy_bridge_connects_at_its_threshold_and_leaves_when_idle(tmp_path: 
 
 @pytest.mark.parametrize("max_qos", [1, 0])
 def test_messages_go_at_no_more_than_a_5_remotes_maximum_qos(tmp_path: Path, max_qos: int) -> None:
-    remote = start_mosquitto(tmp_path, extra=f"max_qos {max_qos}")
-    extra = 'protocol_version = "5.0"'
     port = free_port()
-    config = bridge_config(remote.port, topic("up/#", "out", 2, "site7/", "plant/"), extra)
-    broker = start_broker(tmp_path, config + http_config(port))
-    admin = Admin(broker, port)
-    try:
-        wait_for_log(broker, CONNECTED, timeout=15)
-        far = PahoCollector(remote, unique("far"))
-        far.subscribe("plant/up/#", 2)
-        near = PahoCollector(broker, unique("near"))
+    extra = f'protocol_version = "5.0"\n{http_config(port)}'
+    lines = topic("up/#", "out", 2, "site7/", "plant/")
+    with bridged(tmp_path, lines, extra, f"max_qos {max_qos}", far_qos=2) as bridge:
+        broker = bridge.broker
         for number in range(3):
-            near.publish("site7/up/q", b"%d" % number, 2)
-        got = drain(far, 3)
+            bridge.near.publish("site7/up/q", b"%d" % number, 2)
+        got = drain(bridge.far, 3)
         assert [(m.payload, m.qos) for m in got] == [(b"%d" % n, max_qos) for n in range(3)]
         # The local session's QoS 2 flows all ended: nothing waits for the remote.
+        admin = Admin(broker, port)
         deadline = time.monotonic() + 5
         while (row := admin.get("/api/v1/bridges")["data"][0])["queued"]:
             assert time.monotonic() < deadline, row
@@ -290,8 +295,3 @@ def test_messages_go_at_no_more_than_a_5_remotes_maximum_qos(tmp_path: Path, max
         assert row["connected"] and "connection lost" not in broker.log(), broker.log()
         if max_qos == 0:  # its will at QoS 1 was refused (0x9B), and sent again at QoS 0
             assert "takes no QoS 1" in broker.log()
-        far.close()
-        near.close()
-    finally:
-        assert broker.stop() == 0, broker.log()
-        remote.stop()
