@@ -3,7 +3,9 @@
 A frame is a 4-byte little-endian body length, a 1-byte kind, then the body. The broker sends
 one request and waits for its answer before the next, so frames never interleave. The same
 functions serve both ends: the broker's gevent socket and the store process's plain one have
-the same `sendall`/`recv_into`.
+the same `send`/`recv_into`. A frame is written with `send` until all of it went, not
+`sendall`: gevent's `sendall` asks the socket its buffer size first, a system call per
+commit for nothing (3.5 % of the broker's profile samples with one message per commit).
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ READY, DONE, FAILED = 10, 11, 12
 class FrameSocket(Protocol):
     """What the frames need of a socket: a blocking one, or gevent's (the broker's side)."""
 
-    def sendall(self, data: bytes, /) -> object: ...
+    def send(self, data: bytes | memoryview, /) -> int: ...
 
     def recv_into(self, buffer: memoryview, /) -> int: ...
 
 
 def send_frame(sock: FrameSocket, kind: int, body: bytes = b"") -> None:
-    sock.sendall(b"".join((_HEADER.pack(len(body), kind), body)))
+    data = b"".join((_HEADER.pack(len(body), kind), body))
+    sent = sock.send(data)  # a gevent socket waits while the socket is full
+    while sent < len(data):
+        sent += sock.send(memoryview(data)[sent:])
 
 
 def receive_frame(sock: FrameSocket) -> tuple[int, bytearray]:
