@@ -78,6 +78,11 @@ from router.shared import SharedSubscriptions, ShareGroup, ShareMember
 from store.base import DeleteRetained, Op, PutMessage, PutRetained
 
 logger = logging.getLogger(__name__)
+# Delivery's fields in order, all seven, built as the tuple it is: a NamedTuple's own
+# constructor (a Python-level __new__ filling in defaults) cost 70 ns more per delivery,
+# about 3 % of a QoS 0 fan-in's CPU.
+_new_delivery = tuple.__new__
+_DeliveryFields = tuple[Message, int, bool, tuple[int, ...], bytes | None, int, None]
 
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
@@ -317,14 +322,16 @@ class Dispatcher:
                 delivery = made
             else:
                 made_qos, made_retain, made_ids = qos, retain, target.subscription_ids
+                fields: _DeliveryFields
                 if qos == 0 and not retain:
                     if wire_qos0 is None:
                         wire_qos0 = message.wire or encode_publish(
                             message.topic, message.payload, 0, False, False, None, None, 4
                         )
-                    delivery = made = Delivery(message, 0, False, made_ids, wire_qos0)
+                    fields = (message, 0, False, made_ids, wire_qos0, 0, None)
                 else:
-                    delivery = made = Delivery(message, qos, retain, made_ids)
+                    fields = (message, qos, retain, made_ids, None, 0, None)
+                delivery = made = _new_delivery(Delivery, fields)
             deliveries = per_session.get(target.session)
             if deliveries is None:
                 per_session[target.session] = [delivery]
