@@ -159,9 +159,10 @@ def test_a_bridge_started_once_does_not_connect_again(tmp_path: Path) -> None:
         remote.stop()
         line = wait_for_log(broker, "start_type is once", timeout=10)
         assert "connection lost" in line, line
+        connects = broker.log().count(CONNECTED)
         remote = start_mosquitto(tmp_path, port)
         time.sleep(2.0)  # ten times reconnect_delay
-        assert broker.log().count(CONNECTED) == 1
+        assert broker.log().count(CONNECTED) == connects
         assert "next attempt" not in broker.log()
     finally:
         assert broker.stop() == 0, broker.log()
@@ -261,13 +262,14 @@ def test_a_lazy_bridge_connects_at_its_threshold_and_leaves_when_idle(tmp_path: 
         assert [m.payload for m in drain(far, 3)] == [b"1", b"2", b"3"]
         assert "3 messages wait for the remote (threshold 3)" in broker.log()
         wait_for_log(broker, "no message crossed for 2 s", timeout=10)
+        connects = broker.log().count(CONNECTED)
         state = PahoCollector(remote, unique("state"))
         state.subscribe("$SYS/broker/connection/broker@127.0.0.1.m/state", 1)
         assert state.next_message(5).payload == b"0"  # said before its DISCONNECT
         for number in (4, 5, 6):
             near.publish("site7/up/a", b"%d" % number, 1)
         assert [m.payload for m in drain(far, 3)] == [b"4", b"5", b"6"]
-        assert broker.log().count(CONNECTED) == 2
+        assert broker.log().count(CONNECTED) == connects + 1
         for client in (far, near, state):
             client.close()
     finally:
