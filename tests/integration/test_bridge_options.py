@@ -169,6 +169,19 @@ def test_a_bridge_started_once_does_not_connect_again(tmp_path: Path) -> None:
         remote.stop()
 
 
+def test_a_bridge_started_once_gives_up_after_one_failed_round(tmp_path: Path) -> None:
+    nowhere = free_port()  # nothing listens there
+    broker = start_broker(tmp_path, bridge_config(nowhere, UP, 'start_type = "once"'))
+    try:
+        line = wait_for_log(broker, "start_type is once", timeout=10)
+        assert f"cannot connect to 127.0.0.1:{nowhere}" in line, line
+        time.sleep(1.0)  # five times reconnect_delay
+        assert broker.log().count("cannot connect to") == 1
+        assert "next attempt" not in broker.log()
+    finally:
+        assert broker.stop() == 0, broker.log()
+
+
 def test_tls_pinned_to_a_version_with_the_cas_of_a_directory(tmp_path: Path) -> None:
     certificates = Certificates(tmp_path)
     tls_port = free_port()
