@@ -92,6 +92,10 @@ ROUTES_TIMEOUT = 5.0  # seconds a moved-in session's CONNACK waits for its route
 # Seconds a pool's dead worker takes, at most, to be restarted and linked to NATS: the
 # sessions re-hosted from it wait that long too for what the other nodes give its next life.
 REHOST_WAIT = 10.0
+# Seconds the restored sessions wait at least for what the other nodes give the node's new
+# life, however short `peer_timeout`: on a loaded machine the others may take seconds to
+# hear the restart, and waiting costs only the sessions' check of message ids.
+RESTORE_WAIT_FLOOR = 10.0
 FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
 _FORWARDING_FRAMES = frozenset((Forward, ForwardShared, Numbered, CommitSync, Committed))
@@ -171,8 +175,9 @@ class ClusterMember:
         self.forwarded = 0  # messages sent to other nodes' workers
         self.received = 0  # messages other nodes' workers sent here
         # The sessions restored from the store at start-up, for what the other nodes had
-        # forwarded to this node's previous life (settled twice `peer_timeout` after the
-        # first link to NATS), and a pool worker's relay of it to the other workers.
+        # forwarded to this node's previous life (settled twice `peer_timeout`, at least 10
+        # s, after the first link to NATS), and a pool worker's relay of it to the other
+        # workers.
         self.restored = RestoredSessions()
         self._settling: gevent.Greenlet[..., Any] | None = None
         self._relay: Callable[[tuple[Message, ...]], object] | None = None
@@ -496,11 +501,12 @@ class ClusterMember:
             self._settle_restored_later(REHOST_WAIT)
 
     def _settle_restored_later(self, more: float = 0.0) -> None:
-        """The restored sessions stop waiting twice `peer_timeout` from now (and `more`
-        seconds), the other nodes having heard of the restart by then."""
+        """The restored sessions stop waiting twice `peer_timeout` from now, at least
+        `RESTORE_WAIT_FLOOR` seconds (and `more`), the other nodes having heard of the
+        restart by then."""
         if self._settling is not None:
             self._settling.kill(block=False)
-        delay = 2 * self.config.peer_timeout + more
+        delay = max(2 * self.config.peer_timeout, RESTORE_WAIT_FLOOR) + more
         self._settling = gevent.spawn_later(delay, self.restored.settle)
 
     def relay_unconfirmed(self, relay: Callable[[tuple[Message, ...]], object]) -> None:

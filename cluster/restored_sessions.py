@@ -11,11 +11,11 @@ worker may have lived on another), and each gives them to the sessions it restor
 subscriptions match: stored first, then told as `OrphansIn`, where a session drops those it
 has already (it was restored with them: `SessionActor.keep_restored`, by message id).
 
-Once the other nodes have had time to see the restart (`settle`: twice `peer_timeout` after
-the node's first link to NATS), the sessions stop checking, and a late `Unconfirmed` is
-dropped with a warning. A pool's worker that dies alone is restarted at once, and the
-sessions it held are re-hosted by their homes (`pool.worker`): those join here too, for
-what the other nodes give its next life (relayed), and wait as long again.
+Once the other nodes have had time to see the restart (`settle`: twice `peer_timeout`, at
+least 10 seconds, after the node's first link to NATS), the sessions stop checking, and a
+late `Unconfirmed` is dropped with a warning. A pool's worker that dies alone is restarted
+at once, and the sessions it held are re-hosted by their homes (`pool.worker`): those join
+here too, for what the other nodes give its next life (relayed), and wait as long again.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class RestoredSessions:
             logger.warning(
                 "cluster: %s gave %d messages for the persistent sessions of this node's "
                 "previous life after its restored sessions stopped waiting for them (twice "
-                "peer_timeout after the first link to NATS); dropped",
+                "peer_timeout, at least 10 s, after the first link to NATS); dropped",
                 sender,
                 len(messages),
             )

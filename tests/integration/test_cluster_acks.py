@@ -9,6 +9,7 @@ process per node and with a pool of two workers per node (the integration suite'
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import time
 from pathlib import Path
@@ -182,7 +183,19 @@ def b_restarted_delivers_all_25(
     cluster["b"] = restart_node(tmp_path, "b")
     linked(cluster)
     subscriber = PahoCollector(cluster["b"], client_id, clean_session=False)
-    got = drain(subscriber, 25)
+    try:
+        got = drain(subscriber, 25)
+    except queue.Empty:
+        lines = [
+            f"{name}: {line}"
+            for name, node in cluster.items()
+            for line in node.log().splitlines()
+            if "cluster:" in line
+        ]
+        raise AssertionError(
+            "the restored session got fewer than 25 messages; the nodes' cluster lines:\n"
+            + "\n".join(lines)
+        ) from None
     assert [int(m.payload) for m in got] == list(range(25))
     assert {m.qos for m in got} == {qos}
     subscriber.close()
