@@ -254,7 +254,9 @@ class NatsFabric:
             assert isinstance(hello, Hello)
             frames = frames[1:]
             if direct:  # it (re)discovered this worker: it wants the snapshots again
-                self._down(peer, quiet=True)
+                # What is queued for it in the life it greets from still reaches it, after
+                # the greeting (a restart heard in the same turn queued what goes first).
+                self._down(peer, quiet=True, keep_queued=hello.epoch == peer.epoch)
             elif peer.up and hello.epoch != peer.epoch:
                 logger.info("cluster: %s restarted", sender)
                 self._down(peer, quiet=True)
@@ -294,12 +296,13 @@ class NatsFabric:
             )
         self._handler.peer_up(peer.number, peer.epoch)
 
-    def _down(self, peer: _Peer, *, quiet: bool = False) -> None:
+    def _down(self, peer: _Peer, *, quiet: bool = False, keep_queued: bool = False) -> None:
         if not peer.up:
             return
         peer.up = False
         peer.greet = False
-        self._queue = [(d, f) for d, f in self._queue if d != peer.number]
+        if not keep_queued:
+            self._queue = [(d, f) for d, f in self._queue if d != peer.number]
         if not quiet:
             logger.info("cluster: %s is down", self._names[peer.number])
         self._handler.peer_down(peer.number)

@@ -277,7 +277,9 @@ class NumberedForwarding:
                 self._fabric.send(worker, Unconfirmed(part.messages, epoch))
         self._resend(worker, self._sent.peer_up(worker, epoch))
         self._pick_again(worker, picks)
-        self._returning[worker] = restarted  # what was kept goes once its routes are known
+        # What was kept goes once its routes are known, as to a restarted worker if it
+        # restarted since they were last known (it may re-link in its new life first).
+        self._returning[worker] = restarted or self._returning.get(worker, False)
 
     def routes_known(self, worker: int) -> None:
         """`worker`'s routes are known here again (its `DurableSnapshot` came): what was
@@ -311,7 +313,6 @@ class NumberedForwarding:
         """`worker` is down; `durable`: the filters its persistent sessions subscribed to,
         for which what is published here is kept until it is back."""
         self.kept.down(worker, durable)
-        self._returning.pop(worker, None)
         released = self._acks.peer_gone(worker)
         if released:
             logger.warning(

@@ -233,3 +233,27 @@ def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirme
         Numbered(1, 1, 8, False),
         Forward((later,)),
     ]
+
+
+def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_confirmed() -> None:
+    # a.0's next life is heard twice in one batch of NATS messages: its heartbeat (b.0
+    # takes it for restarted and queues the `Unconfirmed`) and its own greeting to b.0
+    # (a direct `Hello`: it linked b.0 and wants the snapshots again). The greeting re-links
+    # a.0 in the same life; what was queued for that life still leaves.
+    _context, member = new_member()
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    (peer,) = member.fabric.peers
+    kept = Message(topic="t", payload=b"1", qos=1, message_id=1)
+    member.numbered.add(kept, (peer,))
+    member.numbered.send([(peer, Forward((kept,)))], None)
+    gevent.sleep(0)
+    sent_before = len(sent_to_a(member))
+    receive(
+        [
+            ("mqtt.t.all.a.0", encode_frame(Hello(0, 8))),
+            ("mqtt.t.to.b.0.a.0", encode_frame(Hello(0, 8))),
+        ]
+    )
+    gevent.sleep(0)
+    assert Unconfirmed((kept,), 8) in sent_to_a(member)[sent_before:]
