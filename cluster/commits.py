@@ -30,18 +30,23 @@ from collections import deque
 
 from core.message import Message
 from core.share_origin import ShareOrigin
-from pool.frames.forwarding import Forward, ForwardShared
+from pool.frames.forwarding import Forward, ForwardShared, Unconfirmed
 
 
 class Batch:
     """One numbered batch sent to one peer: its frame (a share group's picks marked in a
-    `ForwardShared`); `awaited`: a publisher's acknowledgement waits for the peer's
-    confirmation of it."""
+    `ForwardShared`; an `Unconfirmed` for a restarted peer's restored sessions); `awaited`:
+    a publisher's acknowledgement waits for the peer's confirmation of it."""
 
     __slots__ = ("awaited", "frame", "sent_at", "seq", "token")
 
     def __init__(
-        self, seq: int, token: int, frame: Forward | ForwardShared, sent_at: float, awaited: bool
+        self,
+        seq: int,
+        token: int,
+        frame: Forward | ForwardShared | Unconfirmed,
+        sent_at: float,
+        awaited: bool,
     ) -> None:
         self.seq = seq
         self.token = token
@@ -111,7 +116,13 @@ class SentBatches:
         return None if state is None else state.epoch
 
     def add(
-        self, peer: int, token: int, frame: Forward | ForwardShared, now: float, *, awaited: bool
+        self,
+        peer: int,
+        token: int,
+        frame: Forward | ForwardShared | Unconfirmed,
+        now: float,
+        *,
+        awaited: bool,
     ) -> Batch:
         """Number a batch (`frame`) for `peer` (known from `peer_up`), kept until a
         `Committed` of `token` or later."""

@@ -49,7 +49,7 @@ from cluster.config import ClusterConfig
 from cluster.fabric import NatsFabric
 from cluster.joined import JoinedForwarder, JoinedReplication
 from cluster.move_forwarding import MOVE_FRAMES, MoveForwarding
-from cluster.numbered_forwarding import NumberedForwarding
+from cluster.numbered_forwarding import KeptFrame, NumberedForwarding
 from cluster.ops import ClusterOps, node_of
 from cluster.registry import ClusterRegistry
 from cluster.restored_sessions import RestoredSessions
@@ -98,7 +98,9 @@ REHOST_WAIT = 10.0
 RESTORE_WAIT_FLOOR = 10.0
 FORWARD_BYTES = 256 * 1024  # payload bytes per `Forward` frame, so a NATS message stays small
 _LOCAL_ONLY = "$SYS/"  # each node publishes its own $SYS tree
-_FORWARDING_FRAMES = frozenset((Forward, ForwardShared, Numbered, CommitSync, Committed))
+_FORWARDING_FRAMES = frozenset(
+    (Forward, ForwardShared, Unconfirmed, Numbered, CommitSync, Committed)
+)
 _CLAIM_FRAMES = frozenset((GiveUp, HandedOver, SessionHandedOver))
 _payload = attrgetter("payload")
 
@@ -141,6 +143,7 @@ class ClusterMember:
             lambda: context.persistence,  # the store's, once `Broker.start` opened it
             split=split_frame,
             deliver=self._forwarded_here,
+            restored=self._unconfirmed,
             repick=self._pick_again,
         )
         self._kept = numbered.kept  # what is published here for peers that are down
@@ -442,9 +445,6 @@ class ClusterMember:
             elif kind is FlowRelease:
                 assert isinstance(frame, FlowRelease)
                 self.publishers.release(worker, frame)
-            elif kind is Unconfirmed:
-                assert isinstance(frame, Unconfirmed)
-                self._unconfirmed(worker, frame)
             # else a frame the cluster does not use (yet): ignored, as a newer peer's would be
 
     def _route_frame(self, worker: int, frame: Frame) -> None:
@@ -457,7 +457,7 @@ class ClusterMember:
     def _forwarding_frame(self, worker: int, frame: Frame) -> None:
         """A publish batch's frames, plain or numbered and confirmed
         (`cluster.numbered_forwarding`)."""
-        if isinstance(frame, Forward | ForwardShared):
+        if isinstance(frame, Forward | ForwardShared | Unconfirmed):
             self.numbered.forward(worker, frame)
         elif isinstance(frame, Numbered):
             self.numbered.numbered(worker, frame)
@@ -676,15 +676,17 @@ def reads_local_only(topic_filter: str) -> bool:
     return inner == _LOCAL_ONLY[:-1] or inner.startswith(_LOCAL_ONLY)
 
 
-def split_frame(frame: Forward | ForwardShared) -> list[Forward | ForwardShared]:
+def split_frame(frame: KeptFrame) -> list[KeptFrame]:
     """`frame` in frames of at most FORWARD_BYTES of payload (at least one message each)."""
     parts = split_payloads(frame.messages)
     if len(parts) == 1:
         return [frame]
     if type(frame) is Forward:
         return [Forward(part, frame.publisher) for part in parts]
+    if type(frame) is Unconfirmed:
+        return [Unconfirmed(part, frame.epoch) for part in parts]
     assert isinstance(frame, ForwardShared)
-    frames: list[Forward | ForwardShared] = []
+    frames: list[KeptFrame] = []
     start = 0
     for part in parts:
         end = start + len(part)

@@ -27,10 +27,11 @@ out of them and picked again among the members left (`repick`: the dispatcher's
 `share_again`), as a member that leaves gives its messages back: a group's message is then
 at least once, not lost with a node. What else it had not confirmed is sent again if it
 comes back in the same life (its NATS connection was cut); if it restarted, its QoS 1/2
-messages go to the new life (`Unconfirmed`), before anything else, for the persistent
-sessions it restored, which take those they lack (`cluster.restored_sessions`). While a peer
-is down, what is published here for its persistent sessions is kept
-(`cluster.kept_for_down`) and goes to it once its routes are known again (`routes_known`).
+messages go to the new life as its first numbered batch (of `Unconfirmed`, kept and sent
+again until confirmed as any batch), for the persistent sessions it restored, which take
+those they lack (`cluster.restored_sessions`). While a peer is down, what is published here
+for its persistent sessions is kept (`cluster.kept_for_down`) and goes to it once its
+routes are known again (`routes_known`).
 """
 
 from __future__ import annotations
@@ -68,12 +69,18 @@ _ORDINARY = ShareMark(True, ())  # a message for the ordinary subscribers only
 # A peer's frame of a publish batch: its ordinary subscribers' messages, or also (or only)
 # those a share group picked one of its members for.
 BatchFrame = Forward | ForwardShared
+# What a numbered batch carries: a publish batch's frame, or what a restarted peer's
+# previous life never confirmed, for the sessions it restored.
+KeptFrame = Forward | ForwardShared | Unconfirmed
 # Splits a batch's frame into frames of at most FORWARD_BYTES of payload (cluster.member's).
-Split = Callable[[BatchFrame], list[BatchFrame]]
+Split = Callable[[KeptFrame], list[KeptFrame]]
 # Delivers messages another node's worker forwarded to this worker's subscribers (and share
 # groups' members: `marks`, as the sender marked them, or None):
 # deliver(sender, messages, marks, publisher), `publisher` the sender's flow-control id.
 Deliver = Callable[[int, tuple[Message, ...], tuple[ShareMark, ...] | None, int], None]
+# Gives the sessions restored here what a peer's `Unconfirmed` carries:
+# restored(sender, frame).
+Restored = Callable[[int, Unconfirmed], None]
 # Picks again, among the members left, the share groups' picks a peer did not confirm before
 # it was taken for gone or restarted: repick(peer, [(message, group it was picked for)]).
 Repick = Callable[[int, list[tuple[Message, ShareOrigin]]], None]
@@ -84,7 +91,7 @@ class _Incoming:
     of one taken before) or dropped (`verdict`), whether an acknowledgement waits for its
     confirmation (`awaited`), and, if taken, what has arrived of it so far."""
 
-    __slots__ = ("awaited", "marks", "messages", "publisher", "verdict")
+    __slots__ = ("awaited", "marks", "messages", "publisher", "restored_epoch", "verdict")
 
     def __init__(self, verdict: Verdict, awaited: bool) -> None:
         self.verdict = verdict
@@ -92,9 +99,16 @@ class _Incoming:
         self.messages: list[Message] = []
         self.marks: list[ShareMark] | None = None  # once a frame of it had share marks
         self.publisher = 0  # the sender's flow-control id of the batch's publisher
+        # If it carries `Unconfirmed`, not a publish: the receiver's life it is for.
+        self.restored_epoch: int | None = None
 
-    def add(self, frame: BatchFrame) -> None:
+    def add(self, frame: KeptFrame) -> None:
         """A frame of the batch (to deliver whole at its end)."""
+        if type(frame) is Unconfirmed:
+            self.messages += frame.messages
+            self.restored_epoch = frame.epoch
+            return
+        assert isinstance(frame, Forward | ForwardShared)
         marks = self.marks
         if type(frame) is ForwardShared:
             if marks is None:  # the messages before it were for ordinary subscribers only
@@ -118,6 +132,7 @@ class NumberedForwarding:
         *,
         split: Split,
         deliver: Deliver,
+        restored: Restored,
         repick: Repick,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -129,6 +144,7 @@ class NumberedForwarding:
         self._persistence = persistence
         self._split = split
         self._deliver = deliver
+        self._restored = restored
         self._repick = repick
         self._clock = clock
         self._to: set[int] = set()  # peers wanting a QoS 1/2 message of this batch
@@ -264,8 +280,8 @@ class NumberedForwarding:
         restarted = self._sent.epoch_of(worker) not in (None, epoch)
         picks = self._sent.take_picks(worker) if restarted else []
         unconfirmed = tuple(m for m in self._sent.forget(worker, epoch) if m.qos)
+        self._resend(worker, self._sent.peer_up(worker, epoch))  # none if it restarted
         if unconfirmed:
-            # First: before any batch of its new life, so per publisher the order holds.
             logger.warning(
                 "cluster: %s restarted before confirming %d QoS 1/2 messages forwarded to "
                 "it: given to its new life, for the persistent sessions it restored (those "
@@ -273,9 +289,7 @@ class NumberedForwarding:
                 self._fabric.name_of(worker),
                 len(unconfirmed),
             )
-            for part in self._split(Forward(unconfirmed)):
-                self._fabric.send(worker, Unconfirmed(part.messages, epoch))
-        self._resend(worker, self._sent.peer_up(worker, epoch))
+            self._give_restored(worker, unconfirmed)
         self._pick_again(worker, picks)
         # What was kept goes once its routes are known, as to a restarted worker if it
         # restarted since they were last known (it may re-link in its new life first).
@@ -300,13 +314,23 @@ class NumberedForwarding:
             len(kept),
             dropped,
         )
-        epoch = self._sent.epoch_of(worker)
-        if restarted and epoch is not None:
-            for part in self._split(Forward(kept)):
-                self._fabric.send(worker, Unconfirmed(part.messages, epoch))
+        if restarted:
+            self._give_restored(worker, kept)
             return
         self._token += 1
         batch = self._sent.add(worker, self._token, Forward(kept), self._clock(), awaited=False)
+        self._send_batch(worker, batch)
+
+    def _give_restored(self, worker: int, messages: tuple[Message, ...]) -> None:
+        """`messages` to the sessions `worker`'s new life restored, as its first batch
+        (before any later one, so per publisher the order holds), kept and sent again until
+        it confirms it as any batch."""
+        epoch = self._sent.epoch_of(worker)
+        if epoch is None:
+            return
+        self._token += 1
+        frame = Unconfirmed(messages, epoch)
+        batch = self._sent.add(worker, self._token, frame, self._clock(), awaited=False)
         self._send_batch(worker, batch)
 
     def peer_down(self, worker: int, durable: frozenset[str]) -> None:
@@ -360,16 +384,20 @@ class NumberedForwarding:
             )
         self._incoming[worker] = _Incoming(verdict, frame.awaited)
 
-    def forward(self, worker: int, frame: BatchFrame) -> None:
-        """A `Forward` or `ForwardShared` from `worker`: delivered now outside a numbered
-        batch, at the batch's end (whole) inside one to take, not at all inside one
-        skipped."""
+    def forward(self, worker: int, frame: KeptFrame) -> None:
+        """A `Forward`, `ForwardShared` or `Unconfirmed` from `worker`: delivered now
+        outside a numbered batch, at the batch's end (whole) inside one to take, not at all
+        inside one skipped."""
         incoming = self._incoming.get(worker)
-        if incoming is None:
+        if incoming is not None:
+            if incoming.verdict is Verdict.TAKE:
+                incoming.add(frame)
+        elif type(frame) is Unconfirmed:
+            self._restored(worker, frame)
+        else:
+            assert isinstance(frame, Forward | ForwardShared)
             marks = frame.marks if type(frame) is ForwardShared else None
             self._deliver(worker, frame.messages, marks, frame.publisher)
-        elif incoming.verdict is Verdict.TAKE:
-            incoming.add(frame)
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
@@ -378,13 +406,18 @@ class NumberedForwarding:
         if incoming is not None and incoming.verdict is Verdict.DROP:
             return
         if incoming is not None and incoming.verdict is Verdict.TAKE:
-            marks = incoming.marks
-            self._deliver(
-                worker,
-                tuple(incoming.messages),
-                None if marks is None else tuple(marks),
-                incoming.publisher,
-            )
+            if incoming.restored_epoch is not None:
+                self._restored(
+                    worker, Unconfirmed(tuple(incoming.messages), incoming.restored_epoch)
+                )
+            else:
+                marks = incoming.marks
+                self._deliver(
+                    worker,
+                    tuple(incoming.messages),
+                    None if marks is None else tuple(marks),
+                    incoming.publisher,
+                )
             self._received.taken(worker)
         token = frame.token
         if incoming is None or incoming.awaited:

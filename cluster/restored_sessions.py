@@ -4,12 +4,13 @@ reaches them (docs/cluster.md "Forwarding a QoS 1/2 message").
 
 A node killed before it stored what other nodes forwarded to its persistent sessions would
 lose it, although the publishers were acknowledged once it was taken for gone. The senders
-keep those batches (`cluster.numbered_forwarding`); when they see the node's worker come back in
-a new life they give it their QoS 1/2 messages (`Unconfirmed`), before any later batch they
-send it. The worker hands them to its pool's other workers too (a session restored on one
-worker may have lived on another), and each gives them to the sessions it restored whose
-subscriptions match: stored first, then told as `OrphansIn`, where a session drops those it
-has already (it was restored with them: `SessionActor.keep_restored`, by message id).
+keep those batches (`cluster.numbered_forwarding`); when they see the node's worker come
+back in a new life they give it their QoS 1/2 messages (`Unconfirmed`), as the first
+numbered batch they send that life, kept and sent again until it confirms it. The worker
+hands them to its pool's other workers too (a session restored on one worker may have lived
+on another), and each gives them to the sessions it restored whose subscriptions match:
+stored first, then told as `OrphansIn`, where a session drops those it has already (it was
+restored with them: `SessionActor.keep_restored`, by message id).
 
 Once the other nodes have had time to see the restart (`settle`: twice `peer_timeout`, at
 least 10 seconds, after the node's first link to NATS), the sessions stop checking, and a

@@ -73,7 +73,8 @@ class Numbered:
 class Unconfirmed:
     """Cluster: the QoS 1/2 messages the sender forwarded to a previous life of the
     receiver that never confirmed them (it restarted), for the persistent sessions the
-    receiver restored from its store, which get those they do not have. `epoch`: the
+    receiver restored from its store, which get those they do not have; carried, as a
+    publish batch's `Forward`, in a numbered batch to the receiver's new life. `epoch`: the
     receiver's life it is meant for (its current one); a pool worker that gets it hands it
     to its pool's other workers, as it is, for their restored sessions."""
 

@@ -199,7 +199,8 @@ def test_a_batch_of_plain_and_shared_frames_marks_the_plain_ones_for_ordinary_su
 def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirmed_first() -> None:
     # b.0 sends a.0 two numbered batches that a.0 never confirms, then hears a.0's next
     # life: it gives that life their QoS 1/2 messages (not the QoS 0 one), addressed to
-    # it, before the next batch it sends it; a.0's restored sessions take those they lack.
+    # it, as its first numbered batch, before the next batch it sends it; a.0's restored
+    # sessions take those they lack.
     _context, member = new_member()
     receive = member.fabric._messages
     receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links, in its life 7
@@ -229,8 +230,9 @@ def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirme
         if isinstance(frame, Unconfirmed | Numbered | Forward)
     ]
     assert carrying == [
-        Unconfirmed((first, second), 8),
         Numbered(1, 1, 8, False),
+        Unconfirmed((first, second), 8),
+        Numbered(2, 1, 8, False),
         Forward((later,)),
     ]
 
@@ -257,3 +259,60 @@ def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_
     )
     gevent.sleep(0)
     assert Unconfirmed((kept,), 8) in sent_to_a(member)[sent_before:]
+
+
+def test_what_a_restarted_peer_never_confirmed_is_sent_again_until_it_confirms_it() -> None:
+    # The `Unconfirmed` batch for a.0's new life is lost with b.0's NATS connection: once
+    # the connection is back it goes again, and again after that, until a.0 confirms it.
+    _context, member = new_member()
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    (peer,) = member.fabric.peers
+    kept = Message(topic="t", payload=b"1", qos=1, message_id=1)
+    member.numbered.add(kept, (peer,))
+    member.numbered.send([(peer, Forward((kept,)))], None)
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 8)))])  # a.0 restarted: life 8
+    gevent.sleep(0)
+
+    def given() -> int:
+        return sent_to_a(member).count(Unconfirmed((kept,), 8))
+
+    assert given() == 1
+    member.numbered.link_up()  # b.0's NATS connection came back: what it sent may be lost
+    member.numbered.start()
+    try:
+        gevent.sleep(member.config.heartbeat + 0.1)
+        assert given() == 2
+        token = [f for f in sent_to_a(member) if isinstance(f, CommitSync)][-1].token
+        receive([("mqtt.t.to.b.0.a.0", encode_frame(Committed(token)))])
+        member.numbered.link_up()
+        gevent.sleep(member.config.heartbeat + 0.1)
+        assert given() == 2  # confirmed: not sent again
+    finally:
+        member.numbered.stop()
+
+
+def test_a_restarted_worker_gives_its_restored_sessions_a_numbered_unconfirmed_batch_once() -> None:
+    # a.0 gives b.0's life the messages b.0's previous life never confirmed, as a numbered
+    # batch, and sends it again (its NATS connection was lost meanwhile): b.0 hands them
+    # to its restored sessions (here: its pool's relay) once, and confirms the batch.
+    context, member = new_member()
+    context.dispatcher = Delivered()  # type: ignore[assignment]
+    relayed: list[tuple[Message, ...]] = []
+    member.relay_unconfirmed(relayed.append)
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    epoch = member.fabric.epoch
+    first, second = (Message(topic="t", payload=str(n).encode(), qos=1) for n in (1, 2))
+    batch = [
+        Numbered(1, 1, epoch, False),
+        Unconfirmed((first,), epoch),
+        Unconfirmed((second,), epoch),
+        CommitSync(4),
+    ]
+    subject = "mqtt.t.to.b.0.a.0"
+    for _send in range(2):
+        receive([(subject, encode_frame(frame)) for frame in batch])
+    gevent.sleep(CONFIRM_DELAY + 0.05)
+    assert relayed == [(first, second)]
+    assert Committed(4) in sent_to_a(member)
