@@ -168,15 +168,11 @@ class Relay:
             return
         limits = self._limits
         renamed = _renamed(packet, topic, self._remote_version, limits.retain, limits.max_qos)
-        item: Packet | bytes = renamed
-        if limits.max_packet_size:
+        item: Publish | bytes = renamed
+        if limits.max_packet_size:  # measured as it goes out
             item = encode(renamed, self._remote_version)
-            if len(item) > limits.max_packet_size:
-                self.counts.too_large += 1
-                self._drop(packet.qos, packet.packet_id or 0, out)
-                return
-        self.counts.sent += 1
-        out.to_remote.append(item)
+        if not self._send_within(item, packet.qos, packet.packet_id, out):
+            return
         if renamed.qos < packet.qos:  # [MQTT-3.2.2-11]: no more than the remote's Maximum QoS
             if renamed.qos == 0:  # nothing comes back: the local flow ends here
                 self._drop(packet.qos, packet.packet_id or 0, out)
@@ -195,15 +191,19 @@ class Relay:
             for_3_1_1(packet, topic, self._limits.retain), packet.qos, packet.packet_id, out
         )
 
-    def _send_within(self, frame: bytes, qos: int, packet_id: int | None, out: Relayed) -> None:
-        """Send the PUBLISH `frame` unless it is larger than the remote takes."""
+    def _send_within(
+        self, item: Publish | bytes, qos: int, packet_id: int | None, out: Relayed
+    ) -> bool:
+        """Send the PUBLISH `item` (encoded where there is a bound) unless it is larger
+        than the remote takes: then it is acknowledged to the local session (False)."""
         bound = self._limits.max_packet_size
-        if bound and len(frame) > bound:
+        if bound and isinstance(item, bytes) and len(item) > bound:
             self.counts.too_large += 1
             self._drop(qos, packet_id or 0, out)
-            return
+            return False
         self.counts.sent += 1
-        out.to_remote.append(frame)
+        out.to_remote.append(item)
+        return True
 
     def _drop(self, qos: int, packet_id: int, out: Relayed) -> None:
         """Acknowledge to the local session a message that does not go out."""
