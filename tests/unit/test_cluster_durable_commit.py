@@ -237,19 +237,26 @@ def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirme
     ]
 
 
-def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_confirmed() -> None:
-    # a.0's next life is heard twice in one batch of NATS messages: its heartbeat (b.0
-    # takes it for restarted and queues the `Unconfirmed`) and its own greeting to b.0
-    # (a direct `Hello`: it linked b.0 and wants the snapshots again). The greeting re-links
-    # a.0 in the same life; what was queued for that life still leaves.
+def sent_unconfirmed_to_a() -> tuple[ClusterMember, Message]:
+    """Node b's worker, linked to a.0 in its life 7, and a QoS 1 message it sent a.0 in a
+    numbered batch that a.0 has not confirmed."""
     _context, member = new_member()
-    receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    member.fabric._messages([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
     (peer,) = member.fabric.peers
     kept = Message(topic="t", payload=b"1", qos=1, message_id=1)
     member.numbered.add(kept, (peer,))
     member.numbered.send([(peer, Forward((kept,)))], None)
     gevent.sleep(0)
+    return member, kept
+
+
+def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_confirmed() -> None:
+    # a.0's next life is heard twice in one batch of NATS messages: its heartbeat (b.0
+    # takes it for restarted and queues the `Unconfirmed`) and its own greeting to b.0
+    # (a direct `Hello`: it linked b.0 and wants the snapshots again). The greeting re-links
+    # a.0 in the same life; what was queued for that life still leaves.
+    member, kept = sent_unconfirmed_to_a()
+    receive = member.fabric._messages
     sent_before = len(sent_to_a(member))
     receive(
         [
@@ -264,13 +271,8 @@ def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_
 def test_what_a_restarted_peer_never_confirmed_is_sent_again_until_it_confirms_it() -> None:
     # The `Unconfirmed` batch for a.0's new life is lost with b.0's NATS connection: once
     # the connection is back it goes again, and again after that, until a.0 confirms it.
-    _context, member = new_member()
+    member, kept = sent_unconfirmed_to_a()
     receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
-    (peer,) = member.fabric.peers
-    kept = Message(topic="t", payload=b"1", qos=1, message_id=1)
-    member.numbered.add(kept, (peer,))
-    member.numbered.send([(peer, Forward((kept,)))], None)
     receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 8)))])  # a.0 restarted: life 8
     gevent.sleep(0)
 
