@@ -43,6 +43,10 @@ pytestmark = needs_nats_server
 NODES = ("a", "b", "c")
 NOT_AUTHORISED = 5  # 3.1.1's CONNACK return code for a banned client
 FLAPPING = "[flapping]\nmax_connects = 3\nwindow = 10\nban_time = 60\n"
+# Refused CONNECTs are answered at once (no [overload] auth_failure_delay): `answers` tries
+# until every worker of a pool has answered, which the kernel picks per connection, and a
+# delay doubling per refusal from one address let a few tries outlast a brief ban.
+PROMPT_REFUSALS = "[overload]\nauth_failure_delay = 0.0\n"
 
 
 class Cluster:
@@ -56,7 +60,9 @@ class Cluster:
 def cluster_of(tmp_path: Path, nats: NatsServer, extra: dict[str, str]) -> Iterator[Cluster]:
     """Nodes named by `extra`'s keys, each with the admin API and that configuration."""
     ports = {node: free_port() for node in extra}
-    texts = {node: http_config(ports[node]) + text for node, text in extra.items()}
+    texts = {
+        node: http_config(ports[node]) + PROMPT_REFUSALS + text for node, text in extra.items()
+    }
     with nodes_of(tmp_path, nats, texts) as nodes:
         yield Cluster(nodes, ports)
 
@@ -255,7 +261,10 @@ def test_a_ban_made_while_nats_is_down_holds_on_its_node_then_on_every_node_once
     own = NatsServer()  # stopped and started by the test: not the module's server
     own.start()
     ports = {node: free_port() for node in ("a", "b")}
-    texts = {node: f"claim_timeout = 1.0\n{http_config(port)}" for node, port in ports.items()}
+    texts = {
+        node: f"claim_timeout = 1.0\n{http_config(port)}{PROMPT_REFUSALS}"
+        for node, port in ports.items()
+    }
     try:
         # A peer timeout longer than the outage: the nodes stay in the cluster through it.
         with nodes_of(tmp_path, own, texts, peer_timeout=10.0) as nodes:
@@ -288,7 +297,7 @@ def test_a_ban_changed_through_the_cluster_while_a_node_was_cut_off_holds_over_t
     proxy.start()
     ports = {node: free_port() for node in ("a", "b")}
     try:
-        text = f"claim_timeout = 1.0\n{http_config(ports['b'])}"
+        text = f"claim_timeout = 1.0\n{http_config(ports['b'])}{PROMPT_REFUSALS}"
         with nodes_of(tmp_path, server, {"b": text}, peer_timeout=10.0) as nodes:
             config = node_config(tmp_path, "b", "a").replace(server.url, proxy.url)
             config = config.replace(f"port = {ports['b']}\n", f"port = {ports['a']}\n")
