@@ -389,15 +389,15 @@ class NumberedForwarding:
         outside a numbered batch, at the batch's end (whole) inside one to take, not at all
         inside one skipped."""
         incoming = self._incoming.get(worker)
-        if incoming is not None:
-            if incoming.verdict is Verdict.TAKE:
-                incoming.add(frame)
-        elif type(frame) is Unconfirmed:
-            self._restored(worker, frame)
-        else:
+        if incoming is None:
+            if type(frame) is Unconfirmed:
+                self._restored(worker, frame)
+                return
             assert isinstance(frame, Forward | ForwardShared)
             marks = frame.marks if type(frame) is ForwardShared else None
             self._deliver(worker, frame.messages, marks, frame.publisher)
+        elif incoming.verdict is Verdict.TAKE:
+            incoming.add(frame)
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
