@@ -21,6 +21,7 @@ from plugins.password_hash import HashSpec, hash_password
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
+from tests.support.workers import ATTEMPTS, connections_of, refusals_of
 
 PBKDF2_ITERATIONS = 1000
 SERVER_UNAVAILABLE = {4: ConnackReturnCode.SERVER_UNAVAILABLE, 5: ReasonCode.SERVER_UNAVAILABLE}
@@ -60,19 +61,72 @@ def stored_users() -> list[StoredUser]:
     ]
 
 
-def connack(broker: BrokerProcess, version: int, username: str | None, password: str) -> int:
+def connack(
+    broker: BrokerProcess,
+    version: int,
+    username: str | None,
+    password: str,
+    client_id: str | None = None,
+) -> int:
     """The CONNACK code a new client with these credentials gets (None: no user name, and
-    so no password)."""
+    so no password); `client_id` by default a new one."""
     client = RawClient(broker.host, broker.port, version=version, timeout=10)
     try:
         credentials = (
             {} if username is None else {"username": username, "password": password.encode()}
         )
-        answer = client.connect(unique("db"), **credentials)
+        answer = client.connect(client_id or unique("db"), **credentials)
         assert isinstance(answer, ConnAck), answer
         return int(answer.reason_code)
     finally:
         client.close()
+
+
+def worker_of(broker: BrokerProcess, workers: int, client_id: str, refused: bool) -> int:
+    """The worker that logged the CONNECT of `client_id` (accepted, or refused); one
+    process (which logs no worker) is worker 0."""
+    if workers == 1:
+        return 0
+    seen = refusals_of if refused else connections_of
+    deadline = time.monotonic() + 5
+    while not (workers := seen(broker, client_id)):
+        assert time.monotonic() < deadline, f"no worker logged the CONNECT of {client_id!r}"
+        time.sleep(0.01)
+    return workers[-1]
+
+
+def await_backend_on_every_worker(
+    broker: BrokerProcess, workers: int, user: str, seconds: float
+) -> None:
+    """CONNECT as `user` (password `pw-<user>`) until every worker of the pool has let one
+    through: each worker asks the backend with its own connections, and each reconnects
+    on its own once the backend is back. AssertionError past `seconds`."""
+    deadline = time.monotonic() + seconds
+    answered: set[int] = set()
+    while len(answered) < workers:
+        assert time.monotonic() < deadline, (
+            f"CONNECTs still refused {seconds:.0f} s after the restart on the workers "
+            f"other than {sorted(answered)}"
+        )
+        client_id = unique("back")
+        if connack(broker, 4, user, f"pw-{user}", client_id) == 0:
+            answered.add(worker_of(broker, workers, client_id, refused=False))
+        else:
+            time.sleep(0.2)
+
+
+def wrong_password_codes(broker: BrokerProcess, workers: int, version: int, user: str) -> set[int]:
+    """The CONNACK codes a wrong password for `user` gets, CONNECTing until every worker
+    has answered one."""
+    codes: set[int] = set()
+    answered: set[int] = set()
+    for _ in range(ATTEMPTS):
+        client_id = unique("wrong")
+        codes.add(connack(broker, version, user, "wrong", client_id))
+        answered.add(worker_of(broker, workers, client_id, refused=True))
+        if len(answered) == workers:
+            return codes
+    raise AssertionError(f"{ATTEMPTS} CONNECTs reached only the workers {sorted(answered)}")
 
 
 def login(broker: BrokerProcess, user: str, client_id: str | None = None) -> RawClient:
