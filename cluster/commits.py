@@ -3,9 +3,9 @@ node's worker confirms it stored it, and how a worker takes numbered batches onc
 (docs/cluster.md "Forwarding a QoS 1/2 message"); pure.
 
 A publish batch with QoS 1/2 messages for another node's worker is sent to that worker as a
-numbered batch: `Numbered(seq, first, epoch)`, the `Forward` frames, then the pool's
-`CommitSync(token)`, answered `Committed(token)` once the receiver's store has committed
-what it got before. The sender keeps:
+numbered batch: `Numbered(seq, first, epoch, awaited, parts)`, the `Forward` frames (each
+naming the batch), then the pool's `CommitSync(token, seq)`, answered `Committed(token)`
+once the receiver's store has committed what it got before. The sender keeps:
 
 - `SentBatches`: per peer, every batch not confirmed yet (its number, commit token,
   messages and when it was last sent), to send again after a lost NATS connection on either

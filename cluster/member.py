@@ -30,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -676,21 +677,22 @@ def reads_local_only(topic_filter: str) -> bool:
     return inner == _LOCAL_ONLY[:-1] or inner.startswith(_LOCAL_ONLY)
 
 
-def split_frame(frame: KeptFrame) -> list[KeptFrame]:
-    """`frame` in frames of at most FORWARD_BYTES of payload (at least one message each)."""
+def split_frame(frame: KeptFrame, batch: int) -> list[KeptFrame]:
+    """`frame` in frames of at most FORWARD_BYTES of payload (at least one message each),
+    each a part of the numbered batch `batch` (0: of none)."""
     parts = split_payloads(frame.messages)
     if len(parts) == 1:
-        return [frame]
+        return [frame if frame.batch == batch else replace(frame, batch=batch)]
     if type(frame) is Forward:
-        return [Forward(part, frame.publisher) for part in parts]
+        return [Forward(part, frame.publisher, batch) for part in parts]
     if type(frame) is Unconfirmed:
-        return [Unconfirmed(part, frame.epoch) for part in parts]
+        return [Unconfirmed(part, frame.epoch, batch) for part in parts]
     assert isinstance(frame, ForwardShared)
     frames: list[KeptFrame] = []
     start = 0
     for part in parts:
         end = start + len(part)
-        frames.append(ForwardShared(part, frame.marks[start:end], frame.publisher))
+        frames.append(ForwardShared(part, frame.marks[start:end], frame.publisher, batch))
         start = end
     return frames
 

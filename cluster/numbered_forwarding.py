@@ -14,7 +14,10 @@ workers' commits); for clean sessions only, it does not. Kept batches are sent a
 order, to a peer that has not confirmed the oldest of them for `peer_timeout` seconds, to
 every peer a heartbeat after this worker's NATS connection comes back, and to a peer that
 is linked again in the same life; the receiver takes each number once, delivering a batch
-when it has arrived whole, at its `CommitSync` (`ReceivedBatches`).
+when it has arrived whole, at its `CommitSync` (`ReceivedBatches`). Every part of a batch and
+its `CommitSync` name its number, and `Numbered` counts its parts: NATS loses whole
+messages, a long batch spans several, and a batch whose head or any part was lost is
+neither delivered in part nor confirmed, but taken whole when it comes again.
 
 The receiver confirms a batch that an acknowledgement waits for (`Numbered.awaited`) at
 once, and gathers the confirmations of the others for up to CONFIRM_DELAY (one `Committed`,
@@ -72,8 +75,9 @@ BatchFrame = Forward | ForwardShared
 # What a numbered batch carries: a publish batch's frame, or what a restarted peer's
 # previous life never confirmed, for the sessions it restored.
 KeptFrame = Forward | ForwardShared | Unconfirmed
-# Splits a batch's frame into frames of at most FORWARD_BYTES of payload (cluster.member's).
-Split = Callable[[KeptFrame], list[KeptFrame]]
+# Splits a batch's frame into frames of at most FORWARD_BYTES of payload, each a part of the
+# numbered batch given (0: of none): split(frame, batch) (cluster.member's).
+Split = Callable[[KeptFrame, int], list[KeptFrame]]
 # Delivers messages another node's worker forwarded to this worker's subscribers (and share
 # groups' members: `marks`, as the sender marked them, or None):
 # deliver(sender, messages, marks, publisher), `publisher` the sender's flow-control id.
@@ -87,15 +91,29 @@ Repick = Callable[[int, list[tuple[Message, ShareOrigin]]], None]
 
 
 class _Incoming:
-    """The numbered batch a sender is sending now: whether it is taken, skipped (a resend
+    """The numbered batch a sender is sending now: its number (`seq`) and how many parts it
+    has (`parts`) and how many arrived (`arrived`), whether it is taken, skipped (a resend
     of one taken before) or dropped (`verdict`), whether an acknowledgement waits for its
     confirmation (`awaited`), and, if taken, what has arrived of it so far."""
 
-    __slots__ = ("awaited", "marks", "messages", "publisher", "restored_epoch", "verdict")
+    __slots__ = (
+        "arrived",
+        "awaited",
+        "marks",
+        "messages",
+        "parts",
+        "publisher",
+        "restored_epoch",
+        "seq",
+        "verdict",
+    )
 
-    def __init__(self, verdict: Verdict, awaited: bool) -> None:
+    def __init__(self, frame: Numbered, verdict: Verdict) -> None:
+        self.seq = frame.seq
+        self.parts = frame.parts
+        self.arrived = 0
         self.verdict = verdict
-        self.awaited = awaited
+        self.awaited = frame.awaited
         self.messages: list[Message] = []
         self.marks: list[ShareMark] | None = None  # once a frame of it had share marks
         self.publisher = 0  # the sender's flow-control id of the batch's publisher
@@ -228,7 +246,7 @@ class NumberedForwarding:
                 if self._send_batch(worker, batch) and awaited:
                     waiting.add(worker)
             else:
-                for part in self._split(frame):
+                for part in self._split(frame, 0):
                     fabric.send(worker, part)
         if on_durable is None or not waiting:
             return None
@@ -239,12 +257,13 @@ class NumberedForwarding:
         epoch = self._sent.epoch_of(worker)
         assert epoch is not None
         fabric = self._fabric
-        numbered = Numbered(batch.seq, self._sent.first(worker), epoch, batch.awaited)
-        if not fabric.send(worker, numbered):
+        parts = self._split(batch.frame, batch.seq)
+        first = self._sent.first(worker)
+        if not fabric.send(worker, Numbered(batch.seq, first, epoch, batch.awaited, len(parts))):
             return False
-        for part in self._split(batch.frame):
+        for part in parts:
             fabric.send(worker, part)
-        fabric.send(worker, CommitSync(batch.token))
+        fabric.send(worker, CommitSync(batch.token, batch.seq))
         return True
 
     def _tick(self) -> None:
@@ -382,30 +401,43 @@ class NumberedForwarding:
                 frame.seq,
                 self._fabric.name_of(worker),
             )
-        self._incoming[worker] = _Incoming(verdict, frame.awaited)
+        self._incoming[worker] = _Incoming(frame, verdict)
 
     def forward(self, worker: int, frame: KeptFrame) -> None:
-        """A `Forward`, `ForwardShared` or `Unconfirmed` from `worker`: delivered now
-        outside a numbered batch, at the batch's end (whole) inside one to take, not at all
-        inside one skipped."""
+        """A `Forward`, `ForwardShared` or `Unconfirmed` from `worker`: a plain batch's
+        (QoS 0 only) delivered now; a numbered batch's part kept to deliver the batch whole
+        at its end if it is taken, else ignored, as a part of a batch whose `Numbered` was
+        lost (it comes again whole). An `Unconfirmed` is always a numbered batch's part."""
+        if not frame.batch:
+            if isinstance(frame, Forward | ForwardShared):
+                marks = frame.marks if type(frame) is ForwardShared else None
+                self._deliver(worker, frame.messages, marks, frame.publisher)
+            return
         incoming = self._incoming.get(worker)
-        if incoming is None:
-            if type(frame) is Unconfirmed:
-                self._restored(worker, frame)
-                return
-            assert isinstance(frame, Forward | ForwardShared)
-            marks = frame.marks if type(frame) is ForwardShared else None
-            self._deliver(worker, frame.messages, marks, frame.publisher)
-        elif incoming.verdict is Verdict.TAKE:
+        if incoming is None or incoming.seq != frame.batch:
+            return
+        incoming.arrived += 1
+        if incoming.verdict is Verdict.TAKE:
             incoming.add(frame)
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
-        has what came before."""
+        has what came before. A batch whose `Numbered` or a part was lost on the way is
+        neither delivered nor answered: the sender sends it again."""
         incoming = self._incoming.pop(worker, None)
-        if incoming is not None and incoming.verdict is Verdict.DROP:
+        if incoming is None or incoming.seq != frame.batch or incoming.verdict is Verdict.DROP:
             return
-        if incoming is not None and incoming.verdict is Verdict.TAKE:
+        if incoming.arrived != incoming.parts:
+            logger.warning(
+                "cluster: batch %d from %s arrived with %d of its %d parts (the others were "
+                "lost with a NATS connection): not taken until it is sent again",
+                incoming.seq,
+                self._fabric.name_of(worker),
+                incoming.arrived,
+                incoming.parts,
+            )
+            return
+        if incoming.verdict is Verdict.TAKE:
             if incoming.restored_epoch is not None:
                 self._restored(
                     worker, Unconfirmed(tuple(incoming.messages), incoming.restored_epoch)
@@ -420,7 +452,7 @@ class NumberedForwarding:
                 )
             self._received.taken(worker)
         token = frame.token
-        if incoming is None or incoming.awaited:
+        if incoming.awaited:
             self._persistence().submit((), lambda: self._confirm(worker, token))
         else:
             self._persistence().submit((), lambda: self._confirm_soon(worker, token))

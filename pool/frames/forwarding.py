@@ -21,6 +21,10 @@ class Forward:
 
     messages: tuple[Message, ...]
     publisher: int = 0
+    # Cluster: the number of the numbered batch (`Numbered.seq`) this frame is a part of;
+    # 0: none. Each part names its batch, so a part whose batch's head was lost with a
+    # NATS connection is known for one and is not delivered as a batch of its own.
+    batch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,7 @@ class ForwardShared:
     messages: tuple[Message, ...]
     marks: tuple[ShareMark, ...]
     publisher: int = 0  # as `Forward`'s
+    batch: int = 0  # as `Forward`'s
 
     def __post_init__(self) -> None:
         if len(self.marks) != len(self.messages):
@@ -54,19 +59,23 @@ class RetainedSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Numbered:
-    """Cluster: the `Forward` frames and the `CommitSync` that follow are the sender's batch
-    `seq` for the receiver (numbered 1, 2, ... per receiver), addressed to the receiver's
-    life `epoch`. `first` is the sender's oldest batch not confirmed yet: it never sends
-    an older one again. The receiver takes each number once and in order (cluster.commits):
-    a resent batch it has is skipped (its `CommitSync` still answered), one after a missing
-    batch waits for the resend (not answered). `awaited`: a publisher's acknowledgement
-    waits for the batch's `Committed` (a persistent session of the receiver stores one of
-    its messages), which is then sent at once; else it may be gathered with later ones."""
+    """Cluster: the `parts` frames (`Forward`, `ForwardShared` or `Unconfirmed`, each naming
+    the batch) and the `CommitSync` that follow are the sender's batch `seq` for the
+    receiver (numbered 1, 2, ... per receiver), addressed to the receiver's life `epoch`.
+    `first` is the sender's oldest batch not confirmed yet: it never sends an older one
+    again. The receiver takes each number once and in order (cluster.commits): a resent
+    batch it has is skipped (its `CommitSync` still answered), one after a missing batch
+    waits for the resend (not answered). A batch is taken only if all its parts and its
+    `CommitSync` arrived: NATS loses whole messages, and a long batch spans several.
+    `awaited`: a publisher's acknowledgement waits for the batch's `Committed` (a
+    persistent session of the receiver stores one of its messages), which is then sent at
+    once; else it may be gathered with later ones."""
 
     seq: int
     first: int
     epoch: int
     awaited: bool
+    parts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,14 +89,17 @@ class Unconfirmed:
 
     messages: tuple[Message, ...]
     epoch: int
+    batch: int = 0  # as `Forward`'s
 
 
 @dataclass(frozen=True, slots=True)
 class CommitSync:
     """Sent after a `Forward` with QoS 1/2 messages: answer `Committed(token)` once the store
-    ops of everything received before are committed (the publisher's PUBACK waits)."""
+    ops of everything received before are committed (the publisher's PUBACK waits).
+    `batch`: as `Forward`'s (the cluster's numbered batch it ends; 0 in the pool)."""
 
     token: int
+    batch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,10 @@ encoding it again. The records decode in one `struct` pass and the strings once 
 not once per message: decoding is what a worker pays for every message another worker
 forwards it.
 
-Before the message part: a `Forward`'s 4-byte publisher id; a `ForwardShared`'s publisher id,
-then a 4-byte length and an orjson list of one `ShareMark` per message; an `Orphans`'s dead
-worker and round (4 bytes each); an `Unconfirmed`'s epoch (8 bytes). A frame that carries
+Before the message part: a `Forward`'s 4-byte publisher id and 8-byte batch number; a
+`ForwardShared`'s publisher id and batch number, then a 4-byte length and an orjson list of
+one `ShareMark` per message; an `Orphans`'s dead worker and round (4 bytes each); an
+`Unconfirmed`'s epoch and batch number (8 bytes each). A frame that carries
 deliveries (`MovingOut`, `MovedDeliveries`) starts with a 4-byte length and an orjson list of
 its other fields and one row per delivery; the message part holds the deliveries'
 messages.
@@ -54,7 +55,9 @@ from pool.frames.validation import (
 
 _U32 = struct.Struct("<I")
 _U32x2 = struct.Struct("<II")
-_U64 = struct.Struct("<Q")
+_U64x2 = struct.Struct("<QQ")
+_FORWARD_HEAD = struct.Struct("<IQ")  # publisher, batch
+_SHARED_HEAD = struct.Struct("<IQI")  # publisher, batch, size of the share marks
 # A message's fixed-size record: flags (QoS in bits 0-1, RETAIN in bit 2), timestamp, message
 # id, the indexes of its topic, publisher and username in the frame's string table, and the
 # sizes of its property block, its payload and the PUBLISH head before it (0: no `wire`).
@@ -88,11 +91,12 @@ def _encode_forward_shared(frame: ForwardShared) -> bytes:
         ]
     )
     messages = _encode_messages(frame.messages)
-    return b"".join((_U32.pack(frame.publisher), _U32.pack(len(marks)), marks, messages))
+    head = _SHARED_HEAD.pack(frame.publisher, frame.batch, len(marks))
+    return b"".join((head, marks, messages))
 
 
 def _encode_forward(frame: Forward) -> bytes:
-    return _U32.pack(frame.publisher) + _encode_messages(frame.messages)
+    return _FORWARD_HEAD.pack(frame.publisher, frame.batch) + _encode_messages(frame.messages)
 
 
 def _encode_orphans(frame: Orphans) -> bytes:
@@ -100,7 +104,7 @@ def _encode_orphans(frame: Orphans) -> bytes:
 
 
 def _encode_unconfirmed(frame: Unconfirmed) -> bytes:
-    return _U64.pack(frame.epoch) + _encode_messages(frame.messages)
+    return _U64x2.pack(frame.epoch, frame.batch) + _encode_messages(frame.messages)
 
 
 def _encode_retained(frame: Retained | RetainedSnapshot) -> bytes:
@@ -291,15 +295,15 @@ def _decode_marks(rows: object) -> tuple[ShareMark, ...]:
 
 
 def _decode_forward_shared(body: bytes) -> ForwardShared:
-    publisher, marks_size = _U32x2.unpack_from(body, 0)
-    start = _U32x2.size + marks_size
-    marks = _decode_marks(orjson.loads(body[_U32x2.size : start]))
-    return ForwardShared(_decode_messages(body, start), marks, publisher)
+    publisher, batch, marks_size = _SHARED_HEAD.unpack_from(body, 0)
+    start = _SHARED_HEAD.size + marks_size
+    marks = _decode_marks(orjson.loads(body[_SHARED_HEAD.size : start]))
+    return ForwardShared(_decode_messages(body, start), marks, publisher, batch)
 
 
 def _decode_forward(body: bytes) -> Forward:
-    (publisher,) = _U32.unpack_from(body, 0)
-    return Forward(_decode_messages(body, _U32.size), publisher)
+    publisher, batch = _FORWARD_HEAD.unpack_from(body, 0)
+    return Forward(_decode_messages(body, _FORWARD_HEAD.size), publisher, batch)
 
 
 def _decode_orphans(body: bytes) -> Orphans:
@@ -308,8 +312,8 @@ def _decode_orphans(body: bytes) -> Orphans:
 
 
 def _decode_unconfirmed(body: bytes) -> Unconfirmed:
-    (epoch,) = _U64.unpack_from(body, 0)
-    return Unconfirmed(_decode_messages(body, _U64.size), epoch)
+    epoch, batch = _U64x2.unpack_from(body, 0)
+    return Unconfirmed(_decode_messages(body, _U64x2.size), epoch, batch)
 
 
 def _decode_retained(body: bytes) -> Retained:

@@ -38,6 +38,7 @@ from pool.frames.forwarding import (
     Committed,
     Forward,
     ForwardShared,
+    Numbered,
     Retained,
     RetainedSnapshot,
     Unconfirmed,
@@ -103,6 +104,7 @@ def messages(draw: st.DrawFn) -> Message:
 
 message_batches = st.lists(messages(), max_size=5).map(tuple)
 publisher_ids = st.integers(0, 2**32 - 1)  # a Forward's 4-byte publisher id
+batch_numbers = st.integers(0, 2**64 - 1)  # a numbered batch's number (0: none), 8 bytes
 flow_reasons = st.sampled_from(FLOW_REASONS)
 
 
@@ -146,7 +148,7 @@ share_marks = st.builds(
 def forward_shared(draw: st.DrawFn) -> ForwardShared:
     batch = draw(message_batches)
     marks = draw(st.lists(share_marks, min_size=len(batch), max_size=len(batch)))
-    return ForwardShared(batch, tuple(marks), draw(publisher_ids))
+    return ForwardShared(batch, tuple(marks), draw(publisher_ids), draw(batch_numbers))
 
 
 @st.composite
@@ -165,7 +167,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     ),
     st.builds(RoutesChanged, filter_sets, filter_sets),
     st.builds(RoutesSnapshot, filter_sets),
-    st.builds(Forward, message_batches, publisher_ids),
+    st.builds(Forward, message_batches, publisher_ids, batch_numbers),
     st.builds(FlowHold, st.integers(1, 2**40), flow_reasons),
     st.builds(FlowRelease, st.integers(1, 2**40), flow_reasons),
     st.builds(Retained, message_batches),
@@ -183,7 +185,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Owned, worker_ids, st.lists(client_ids, max_size=5).map(tuple)),
     st.builds(RoutesSync, st.integers(0, 2**40)),
     st.builds(RoutesSynced, st.integers(0, 2**40)),
-    st.builds(CommitSync, st.integers(0, 2**40)),
+    st.builds(CommitSync, st.integers(0, 2**40), batch_numbers),
     st.builds(Committed, st.integers(0, 2**40)),
     st.builds(Leaving, worker_ids),
     st.builds(ListenerCounts, st.lists(st.integers(0, 2**31), max_size=4).map(tuple)),
@@ -203,7 +205,15 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(DurableSnapshot, filter_sets),
     st.builds(Adopted, worker_ids, st.integers(0, 2**32 - 1)),
     st.builds(Orphans, message_batches, worker_ids, st.integers(0, 2**32 - 1)),
-    st.builds(Unconfirmed, message_batches, st.integers(0, 2**48 - 1)),
+    st.builds(Unconfirmed, message_batches, st.integers(0, 2**48 - 1), batch_numbers),
+    st.builds(
+        Numbered,
+        batch_numbers,
+        batch_numbers,
+        st.integers(0, 2**63 - 1),
+        st.booleans(),
+        st.integers(0, 2**31),
+    ),
 )
 
 

@@ -129,5 +129,5 @@ def test_the_receiver_starts_at_the_senders_first_and_anew_with_its_next_life() 
 
 def test_numbered_crosses_the_codec() -> None:
     for awaited in (True, False):
-        frame = Numbered(seq=3, first=2, epoch=1 << 40, awaited=awaited)
+        frame = Numbered(seq=3, first=2, epoch=1 << 40, awaited=awaited, parts=2)
         assert FrameDecoder().feed(encode_frame(frame)) == [frame]

@@ -22,7 +22,7 @@ from actors.config import BrokerConfig
 from actors.context import BrokerContext
 from actors.persistence import Persistence
 from cluster.config import ClusterConfig
-from cluster.member import ClusterMember
+from cluster.member import FORWARD_BYTES, ClusterMember
 from cluster.numbered_forwarding import CONFIRM_DELAY
 from core.message import Message
 from core.share_origin import ShareMark
@@ -82,22 +82,6 @@ def new_member() -> tuple[BrokerContext, ClusterMember]:
     return context, member
 
 
-def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> None:
-    context, member = new_member()
-    store = HeldStore()
-    context.persistence = Persistence(StoreWriter(store))  # as `Broker.start` opens the store
-    receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links
-    # What a delivery of a numbered batch submitted (its puts), then the batch's end.
-    context.persistence.submit([PutRetained(Message(topic="r", payload=b"x", retain=True))])
-    receive([("mqtt.t.to.b.0.a.0", encode_frame(CommitSync(5)))])
-    gevent.sleep(0.05)
-    assert Committed(5) not in sent_to_a(member)  # the put is not committed yet
-    store.release.set()
-    gevent.sleep(0.05)
-    assert Committed(5) in sent_to_a(member)
-
-
 class Delivered:
     """Stands in for the worker's dispatcher: what reached this worker's subscribers, and
     the share marks it came with."""
@@ -111,6 +95,24 @@ class Delivered:
     ) -> None:
         self.batches.append(messages)
         self.marks.append(marks)
+
+
+def test_committed_waits_for_the_store_opened_after_the_member_was_made() -> None:
+    context, member = new_member()
+    context.dispatcher = Delivered()  # type: ignore[assignment]
+    store = HeldStore()
+    context.persistence = Persistence(StoreWriter(store))  # as `Broker.start` opens the store
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])  # a.0 links
+    receive([("mqtt.t.to.b.0.a.0", encode_frame(Numbered(1, 1, member.fabric.epoch, True, 0)))])
+    # What a delivery of the numbered batch submitted (its puts), then the batch's end.
+    context.persistence.submit([PutRetained(Message(topic="r", payload=b"x", retain=True))])
+    receive([("mqtt.t.to.b.0.a.0", encode_frame(CommitSync(5, 1)))])
+    gevent.sleep(0.05)
+    assert Committed(5) not in sent_to_a(member)  # the put is not committed yet
+    store.release.set()
+    gevent.sleep(0.05)
+    assert Committed(5) in sent_to_a(member)
 
 
 def receiving_from_a() -> tuple[Delivered, Callable[[list[tuple[str, bytes]]], None], int]:
@@ -135,8 +137,8 @@ def test_confirmations_nothing_waits_for_are_gathered_and_an_awaited_one_goes_at
     def batch(seq: int, awaited: bool) -> None:
         """a.0's numbered batch `seq` (commit token `seq`), with no messages."""
         subject = "mqtt.t.to.b.0.a.0"
-        receive([(subject, encode_frame(Numbered(seq, 1, epoch, awaited)))])
-        receive([(subject, encode_frame(CommitSync(seq)))])
+        receive([(subject, encode_frame(Numbered(seq, 1, epoch, awaited, 0)))])
+        receive([(subject, encode_frame(CommitSync(seq, seq)))])
 
     def confirmations() -> list[Frame]:
         gevent.sleep(0)  # the fabric sends what a loop turn gathered
@@ -166,10 +168,10 @@ def test_a_numbered_batch_of_share_picks_is_delivered_once_whole_with_its_marks(
     # The batch's ForwardShared, split in two parts (past FORWARD_BYTES), as its sender
     # sends it, then sends it again (its confirmation was lost with a NATS connection).
     batch = [
-        encode_frame(Numbered(1, 1, epoch, False)),
-        encode_frame(ForwardShared((first,), (picked,))),
-        encode_frame(ForwardShared((second,), (ordinary,))),
-        encode_frame(CommitSync(1)),
+        encode_frame(Numbered(1, 1, epoch, False, 2)),
+        encode_frame(ForwardShared((first,), (picked,), 0, 1)),
+        encode_frame(ForwardShared((second,), (ordinary,), 0, 1)),
+        encode_frame(CommitSync(1, 1)),
     ]
     receive([(subject, frame) for frame in batch[:3]])
     assert delivered.batches == []  # not before its end
@@ -185,15 +187,94 @@ def test_a_batch_of_plain_and_shared_frames_marks_the_plain_ones_for_ordinary_su
     first, second, third = (Message(topic=f"jobs/{n}", payload=b"x", qos=1) for n in (1, 2, 3))
     picked, ordinary = ShareMark(False, ()), ShareMark(True, ())
     batch = [
-        Numbered(1, 1, epoch, False),
-        Forward((first,), 0),
-        ForwardShared((second,), (picked,)),
-        Forward((third,), 0),
-        CommitSync(1),
+        Numbered(1, 1, epoch, False, 3),
+        Forward((first,), 0, 1),
+        ForwardShared((second,), (picked,), 0, 1),
+        Forward((third,), 0, 1),
+        CommitSync(1, 1),
     ]
     receive([(subject, encode_frame(frame)) for frame in batch])
     assert delivered.batches == [(first, second, third)]
     assert delivered.marks == [(ordinary, picked, ordinary)]
+
+
+def confirmed_to_a(member: ClusterMember) -> list[Frame]:
+    """The `Committed` frames node b's worker sent a.0 so far (gathered ones included)."""
+    gevent.sleep(CONFIRM_DELAY * 3)
+    return [frame for frame in sent_to_a(member) if isinstance(frame, Committed)]
+
+
+def receiving_member() -> tuple[ClusterMember, Delivered, Callable[[list[Frame]], None]]:
+    """Node b's worker, linked to a.0: the member, what reaches its dispatcher, and how a
+    NATS message of a.0's frames is handed to it."""
+    context, member = new_member()
+    delivered = Delivered()
+    context.dispatcher = delivered  # type: ignore[assignment]
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+
+    def nats_message(frames: list[Frame]) -> None:
+        body = b"".join(encode_frame(frame) for frame in frames)
+        receive([("mqtt.t.to.b.0.a.0", body)])
+
+    return member, delivered, nats_message
+
+
+def test_a_batch_whose_head_was_lost_is_not_delivered_in_part_nor_confirmed() -> None:
+    # a.0's batch 1 spans two NATS messages; the first (its `Numbered` and first part) is
+    # lost with b.0's NATS connection. Its tail is not a batch of its own: nothing of it is
+    # delivered and it is not confirmed (which would let a.0 forget the lost part), while
+    # a plain QoS 0 batch still goes at once. Sent again whole, it is delivered once.
+    member, delivered, nats_message = receiving_member()
+    epoch = member.fabric.epoch
+    first, second = (Message(topic="t", payload=str(n).encode(), qos=1) for n in (1, 2))
+    plain = Message(topic="t", payload=b"0")
+    head = [Numbered(1, 1, epoch, True, 2), Forward((first,), 0, 1)]
+    tail = [Forward((second,), 0, 1), CommitSync(9, 1)]
+    nats_message(tail)
+    nats_message([Forward((plain,))])
+    assert delivered.batches == [(plain,)]
+    assert confirmed_to_a(member) == []
+    nats_message(head + tail)  # a.0 sends it again (unconfirmed for peer_timeout)
+    assert delivered.batches == [(plain,), (first, second)]
+    assert confirmed_to_a(member) == [Committed(9)]
+
+
+def test_a_batch_that_lost_a_part_in_the_middle_is_taken_only_when_it_comes_again_whole() -> None:
+    member, delivered, nats_message = receiving_member()
+    epoch = member.fabric.epoch
+    parts = [Forward((Message(topic="t", payload=str(n).encode(), qos=2),), 0, 1) for n in range(3)]
+    numbered, end = Numbered(1, 1, epoch, False, 3), CommitSync(4, 1)
+    nats_message([numbered, parts[0]])
+    nats_message([parts[2], end])  # the message with parts[1] was lost
+    assert delivered.batches == []
+    assert confirmed_to_a(member) == []
+    nats_message([numbered, *parts, end])
+    assert delivered.batches == [tuple(part.messages[0] for part in parts)]
+    assert confirmed_to_a(member) == [Committed(4)]
+
+
+def test_a_batch_too_long_for_one_frame_names_itself_in_each_part() -> None:
+    # b.0 sends a.0 a numbered batch past FORWARD_BYTES: each part names the batch, and
+    # its `Numbered` counts them, so a.0 can tell a part whose batch's head it lost.
+    _context, member = new_member()
+    member.fabric._messages([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    (peer,) = member.fabric.peers
+    big = [
+        Message(topic="t", payload=bytes(FORWARD_BYTES // 2 + 1), qos=1, message_id=n)
+        for n in (1, 2)
+    ]
+    for message in big:
+        member.numbered.add(message, (peer,))
+    member.numbered.send([(peer, Forward(tuple(big)))], None)
+    gevent.sleep(0)
+    batch = [f for f in sent_to_a(member) if isinstance(f, Numbered | Forward | CommitSync)]
+    assert [type(frame) for frame in batch] == [Numbered, Forward, Forward, CommitSync]
+    numbered, *parts, end = batch
+    assert isinstance(numbered, Numbered) and isinstance(end, CommitSync)
+    assert numbered.parts == 2
+    assert [part.batch for part in parts if isinstance(part, Forward)] == [numbered.seq] * 2
+    assert end.batch == numbered.seq
 
 
 def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirmed_first() -> None:
@@ -230,10 +311,10 @@ def test_a_peer_that_restarted_gets_the_qos1_and_qos2_messages_it_never_confirme
         if isinstance(frame, Unconfirmed | Numbered | Forward)
     ]
     assert carrying == [
-        Numbered(1, 1, 8, False),
-        Unconfirmed((first, second), 8),
-        Numbered(2, 1, 8, False),
-        Forward((later,)),
+        Numbered(1, 1, 8, False, 1),
+        Unconfirmed((first, second), 8, 1),
+        Numbered(2, 1, 8, False, 1),
+        Forward((later,), 0, 2),
     ]
 
 
@@ -265,7 +346,7 @@ def test_a_restarted_peer_that_greets_in_the_same_turn_still_gets_what_it_never_
         ]
     )
     gevent.sleep(0)
-    assert Unconfirmed((kept,), 8) in sent_to_a(member)[sent_before:]
+    assert Unconfirmed((kept,), 8, 1) in sent_to_a(member)[sent_before:]
 
 
 def test_what_a_restarted_peer_never_confirmed_is_sent_again_until_it_confirms_it() -> None:
@@ -277,7 +358,7 @@ def test_what_a_restarted_peer_never_confirmed_is_sent_again_until_it_confirms_i
     gevent.sleep(0)
 
     def given() -> int:
-        return sent_to_a(member).count(Unconfirmed((kept,), 8))
+        return sent_to_a(member).count(Unconfirmed((kept,), 8, 1))
 
     assert given() == 1
     member.numbered.link_up()  # b.0's NATS connection came back: what it sent may be lost
@@ -307,10 +388,10 @@ def test_a_restarted_worker_gives_its_restored_sessions_a_numbered_unconfirmed_b
     epoch = member.fabric.epoch
     first, second = (Message(topic="t", payload=str(n).encode(), qos=1) for n in (1, 2))
     batch = [
-        Numbered(1, 1, epoch, False),
-        Unconfirmed((first,), epoch),
-        Unconfirmed((second,), epoch),
-        CommitSync(4),
+        Numbered(1, 1, epoch, False, 2),
+        Unconfirmed((first,), epoch, 1),
+        Unconfirmed((second,), epoch, 1),
+        CommitSync(4, 1),
     ]
     subject = "mqtt.t.to.b.0.a.0"
     for _send in range(2):
