@@ -422,22 +422,23 @@ class NumberedForwarding:
 
     def commit_sync(self, worker: int, frame: CommitSync) -> None:
         """The end of a numbered batch: delivered if taken, and `Committed` once the store
-        has what came before. A batch whose `Numbered` or a part was lost on the way is
-        neither delivered nor answered: the sender sends it again."""
+        has what came before. A batch to take whose `Numbered` or a part was lost on the
+        way is neither delivered nor answered: the sender sends it again. A resend of a
+        batch taken before is answered, whatever arrived of it."""
         incoming = self._incoming.pop(worker, None)
         if incoming is None or incoming.seq != frame.batch or incoming.verdict is Verdict.DROP:
             return
-        if incoming.arrived != incoming.parts:
-            logger.warning(
-                "cluster: batch %d from %s arrived with %d of its %d parts (the others were "
-                "lost with a NATS connection): not taken until it is sent again",
-                incoming.seq,
-                self._fabric.name_of(worker),
-                incoming.arrived,
-                incoming.parts,
-            )
-            return
         if incoming.verdict is Verdict.TAKE:
+            if incoming.arrived != incoming.parts:
+                logger.warning(
+                    "cluster: batch %d from %s arrived with %d of its %d parts (the others "
+                    "were lost with a NATS connection): not taken until it is sent again",
+                    incoming.seq,
+                    self._fabric.name_of(worker),
+                    incoming.arrived,
+                    incoming.parts,
+                )
+                return
             if incoming.restored_epoch is not None:
                 self._restored(
                     worker, Unconfirmed(tuple(incoming.messages), incoming.restored_epoch)
