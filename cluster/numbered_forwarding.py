@@ -412,6 +412,13 @@ class NumberedForwarding:
             if isinstance(frame, Forward | ForwardShared):
                 marks = frame.marks if type(frame) is ForwardShared else None
                 self._deliver(worker, frame.messages, marks, frame.publisher)
+            else:
+                logger.warning(
+                    "cluster: %s sent %d messages for restored sessions outside a numbered "
+                    "batch: dropped; do all nodes of the cluster run the same broker version?",
+                    self._fabric.name_of(worker),
+                    len(frame.messages),
+                )
             return
         incoming = self._incoming.get(worker)
         if incoming is None or incoming.seq != frame.batch:
@@ -426,7 +433,15 @@ class NumberedForwarding:
         way is neither delivered nor answered: the sender sends it again. A resend of a
         batch taken before is answered, whatever arrived of it."""
         incoming = self._incoming.pop(worker, None)
-        if incoming is None or incoming.seq != frame.batch or incoming.verdict is Verdict.DROP:
+        if incoming is None or incoming.seq != frame.batch:
+            logger.warning(
+                "cluster: the end of batch %d from %s arrived without its start (lost with a "
+                "NATS connection): not confirmed until it is sent again",
+                frame.batch,
+                self._fabric.name_of(worker),
+            )
+            return
+        if incoming.verdict is Verdict.DROP:
             return
         if incoming.verdict is Verdict.TAKE:
             if incoming.arrived != incoming.parts:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import gevent
 import gevent.event
+import pytest
 
 from actors.config import BrokerConfig
 from actors.context import BrokerContext
@@ -220,7 +221,9 @@ def receiving_member() -> tuple[ClusterMember, Delivered, Callable[[list[Frame]]
     return member, delivered, nats_message
 
 
-def test_a_batch_whose_head_was_lost_is_not_delivered_in_part_nor_confirmed() -> None:
+def test_a_batch_whose_head_was_lost_is_not_delivered_in_part_nor_confirmed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # a.0's batch 1 spans two NATS messages; the first (its `Numbered` and first part) is
     # lost with b.0's NATS connection. Its tail is not a batch of its own: nothing of it is
     # delivered and it is not confirmed (which would let a.0 forget the lost part), while
@@ -235,6 +238,7 @@ def test_a_batch_whose_head_was_lost_is_not_delivered_in_part_nor_confirmed() ->
     nats_message([Forward((plain,))])
     assert delivered.batches == [(plain,)]
     assert confirmed_to_a(member) == []
+    assert "the end of batch 1 from a.0 arrived without its start" in caplog.text
     nats_message(head + tail)  # a.0 sends it again (unconfirmed for peer_timeout)
     assert delivered.batches == [(plain,), (first, second)]
     assert confirmed_to_a(member) == [Committed(9)]
@@ -399,3 +403,21 @@ def test_a_restarted_worker_gives_its_restored_sessions_a_numbered_unconfirmed_b
     gevent.sleep(CONFIRM_DELAY + 0.05)
     assert relayed == [(first, second)]
     assert Committed(4) in sent_to_a(member)
+
+
+def test_an_unconfirmed_frame_outside_a_numbered_batch_is_dropped_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # This version always numbers the batch that carries `Unconfirmed`; one outside a batch
+    # comes from a node that runs other code, and is not handed to the restored sessions.
+    context, member = new_member()
+    context.dispatcher = Delivered()  # type: ignore[assignment]
+    relayed: list[tuple[Message, ...]] = []
+    member.relay_unconfirmed(relayed.append)
+    receive = member.fabric._messages
+    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    message = Message(topic="t", payload=b"1", qos=1)
+    unconfirmed = Unconfirmed((message,), member.fabric.epoch)
+    receive([("mqtt.t.to.b.0.a.0", encode_frame(unconfirmed))])
+    assert relayed == []
+    assert "a.0 sent 1 messages for restored sessions outside a numbered batch" in caplog.text
