@@ -379,16 +379,23 @@ def test_what_a_restarted_peer_never_confirmed_is_sent_again_until_it_confirms_i
         member.numbered.stop()
 
 
-def test_a_restarted_worker_gives_its_restored_sessions_a_numbered_unconfirmed_batch_once() -> None:
-    # a.0 gives b.0's life the messages b.0's previous life never confirmed, as a numbered
-    # batch, and sends it again (its NATS connection was lost meanwhile): b.0 hands them
-    # to its restored sessions (here: its pool's relay) once, and confirms the batch.
+def relaying_member() -> tuple[ClusterMember, list[tuple[Message, ...]]]:
+    """Node b's worker, linked to a.0, and what it hands its restored sessions (here: its
+    pool's relay, which passes `Unconfirmed` messages to the pool's other workers)."""
     context, member = new_member()
     context.dispatcher = Delivered()  # type: ignore[assignment]
     relayed: list[tuple[Message, ...]] = []
     member.relay_unconfirmed(relayed.append)
+    member.fabric._messages([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
+    return member, relayed
+
+
+def test_a_restarted_worker_gives_its_restored_sessions_a_numbered_unconfirmed_batch_once() -> None:
+    # a.0 gives b.0's life the messages b.0's previous life never confirmed, as a numbered
+    # batch, and sends it again (its NATS connection was lost meanwhile): b.0 hands them
+    # to its restored sessions (here: its pool's relay) once, and confirms the batch.
+    member, relayed = relaying_member()
     receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
     epoch = member.fabric.epoch
     first, second = (Message(topic="t", payload=str(n).encode(), qos=1) for n in (1, 2))
     batch = [
@@ -410,12 +417,8 @@ def test_an_unconfirmed_frame_outside_a_numbered_batch_is_dropped_and_logged(
 ) -> None:
     # This version always numbers the batch that carries `Unconfirmed`; one outside a batch
     # comes from a node that runs other code, and is not handed to the restored sessions.
-    context, member = new_member()
-    context.dispatcher = Delivered()  # type: ignore[assignment]
-    relayed: list[tuple[Message, ...]] = []
-    member.relay_unconfirmed(relayed.append)
+    member, relayed = relaying_member()
     receive = member.fabric._messages
-    receive([("mqtt.t.all.a.0", encode_frame(Hello(0, 7)))])
     message = Message(topic="t", payload=b"1", qos=1)
     unconfirmed = Unconfirmed((message,), member.fabric.epoch)
     receive([("mqtt.t.to.b.0.a.0", encode_frame(unconfirmed))])
