@@ -17,11 +17,12 @@ from mqtt.packets import ConnAck, Disconnect, Will
 from mqtt.reason_codes import ReasonCode
 from plugins.auth_file import hash_password
 from pool.ownership import home_of
-from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
+from tests.support.admin import API_KEY, Admin, basic, http_config
 from tests.support.broker_config import running_broker, wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.listeners import Certificates
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.workers import connect_on_worker, connections_of, refusals_of, worker_pid
 

@@ -17,9 +17,10 @@ import pytest
 
 from mqtt import encode
 from mqtt.packets import Publish
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.clients import connect_raw, unique
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.workers import connect_on_worker
 

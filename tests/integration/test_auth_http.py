@@ -27,10 +27,11 @@ import trustme
 
 from mqtt.packets import ConnAck, Publish
 from mqtt.reason_codes import ConnackReturnCode, ReasonCode
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import running_broker, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, connect_raw, expect_publish, subscribe_raw, unique
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 
 SLOW = 2.0  # seconds the service takes for user "slow"

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_bridges import CONNECTED, bridge_config, drain, topic
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.listeners import Certificates
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.skipif(
     not Path(MOSQUITTO).exists(), reason="mosquitto not installed (Debian package mosquitto)"

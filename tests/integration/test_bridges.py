@@ -14,13 +14,14 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from tests.support.admin import API_KEY, Admin, free_port, http_config
+from tests.support.admin import API_KEY, Admin, http_config
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import PahoCollector, unique
 from tests.support.cluster import kill_node
 from tests.support.listeners import Certificates
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
+from tests.support.ports import free_port
 from tests.support.workers import worker_pid
 
 pytestmark = pytest.mark.skipif(

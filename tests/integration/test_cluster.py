@@ -29,7 +29,7 @@ from mqtt.packets import (
 )
 from mqtt.properties import PropertyId
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import Admin, ctl, free_port, http_config
+from tests.support.admin import Admin, ctl, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import (
@@ -49,6 +49,7 @@ from tests.support.cluster import (
     restart_node,
 )
 from tests.support.nats_server import NatsServer
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 
 pytestmark = needs_nats_server

@@ -28,12 +28,13 @@ from cluster.bans import ban_key
 from core.bans import BanKind
 from mqtt.packets import ConnAck
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import unique
 from tests.support.cluster import linked, needs_nats_server, node_config, nodes_of, restart_node
 from tests.support.nats_server import NatsServer
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.workers import connections_of, refusals_of

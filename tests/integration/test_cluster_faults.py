@@ -20,7 +20,6 @@ import pytest
 
 from mqtt.packets import ConnAck, Connect, Disconnect, PubAck, Publish
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import free_port
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess, pool_mode, start_broker
 from tests.support.clients import (
@@ -43,6 +42,7 @@ from tests.support.cluster import (
 )
 from tests.support.haproxy import CHECK_INTERVAL, HAPROXY, HaProxy
 from tests.support.nats_server import NatsCluster, NatsServer
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.tcp_proxy import TcpProxy
 

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from mqtt.packets import PubAck, Publish, UnsubAck, Unsubscribe
-from tests.support.admin import Admin, ctl, free_port, http_config
+from tests.support.admin import Admin, ctl, http_config
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, subscribe_raw, unique
 from tests.support.cluster import kill_node, needs_nats_server, nodes_of
 from tests.support.nats_server import NatsServer
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 
 pytestmark = needs_nats_server

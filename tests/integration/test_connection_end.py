@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 
 from mqtt.packets import Disconnect, PingReq, PubAck, Publish, Will
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 
 KEEPALIVE = 5

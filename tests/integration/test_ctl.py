@@ -12,10 +12,11 @@ import pytest
 
 from mqtt.packets import ConnAck, Publish
 from mqtt.reason_codes import ReasonCode
-from tests.support.admin import Admin, ctl, free_port, http_config
+from tests.support.admin import Admin, ctl, http_config
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import ROOT
 from tests.support.clients import connect_raw, subscribe_raw, unique
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.workers import connect_on_worker, refusals_of
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from mqtt.packets import Publish
-from tests.support.admin import API_KEY, Admin, free_port, http_config
+from tests.support.admin import API_KEY, Admin, http_config
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import start_broker
 from tests.support.clients import (
@@ -39,6 +39,7 @@ from tests.support.clients import (
 from tests.support.cluster import needs_nats_server, nodes_of
 from tests.support.mosquitto import MOSQUITTO, start_mosquitto
 from tests.support.nats_server import NatsServer
+from tests.support.ports import free_port
 from tests.support.workers import connect_on_worker
 
 playwright_api = pytest.importorskip("playwright.sync_api")

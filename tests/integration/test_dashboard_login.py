@@ -25,10 +25,11 @@ import pytest
 from admin.admin_account import ACCOUNT_FILE
 from admin.login import COOKIE
 from admin.login_limiter import MAX_FAILURES
-from tests.support.admin import API_KEY, Admin, basic, free_port, http_config
+from tests.support.admin import API_KEY, Admin, basic, http_config
 from tests.support.broker_config import running_broker, wait_for_log
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, connect_raw, unique
+from tests.support.ports import free_port
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 

@@ -14,10 +14,11 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqtt.packets import Disconnect, Publish
-from tests.support.admin import API_KEY, Admin, free_port, http_config
+from tests.support.admin import API_KEY, Admin, http_config
 from tests.support.broker_config import running_broker
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw
+from tests.support.ports import free_port
 from tests.support.raw_client import RawClient
 from tests.support.workers import connect_on_worker, connections_of
 

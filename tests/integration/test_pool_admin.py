@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.admin import Admin, free_port, http_config
+from tests.support.admin import Admin, http_config
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
 from tests.support.clients import unique
+from tests.support.ports import free_port
 from tests.support.workers import connect_on_worker, worker_pid
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,13 +17,6 @@ from admin.auth import hash_key
 from tests.support.broker_process import ROOT, BrokerProcess
 
 API_KEY = "test-key-0123456789"
-
-
-def free_port() -> int:
-    """A port nobody listens on now (the broker binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def http_config(port: int, extra: str = "") -> str:

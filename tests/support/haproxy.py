@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.admin import free_port
+from tests.support.ports import free_port
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 CHECK_INTERVAL = 0.2  # seconds between two health checks of a server

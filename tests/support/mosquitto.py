@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.admin import free_port
 from tests.support.broker_process import BrokerProcess
+from tests.support.ports import free_port
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 

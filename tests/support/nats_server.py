@@ -19,7 +19,7 @@ from pathlib import Path
 import nats
 import nats.errors
 
-from tests.support.admin import free_port
+from tests.support.ports import free_port
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
@@ -72,20 +72,35 @@ class NatsServer:
         return args
 
     def start(self) -> None:
-        """Start (again, on the same ports and store) and wait for its client port."""
+        """Start (again, on the same ports and store) and wait for its client port and, in
+        a NATS cluster, its route port (nats-server opens that after saying it is ready,
+        and exits if it cannot)."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self._args(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as probe:
-                    if probe.recv(4) == b"INFO":
-                        return
-            except OSError:
-                pass
+        while not (self._client_port_ready() and self._route_port_ready()):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nats-server did not start:\n{self.log()}")
             time.sleep(0.05)
+
+    def _client_port_ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as probe:
+                return probe.recv(4) == b"INFO"
+        except OSError:
+            return False
+
+    def _route_port_ready(self) -> bool:
+        """Whether something listens on the route port, read from /proc/net/tcp (a probe
+        connection would be a route attempt in the server's log)."""
+        if not self.cluster_name:
+            return True
+        listening = f"0100007F:{self.route_port:04X} 00000000:0000 0A"
+        return listening in Path("/proc/net/tcp").read_text()
+
+    def exited(self) -> bool:
+        """Whether it was started and its process has ended on its own."""
+        return self.process is not None and self.process.poll() is not None
 
     def jetstream_ready(self) -> bool:
         """Whether the server says JetStream is healthy (in a cluster: a meta leader, and
@@ -156,6 +171,10 @@ class NatsCluster:
         deadline = time.monotonic() + timeout
         running = [server for server in self.servers if server.process is not None]
         while not all(server.jetstream_ready() for server in running):
+            dead = [server for server in running if server.exited()]
+            if dead:
+                logs = "\n".join(server.log() for server in dead)
+                raise RuntimeError(f"a server of the NATS cluster exited:\n{logs}")
             if time.monotonic() > deadline:
                 logs = "\n".join(server.log()[-3000:] for server in running)
                 raise RuntimeError(f"the NATS cluster's JetStream did not get ready:\n{logs}")

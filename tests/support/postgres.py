@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from tests.support.admin import free_port
+from tests.support.ports import free_port
 
 SYSTEM_USER = "mqtt-test-pg"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from tests.support.admin import free_port
+from tests.support.ports import free_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
