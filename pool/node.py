@@ -98,6 +98,7 @@ from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, Op
 from pool.frames.ownership import (
     Claim,
     ClaimRefused,
+    Declined,
     Granted,
     HandedOver,
     HandOver,
@@ -124,7 +125,7 @@ if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
 logger = logging.getLogger(__name__)
 
 # Client-id ownership: handled at once when this worker sends them to itself (see above).
-_OWNERSHIP_FRAMES = frozenset((Claim, Granted, ClaimRefused, Settled, Release))
+_OWNERSHIP_FRAMES = frozenset((Claim, Granted, ClaimRefused, Settled, Release, Declined))
 
 CLAIM_TIMEOUT = 5.0  # seconds a CONNECT waits for its home's grant before going on alone
 CLAIM_SWEEP = 1.0  # seconds between two looks for claims whose home did not answer in time
@@ -532,6 +533,11 @@ class PoolNode:
         """This worker's session for the id ended."""
         self.send(home_of(client_id, self.workers), Release(client_id, self.worker))
 
+    def decline(self, client_id: str) -> None:
+        """This worker, granted the id, refused the CONNECT before taking the session from
+        the previous owner: the id goes back to that owner."""
+        self.send(home_of(client_id, self.workers), Declined(client_id, self.worker))
+
     def hand_over(self, previous: int, client_id: str, discard: bool) -> bool:
         """Ask `previous` to give the session of `client_id` up, and wait until it has (or
         it is down or silent: then what the store has is what there is). False if
@@ -578,6 +584,8 @@ class PoolNode:
             grants = arbiter.settled(frame.client_id, frame.owner)
         elif type(frame) is Release:
             grants = arbiter.release(frame.client_id, frame.owner)
+        elif type(frame) is Declined:
+            grants = arbiter.declined(frame.client_id, frame.claimant)
         else:
             return
         for granted in grants:
@@ -729,6 +737,7 @@ class PoolNode:
             Claim: self._on_ownership,
             Settled: self._on_ownership,
             Release: self._on_ownership,
+            Declined: self._on_ownership,
             Granted: lambda _worker, frame: self._on_granted(frame),
             ClaimRefused: lambda _worker, frame: self._on_claim_refused(frame),
             Connecting: lambda _worker, frame: self._on_connecting(frame),

@@ -1,7 +1,7 @@
 """Which worker owns each client id: the arbiter every client id's home worker runs.
 
-Pure state, no I/O: frames in (`Claim`, `Settled`, `Release`, a worker down or back), frames
-out (`Granted`, to send to the claimant). docs/pool.md tells the whole hand-over.
+Pure state, no I/O: frames in (`Claim`, `Settled`, `Release`, `Declined`, a worker down or
+back), frames out (`Granted`, to send to the claimant). docs/pool.md tells the whole hand-over.
 
 Each client id has one home worker, `home_of(client_id, workers)`, whose arbiter keeps the
 record for it. A worker that accepted a CONNECT claims the id; the arbiter grants one claim
@@ -15,7 +15,10 @@ Invariants, per client id:
 - at most one grant is in transit (granted, not yet settled);
 - a claimant waits in the queue at most once (a worker that claims again while waiting
   keeps its place: its newest connection is the one that will take the session);
-- the owner is the last granted claimant, until it releases the id or its worker is down.
+- the owner is the last granted claimant, until it releases the id or its worker is down;
+  a claimant that declines the grant (its CONNECT refused before it took anything from the
+  previous owner) gives the id back to that owner, unless it released the id meanwhile or
+  its worker went down.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ def home_of(client_id: str, workers: int) -> int:
 class _Record:
     owner: int | None = None
     in_transit: bool = False  # the owner was granted the id and has not settled yet
+    # While in transit: the owner before the grant, which keeps the id if the claimant
+    # declines (None: nobody, or it released the id or went down since).
+    previous: int | None = None
     # The workers whose claims wait, in arrival order: at most one entry per worker, so a
     # tuple; an empty deque would be 0.6 KB for every client id homed here.
     waiting: tuple[int, ...] = ()
@@ -82,14 +88,33 @@ class ClientIdArbiter:
             logger.debug("stale settle of %r by worker %d: ignored", client_id, owner)
             return []
         record.in_transit = False
+        record.previous = None
         return self._next(client_id, record)
 
     def release(self, client_id: str, owner: int) -> list[Granted]:
         """`owner`'s session for the id ended (or its connection failed before settling)."""
         record = self._records.get(client_id)
-        if record is None or record.owner != owner:
-            return []  # a previous owner releasing after the id moved on: nothing to do
+        if record is None:
+            return []
+        if record.owner != owner:
+            # A previous owner releasing after the id moved on: nothing to do, but a grant
+            # in transit declined later does not give the id back to it.
+            if record.previous == owner:
+                record.previous = None
+            return []
         record.owner = None
+        record.in_transit = False
+        record.previous = None
+        return self._next(client_id, record)
+
+    def declined(self, client_id: str, claimant: int) -> list[Granted]:
+        """`claimant`, granted the id, refused its CONNECT without taking the session from
+        the previous owner: the id is that owner's again."""
+        record = self._records.get(client_id)
+        if record is None or record.owner != claimant or not record.in_transit:
+            logger.debug("stale decline of %r by worker %d: ignored", client_id, claimant)
+            return []
+        record.owner, record.previous = record.previous, None
         record.in_transit = False
         return self._next(client_id, record)
 
@@ -100,6 +125,8 @@ class ClientIdArbiter:
         for client_id, record in list(self._records.items()):
             if worker in record.waiting:
                 record.waiting = tuple(w for w in record.waiting if w != worker)
+            if record.previous == worker:
+                record.previous = None
             if record.owner == worker:
                 record.owner = None
                 record.in_transit = False
@@ -130,7 +157,7 @@ class ClientIdArbiter:
         return False
 
     def _grant(self, client_id: str, record: _Record, claimant: int) -> Granted:
-        previous = record.owner
+        previous = record.previous = record.owner
         record.owner = claimant
         record.in_transit = True
         return Granted(client_id, claimant, previous)

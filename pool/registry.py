@@ -140,7 +140,7 @@ class PoolRegistry(SessionRegistry):
         client_id = client.client_id
         if self.fenced_out(client, client_ref):  # a later claim elsewhere won: take nothing
             if granted is not None:
-                node.settle(client_id, has_session=client_id in self.sessions)
+                self._answer_fenced(client_id, granted)
             return
         deadline = time.monotonic() + self._context.config.store.connect_wait
         previous = granted.previous if granted is not None else None
@@ -174,6 +174,16 @@ class PoolRegistry(SessionRegistry):
         if client_ref.is_alive():
             super().open(client, client_ref, transport, connack_properties)
         if granted is not None:
+            node.settle(client_id, has_session=client_id in self.sessions)
+
+    def _answer_fenced(self, client_id: str, granted: Granted) -> None:
+        """Tell the home what became of a grant whose CONNECT the cluster's fence refused
+        before anything was taken: a session another worker holds stays there (the watch
+        fences it in turn if its own claim is older), and so does the id."""
+        node = self._node
+        if granted.previous is not None and granted.previous != node.worker:
+            node.decline(client_id)
+        else:
             node.settle(client_id, has_session=client_id in self.sessions)
 
     def _refuse_unavailable(self, client: ClientInfo, client_ref: Any, error: StoreError) -> None:

@@ -55,6 +55,7 @@ from pool.frames.operations import BanLifted, BanSet, BansSnapshot, OpsReply, Op
 from pool.frames.ownership import (
     Claim,
     ClaimRefused,
+    Declined,
     GiveUp,
     Granted,
     HandedOver,
@@ -89,6 +90,7 @@ Frame = (
     | Granted
     | Settled
     | Release
+    | Declined
     | HandOver
     | HandedOver
     | GiveUp
@@ -187,6 +189,7 @@ _KINDS: dict[type[Frame], int] = {
     RetainedSnapshot: 132,
     Numbered: 133,
     Unconfirmed: 134,
+    Declined: 135,
 }
 # The control frames (orjson bodies): every kind whose body is not pool.frames.messages'.
 _CONTROL_FIELDS = {

@@ -1,6 +1,7 @@
 """The frames of client-id ownership: a claim to the id's home and its answers, the owner's
-settling or release, the previous owner's hand-over, and the ids each worker owns, told to a
-worker whose link comes up (docs/pool.md "One owner per client id")."""
+settling or release (or the claimant's declining), the previous owner's hand-over, and the
+ids each worker owns, told to a worker whose link comes up (docs/pool.md "One owner per
+client id")."""
 
 from __future__ import annotations
 
@@ -48,6 +49,16 @@ class Release:
 
     client_id: str
     owner: int
+
+
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """To the home: `claimant`, granted `client_id`, refused its CONNECT before taking the
+    session from the previous owner (a later claim on another node of the cluster fenced
+    it): the id goes back to the previous owner, whose session is still there."""
+
+    client_id: str
+    claimant: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from pool.frames.moves import (
 from pool.frames.ownership import (
     Claim,
     ClaimRefused,
+    Declined,
     GiveUp,
     Granted,
     HandedOver,
@@ -178,6 +179,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Connecting, client_ids),
     st.builds(Settled, client_ids, worker_ids),
     st.builds(Release, client_ids, worker_ids),
+    st.builds(Declined, client_ids, worker_ids),
     st.builds(HandOver, client_ids, worker_ids, st.sampled_from([0, 1])),
     st.builds(HandedOver, client_ids),
     st.builds(GiveUp, client_ids, st.integers(0, 2**63 - 1), st.sampled_from([0, 1])),
