@@ -8,9 +8,10 @@ the fds it watches is ready, so the hub watches that one fd), and the loop runs 
 greenlet like any other. Nothing crosses threads, so a NATS message costs no thread
 wake-up and no hand-over of the GIL: with the client on a thread of its own, a message
 crossing nodes at 1,000 msg/s cost about 15 % more CPU, at high rates the same.
-- `publish` (called from any greenlet) appends to a queue and wakes the asyncio loop once
-  (`call_soon_threadsafe`, whose self-pipe the selector watches) for however many messages
-  a loop turn publishes;
+- `publish` (called from any greenlet) appends to a queue and, once for however many
+  messages a loop turn publishes, sets the sender's event and wakes the loop's greenlet
+  from its wait in the hub (`_HubSelector.wake`: a callback of the hub, no system call;
+  asyncio's own `call_soon_threadsafe` writes to a self-pipe that the loop then reads);
 - messages received on the subscriptions are appended to a queue, taken in one callback of
   the hub (`loop.run_callback`) for all that came meanwhile;
 - the connection's ups and downs reach the broker's greenlets the same way.
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 import gevent
 import nats
-from gevent.socket import wait_read
+from gevent.hub import Hub, Waiter
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -57,16 +58,45 @@ Job = Callable[[Client], Coroutine[Any, Any, T]]
 
 class _HubSelector(selectors.EpollSelector):
     """asyncio's selector, waiting on the gevent hub: its epoll fd is readable while one of
-    the fds it watches is ready, so the loop's greenlet waits for that, and the broker's
-    greenlets run meanwhile; then it takes what is ready without blocking."""
+    the fds it watches is ready, so the loop's greenlet waits for that (one io watcher of
+    the hub, kept), and the broker's greenlets run meanwhile; then it takes what is ready
+    without blocking. `wake` ends a wait early, for work another greenlet gave the loop."""
+
+    def __init__(self, hub: Hub) -> None:
+        super().__init__()
+        self._hub = hub
+        self._readable = hub.loop.io(self.fileno(), 1)  # 1: READ
+        self._waiter: Waiter[None] | None = None  # while the loop's greenlet waits
+
+    def wake(self) -> None:
+        """From a greenlet of this thread: let the loop run its ready callbacks now."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._hub.loop.run_callback(waiter.switch, None)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None or timeout > 0:
+            # A fresh waiter per wait: a wake-up that comes late (the fd was ready and a
+            # `wake` too) only stores a value in the old one.
+            waiter: Waiter[None] = Waiter(self._hub)
+            self._waiter = waiter
+            self._readable.start(waiter.switch, None)
+            timer = None
+            if timeout is not None:
+                timer = self._hub.loop.timer(timeout)
+                timer.start(waiter.switch, None)
             try:
-                wait_read(self.fileno(), timeout)
-            except TimeoutError:  # gevent's timeout is socket.timeout, i.e. TimeoutError
-                return []
+                waiter.get()
+            finally:
+                self._waiter = None
+                self._readable.stop()
+                if timer is not None:
+                    timer.close()
         return super().select(0)
+
+    def close(self) -> None:
+        self._readable.close()
+        super().close()
 
 
 class NatsLink:
@@ -87,10 +117,10 @@ class NatsLink:
         self._on_messages = on_messages
         self._on_state = on_state
         self._out: deque[tuple[str, bytes]] = deque()
-        self._out_due = False
         self._in: deque[tuple[str, bytes] | bool | Callable[[], None]] = deque()
         self._in_due = False
         self._hub_loop = gevent.get_hub().loop
+        self._selector: _HubSelector | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._client: Client | None = None
         self._greenlet: gevent.Greenlet[..., None] | None = None
@@ -104,7 +134,8 @@ class NatsLink:
         self._error_logged = -ERROR_LOG_INTERVAL  # monotonic time of the last such line
 
     def start(self) -> None:
-        aloop = asyncio.SelectorEventLoop(_HubSelector())
+        self._selector = _HubSelector(gevent.get_hub())
+        aloop = asyncio.SelectorEventLoop(self._selector)
         self._aloop = aloop
         self._stopping = asyncio.Event()
         self._connected = asyncio.Event()
@@ -112,18 +143,19 @@ class NatsLink:
 
     def stop(self) -> None:
         """Send what is queued (at most STOP_WAIT seconds), then close the connection."""
-        aloop, stopping = self._aloop, self._stopping
-        if aloop is not None and stopping is not None:
-            aloop.call_soon_threadsafe(stopping.set)
+        if self._stopping is not None:
+            self._call_soon(self._stopping.set)
         if self._greenlet is not None:
             self._greenlet.join(STOP_WAIT + 1)
 
     def publish(self, subject: str, body: bytes) -> None:
         """Queue one message; it leaves in the order of the calls."""
         self._out.append((subject, body))
-        if not self._out_due and self._aloop is not None:
-            self._out_due = True
-            self._aloop.call_soon_threadsafe(self._send_out)
+        ready = self._out_ready  # None until connected: `_main` sets it then
+        if ready is not None and not ready.is_set():
+            ready.set()  # the sender's task is woken by the loop's next turn ...
+            assert self._selector is not None
+            self._selector.wake()  # ... which starts now
 
     def run(
         self,
@@ -135,14 +167,19 @@ class NatsLink:
         be, and call `then(result, None)` or `then(None, error)` in a callback of the hub; a job
         that takes longer than `timeout` seconds (waiting included; None: no limit) fails
         with TimeoutError."""
-        aloop = self._aloop
-        assert aloop is not None, "run() before start()"
-        aloop.call_soon_threadsafe(self._start_job, job, then, timeout)
+        assert self._aloop is not None, "run() before start()"
+        self._call_soon(self._start_job, job, then, timeout)
 
     def post(self, call: Callable[[], None]) -> None:
         """From the NATS loop: run `call` in a callback of the hub (in order with the
         messages)."""
         self._hand_in(call)
+
+    def _call_soon(self, call: Callable[..., object], *args: Any) -> None:
+        """From a greenlet of this thread: run `call(*args)` on the NATS loop, in order."""
+        assert self._aloop is not None and self._selector is not None
+        self._aloop.call_soon(call, *args)
+        self._selector.wake()
 
     # ----- the NATS loop ------------------------------------------------------------------
 
@@ -289,11 +326,6 @@ class NatsLink:
 
     async def _received(self, msg: Msg) -> None:
         self._hand_in((msg.subject, msg.data))
-
-    def _send_out(self) -> None:
-        self._out_due = False
-        if self._out_ready is not None:
-            self._out_ready.set()
 
     async def _sender(self, client: Client) -> None:
         """Publish the queue in order: one task, so a publish that waits for nats-py's
