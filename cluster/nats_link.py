@@ -142,11 +142,14 @@ class NatsLink:
         self._greenlet = gevent.spawn(self._run, aloop)
 
     def stop(self) -> None:
-        """Send what is queued (at most STOP_WAIT seconds), then close the connection."""
+        """Send what is queued (at most STOP_WAIT seconds), then close the connection; once
+        the link has stopped, nothing."""
+        greenlet = self._greenlet
+        if greenlet is None or greenlet.dead:
+            return
         if self._stopping is not None:
             self._call_soon(self._stopping.set)
-        if self._greenlet is not None:
-            self._greenlet.join(STOP_WAIT + 1)
+        greenlet.join(STOP_WAIT + 1)
 
     def publish(self, subject: str, body: bytes) -> None:
         """Queue one message; it leaves in the order of the calls."""
