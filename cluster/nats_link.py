@@ -2,7 +2,7 @@
 worker's gevent hub, its messages handed to and from the broker's greenlets in batches.
 
 nats-py is asyncio-only and the broker runs on gevent without monkey-patching, so the client
-gets an asyncio loop of its own, on the worker's one thread (docs/cluster.md "The NATS link"):
+gets an asyncio loop of its own, on the worker's one thread (docs/cluster.md "How it is built"):
 the loop's selector waits on the hub (`_HubSelector`: an epoll fd is readable while one of
 the fds it watches is ready, so the hub watches that one fd), and the loop runs on a
 greenlet like any other. Nothing crosses threads, so a NATS message costs no thread
