@@ -63,6 +63,12 @@ class Peer:
 
         asyncio.run_coroutine_threadsafe(send(), self._loop).result(ARRIVAL_TIMEOUT)
 
+    def __enter__(self) -> Peer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         async def close() -> None:
             assert self._client is not None
@@ -112,8 +118,7 @@ def test_what_a_greenlet_publishes_after_the_loop_went_idle_leaves_at_once_in_or
     nats: NatsServer, link: tuple[NatsLink, Heard]
 ) -> None:
     sender, _heard = link
-    peer = Peer(nats.url, "from-link.>")
-    try:
+    with Peer(nats.url, "from-link.>") as peer:
         expected: list[bytes] = []
         for burst in range(5):
             # The link's loop waits in the hub now, with nothing due before nats-py's next
@@ -127,23 +132,18 @@ def test_what_a_greenlet_publishes_after_the_loop_went_idle_leaves_at_once_in_or
             wait_for(peer.bodies, len(expected), f"the messages up to burst {burst}")
             assert time.monotonic() - sent_at < 1.0
         assert peer.bodies == expected
-    finally:
-        peer.close()
 
 
 def test_what_the_peer_publishes_reaches_the_hub_in_order(
     nats: NatsServer, link: tuple[NatsLink, Heard]
 ) -> None:
     _link, heard = link
-    peer = Peer(nats.url, "unused")
-    try:
+    with Peer(nats.url, "unused") as peer:
         gevent.sleep(IDLE)
         bodies = [str(n).encode() for n in range(500)]
         peer.publish("to-link.y", bodies)
         wait_for(heard.bodies, len(bodies), "the peer's messages")
         assert heard.bodies == bodies
-    finally:
-        peer.close()
 
 
 def test_a_job_runs_on_the_nats_loop_and_answers_in_the_hub(
@@ -163,13 +163,10 @@ def test_a_job_runs_on_the_nats_loop_and_answers_in_the_hub(
 
 def test_stop_sends_what_was_queued(nats: NatsServer, link: tuple[NatsLink, Heard]) -> None:
     sender, _heard = link
-    peer = Peer(nats.url, "from-link.>")
-    try:
+    with Peer(nats.url, "from-link.>") as peer:
         bodies = [str(n).encode() for n in range(300)]
         for body in bodies:
             sender.publish("from-link.z", body)
         sender.stop()  # at once: none of them has left yet
         wait_for(peer.bodies, len(bodies), "the queued messages")
         assert peer.bodies == bodies
-    finally:
-        peer.close()
