@@ -22,7 +22,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from tests.support.broker_config import running_broker, wait_for_log
+from tests.support.broker_config import running_broker, wait_for_log, wait_for_log_lines
 from tests.support.broker_process import BrokerProcess
 from tests.support.clients import PahoCollector, unique
 from tests.support.listeners import Certificates, listener_port
@@ -296,7 +296,7 @@ certfile = "server.pem"
 
 
 def test_sighup_serves_new_certificate_to_new_connections_keeps_old_ones(
-    tmp_path: Path, broker_factory: Callable[..., BrokerProcess]
+    tmp_path: Path, broker_factory: Callable[..., BrokerProcess], workers: int
 ) -> None:
     first = Certificates(tmp_path, "-1")
     second = Certificates(tmp_path, "-2")
@@ -312,14 +312,15 @@ def test_sighup_serves_new_certificate_to_new_connections_keeps_old_ones(
 
     second.write_server_certificate(server_file)
     broker.process.send_signal(signal.SIGHUP)
-    wait_for_log(broker, "certificates reloaded for new connections")
+    # Every worker of a pool reloads its listeners on its own; a connection may reach any.
+    wait_for_log_lines(broker, "certificates reloaded for new connections", workers)
     assert publish_over_tls(port, second.ca_file, topic, b"new certificate") == 0
     assert existing.next_message().payload == b"new certificate"  # still connected
     assert publish_over_tls(port, first.ca_file, topic, b"old trust") != 0  # cert replaced
 
     server_file.write_text("not a certificate\n", encoding="utf-8")
     broker.process.send_signal(signal.SIGHUP)
-    line = wait_for_log(broker, "certificates not reloaded")
+    line = wait_for_log_lines(broker, "certificates not reloaded", workers)[0]
     assert "ERROR" in line and str(server_file) in line, line
     assert publish_over_tls(port, second.ca_file, topic, b"kept") == 0  # the previous context
     assert existing.next_message().payload == b"kept"

@@ -20,7 +20,7 @@ import pytest
 
 from mqtt.packets import ConnAck, PubAck, Publish
 from mqtt.reason_codes import SUBACK_FAILURE_V311
-from tests.support.broker_config import running_broker, wait_for_log
+from tests.support.broker_config import running_broker, wait_for_log_lines
 from tests.support.broker_process import ROOT, start_broker
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
@@ -136,7 +136,7 @@ def login(broker_host: str, broker_port: int, user: str, password: str) -> tuple
     return connack.reason_code, client
 
 
-def test_sighup_reloads_users_and_rules_keeping_connections(tmp_path: Path) -> None:
+def test_sighup_reloads_users_and_rules_keeping_connections(tmp_path: Path, workers: int) -> None:
     add_user(tmp_path / "passwd", "alice", "alice-pw")
     (tmp_path / "acl").write_text(ACL_BEFORE, encoding="utf-8")
     with running_broker(tmp_path, RELOAD_CONFIG) as broker:
@@ -152,8 +152,9 @@ def test_sighup_reloads_users_and_rules_keeping_connections(tmp_path: Path) -> N
         add_user(tmp_path / "passwd", "carol", "carol-pw")
         replace_file(tmp_path / "acl", ACL_AFTER)
         broker.process.send_signal(signal.SIGHUP)
-        wait_for_log(broker, "plugin plugins.auth_file reloaded")
-        wait_for_log(broker, "plugin plugins.acl_file reloaded")
+        # Every worker of a pool reloads on its own: wait for each, as a client may be on any.
+        wait_for_log_lines(broker, "plugin plugins.auth_file reloaded", workers)
+        wait_for_log_lines(broker, "plugin plugins.acl_file reloaded", workers)
 
         code, carol = login(broker.host, broker.port, "carol", "carol-pw")
         assert code == 0
@@ -169,7 +170,9 @@ def test_sighup_reloads_users_and_rules_keeping_connections(tmp_path: Path) -> N
         alice.close()
 
 
-def test_a_publish_decision_a_connection_kept_goes_with_a_sighup(tmp_path: Path) -> None:
+def test_a_publish_decision_a_connection_kept_goes_with_a_sighup(
+    tmp_path: Path, workers: int
+) -> None:
     # Each connection keeps its publish decisions ([auth] acl_cache_ttl, 60 s by default):
     # a SIGHUP that changes the rules applies to the very next PUBLISH all the same.
     add_user(tmp_path / "passwd", "alice", "alice-pw")
@@ -184,7 +187,7 @@ def test_a_publish_decision_a_connection_kept_goes_with_a_sighup(tmp_path: Path)
             assert accepted == PubAck(packet_id, 0x10), accepted
         replace_file(tmp_path / "acl", "user alice\ntopic read alice/#\n")
         broker.process.send_signal(signal.SIGHUP)
-        wait_for_log(broker, "plugin plugins.acl_file reloaded")
+        wait_for_log_lines(broker, "plugin plugins.acl_file reloaded", workers)
         alice.send(Publish("alice/x", b"denied now", qos=1, packet_id=3))
         answer = alice.expect()
         assert isinstance(answer, PubAck) and answer.reason_code == 0x87, answer  # [MQTT-3.4.2.1]
