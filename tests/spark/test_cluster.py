@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from tests.spark.readers import (
     with_pandas,
 )
 from tests.spark.synthetic import START, expected_topic_traffic, synthetic_events
+from tests.support.ports import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,12 +43,6 @@ logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_SECONDS = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def _spark_home() -> Path:
@@ -80,7 +74,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def standalone_cluster(directory: Path, env: dict[str, str]) -> Iterator[tuple[str, float]]:
     """A master and a worker (2 cores, 2 GiB); yields the master URL and the start-up seconds."""
     spark_class = str(_spark_home() / "bin" / "spark-class")
-    port = _free_port()
+    port = free_port()
     url = f"spark://{LOOPBACK}:{port}"
     started = time.monotonic()
     processes: list[subprocess.Popen[bytes]] = []
@@ -120,6 +114,9 @@ def standalone_cluster(directory: Path, env: dict[str, str]) -> Iterator[tuple[s
             _stop(process)
 
 
+# A standalone master and worker, then spark-submit's own JVM and executor: 60-110 s on two
+# slow cores, past the suite's 120 s default with the set-up.
+@pytest.mark.timeout(360)
 def test_a_standalone_cluster_run_gives_the_local_run_tables(
     spark: SparkSession,
     tmp_path: Path,
