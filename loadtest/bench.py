@@ -17,6 +17,7 @@ import logging
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,14 @@ class Opponent:
     name: str
     command: str  # a harness broker command: {port}, {gen}, {conf:NAME} are the harness's
     version: str
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 free now, for a server a bench starts a moment later."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def load_harness(path: Path) -> ModuleType:

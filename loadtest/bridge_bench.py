@@ -33,16 +33,10 @@ from pathlib import Path
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
+from loadtest.bench import ROOT, free_port
+
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:

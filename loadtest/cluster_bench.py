@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,7 +51,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench import BUILD_DIR, DEFAULT_HARNESS, RESULTS_DIR, ROOT, git_revision, load_harness
+from loadtest.bench import (
+    BUILD_DIR,
+    DEFAULT_HARNESS,
+    RESULTS_DIR,
+    ROOT,
+    free_port,
+    git_revision,
+    load_harness,
+)
 from loadtest.tree_cpu import cpu_seconds, descendants
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
@@ -111,13 +118,6 @@ def build_generator(build_dir: Path) -> Path:
 
 
 # -- processes --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def listening_sockets(port: int) -> int:
