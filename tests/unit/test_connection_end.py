@@ -69,7 +69,7 @@ def pair() -> Iterator[tuple[Connection, Owner, socket.socket]]:
     theirs.close()  # a no-op after a test's own close
 
 
-def wait_for(condition: Callable[[], object], seconds: float = 10.0) -> None:
+def wait_for(condition: Callable[[], object], seconds: float = 2.0) -> None:
     with gevent.Timeout(seconds):
         while not condition():
             gevent.sleep(0.01)
