@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import gevent
 import pytest
 from hypothesis import settings
 
@@ -23,6 +24,19 @@ from tests.support.nats_server import NatsServer
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def current_loop_time() -> None:
+    """Every test starts with the event loop's clock read afresh.
+
+    libev counts a timer from the time it read at its last turn, and the test process's
+    loop turns only while an in-process test waits on it: between such tests the thread
+    blocks outside gevent (subprocess brokers, blocking clients) for minutes. A deadline an
+    in-process test then starts (a connection's 10 s connect timeout) would count from that
+    old reading and expire at the loop's next turn, before the test's first read.
+    """
+    gevent.get_hub().loop.update_now()
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
