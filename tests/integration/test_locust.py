@@ -7,12 +7,12 @@ pytest process: each test starts `python -m locust` and checks the `--csv` stati
 from __future__ import annotations
 
 import csv
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.support.broker_process import ROOT, BrokerProcess
+from tests.support.ports import free_port
 
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 ALL_SCENARIOS = ("telemetry", "fanout", "chat", "connect_storm", "retained")
@@ -75,9 +75,7 @@ def test_every_scenario_reports_requests_and_no_failures(
 
 
 def test_refused_connections_are_failures_with_reason_and_back_off(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a loopback port with no listener
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
+    closed_port = free_port()  # a loopback port with no listener
 
     completed, rows, failures = run_locust(tmp_path, closed_port, ("telemetry",), 2, 3)
 
