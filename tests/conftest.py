@@ -1,6 +1,10 @@
 """Shared fixtures: a broker subprocess on a free port (per module, and one-off per test), and
 a NATS server per module for the cluster's tests (`nats`).
 
+Every test starts with the test process's event-loop clock read afresh (`current_loop_time`):
+between in-process tests the thread blocks outside gevent, and a timer would otherwise count
+from the loop's last reading.
+
 `workers` is the pool mode of a module's brokers: every integration test runs with 1 (one
 process) and with 2 worker processes (tests/integration/conftest.py).
 
