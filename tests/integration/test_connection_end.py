@@ -163,10 +163,15 @@ def test_a_write_that_fails_on_a_reset_client_ends_it(ended: Ends, clean: bool) 
     for packet_id in range(1, LOAD_COUNT + 1):
         publisher.send(Publish(f"load/{client_id}", payload, qos=1, packet_id=packet_id))
         assert publisher.expect() == PubAck(packet_id)
-    # A read makes the broker check what waits for the ghost: it pauses reading from it.
-    ghost.send(PingReq())
-    port = ghost.sock.getsockname()[1]
-    wait_for_log(ended.broker, f"pausing reads from 127.0.0.1:{port}: ", timeout=5)
+    # A read makes the broker check what waits for the ghost: it pauses reading from it. In a
+    # pool the deliveries come from the publisher's worker and the PUBACKs do not wait for
+    # them, so they may land after a first read: each PINGREQ is a read, until one pauses.
+    pausing = f"pausing reads from 127.0.0.1:{ghost.sock.getsockname()[1]}: "
+    deadline = time.monotonic() + 5
+    while not any(pausing in line for line in ended.broker.log().splitlines()):
+        assert time.monotonic() < deadline, f"no log line has {pausing!r}:\n{ended.broker.log()}"
+        ghost.send(PingReq())
+        time.sleep(0.1)
     reset(ghost)
     ended.check_end(client_id, "socket_closed", before + 1)  # the publisher is still on
     publisher.send(Disconnect())
