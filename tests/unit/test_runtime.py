@@ -106,6 +106,12 @@ class FailingStart(Recorder):
         raise RuntimeError("cannot open resource")
 
 
+class FailingStop(Recorder):
+    def on_stop(self) -> None:
+        super().on_stop()
+        raise RuntimeError("cannot close resource")
+
+
 Starter = Callable[[], tuple[pykka.ActorRef[Recorder], list[Any]]]
 
 
@@ -242,6 +248,23 @@ def test_stop_runs_on_stop_and_the_actor_is_no_longer_alive(start_recorder: Star
     assert events[-1] == STOP
     assert events.count(STOP) == 1
     assert ref.stop() is False  # already dead
+
+
+def test_a_failing_on_stop_is_logged_and_the_actor_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[Any] = []
+    ref = FailingStop.start(events)
+    ref.ask("work")
+    with caplog.at_level(logging.ERROR, logger="pykka"):
+        assert ref.stop() is True
+    assert not ref.is_alive()
+    assert events[-1] == STOP
+    assert [
+        record.exc_info[0]
+        for record in caplog.records
+        if record.levelno == logging.ERROR and record.exc_info is not None
+    ] == [RuntimeError]
 
 
 def test_messages_told_before_stop_are_handled_first(start_recorder: Starter) -> None:
