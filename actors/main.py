@@ -233,16 +233,26 @@ def main(argv: list[str] | None = None) -> int:
         )
         broker.cluster.ops.answer = partial(local_rows, broker)  # the other nodes' questions
     broker.admin = AdminServer
-    status = _start(broker)
-    if status:
-        return status
-    # The cyclic GC's cost is in scanning what connections keep alive: collect it in quiet
-    # moments, not in the middle of a connection storm (core/gc_schedule.py).
-    idle_gc = start_idle_gc()
+    # The signals are handled from before the "ready" line on, where their default action
+    # would kill the broker: a SIGTERM sent as soon as that line appears (by a service
+    # manager, a test) stops it as any other. One that comes while the broker starts stops
+    # it once started; a SIGHUP then reloads it once started.
     stopping = gevent.event.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(signum, stopping.set)
+    reload_asked = gevent.event.Event()
+    early_reload = gevent.signal_handler(signal.SIGHUP, reload_asked.set)
+    status = _start(broker)
+    if status:
+        return status
+    # No yield from here to the `if`: a SIGHUP not handled yet goes to `broker.reload` only.
     gevent.signal_handler(signal.SIGHUP, broker.reload)
+    early_reload.cancel()  # after: a signal with no handler left gets its default action
+    if reload_asked.is_set():
+        gevent.spawn(broker.reload)
+    # The cyclic GC's cost is in scanning what connections keep alive: collect it in quiet
+    # moments, not in the middle of a connection storm (core/gc_schedule.py).
+    idle_gc = start_idle_gc()
     stopping.wait()
     idle_gc.stop()
     try:

@@ -11,13 +11,19 @@ delivery in flight, and a socket that never sent CONNECT) was closed by the shut
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from mqtt.packets import Publish, PubRec, PubRel, Will
 from tests.support.broker_config import wait_for_log, wait_for_log_lines
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import ROOT, BrokerProcess
 from tests.support.clients import connect_raw, expect_publish, subscribe_raw, unique
 from tests.support.raw_client import RawClient
 
@@ -60,3 +66,54 @@ def test_sigterm_closes_all_connections_and_exits_0(
     wait_for_log(server, "stopped")
     for client in (with_will, persistent, silent):
         client.close()
+
+
+def _starting_broker(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """A one-process broker, once it is inside its start-up: it has opened its store and has
+    not yet said it is ready. Polled every millisecond: the rest of the start-up takes a few."""
+    log_path = tmp_path / "broker.log"
+    args = [sys.executable, "-m", "actors.main", "--port", "0", "--workers", "1"]
+    args += ["--log-level", "info", "--http-port", "0", "--data-dir", str(tmp_path / "data")]
+    with log_path.open("wb") as log:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=log, env=env)
+    deadline = time.monotonic() + 30
+    while b"opened store" not in log_path.read_bytes():
+        assert process.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.001)
+    return process, log_path
+
+
+def test_a_sigterm_while_starting_stops_the_broker_once_started(
+    tmp_path: Path, workers: int
+) -> None:
+    """Its default action would kill the broker: the handler is in place before start-up."""
+    if workers > 1:
+        pytest.skip("a pool's supervisor handles signals from its first line")
+    process, log_path = _starting_broker(tmp_path)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=EXIT_WITHIN_SECONDS + 5) == 0, log_path.read_text()
+    log = log_path.read_text()
+    assert "ready: accepting MQTT connections" in log
+    assert "stopped:" in log
+
+
+def test_a_sighup_while_starting_reloads_the_broker_once_started(
+    tmp_path: Path, workers: int
+) -> None:
+    if workers > 1:
+        pytest.skip("a pool's supervisor handles signals from its first line")
+    process, log_path = _starting_broker(tmp_path)
+    try:
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloading plugins" not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.02)
+        log = log_path.read_text()
+        assert log.index("ready: accepting MQTT connections") < log.index("reloading plugins")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=EXIT_WITHIN_SECONDS + 5) == 0, log_path.read_text()
