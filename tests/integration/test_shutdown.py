@@ -16,7 +16,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -68,36 +69,40 @@ def test_sigterm_closes_all_connections_and_exits_0(
         client.close()
 
 
-def _starting_broker(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+@contextmanager
+def _starting_broker(
+    tmp_path: Path, workers: int
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A one-process broker, once it is inside its start-up: it has opened its store and has
-    not yet said it is ready. Polled every millisecond: the rest of the start-up takes a few."""
+    not yet said it is ready (polled every millisecond: the rest of the start-up takes a
+    few). Killed on the way out if it is still running. Skipped in the pool mode: a pool's
+    supervisor handles signals from its first line."""
+    if workers > 1:
+        pytest.skip("a pool's supervisor handles signals from its first line")
     log_path = tmp_path / "broker.log"
     args = [sys.executable, "-m", "actors.main", "--port", "0", "--workers", "1"]
     args += ["--log-level", "info", "--http-port", "0", "--data-dir", str(tmp_path / "data")]
     with log_path.open("wb") as log:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=log, env=env)
-    deadline = time.monotonic() + 30
-    while b"opened store" not in log_path.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the broker did not open its store:\n{log_path.read_text()}")
-        time.sleep(0.001)
-    return process, log_path
+    try:
+        deadline = time.monotonic() + 30
+        while b"opened store" not in log_path.read_bytes():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the broker did not open its store:\n{log_path.read_text()}")
+            time.sleep(0.001)
+        yield process, log_path
+    finally:
+        process.kill()  # a no-op once it has exited
 
 
 def test_a_sigterm_while_starting_stops_the_broker_once_started(
     tmp_path: Path, workers: int
 ) -> None:
     """Its default action would kill the broker: the handler is in place before start-up."""
-    if workers > 1:
-        pytest.skip("a pool's supervisor handles signals from its first line")
-    process, log_path = _starting_broker(tmp_path)
-    try:
+    with _starting_broker(tmp_path, workers) as (process, log_path):
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=EXIT_WITHIN_SECONDS + 5) == 0, log_path.read_text()
-    finally:
-        process.kill()  # a no-op once it has exited
     log = log_path.read_text()
     assert "ready: accepting MQTT connections" in log
     assert "stopped:" in log
@@ -106,10 +111,7 @@ def test_a_sigterm_while_starting_stops_the_broker_once_started(
 def test_a_sighup_while_starting_reloads_the_broker_once_started(
     tmp_path: Path, workers: int
 ) -> None:
-    if workers > 1:
-        pytest.skip("a pool's supervisor handles signals from its first line")
-    process, log_path = _starting_broker(tmp_path)
-    try:
+    with _starting_broker(tmp_path, workers) as (process, log_path):
         process.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
         while "reloading plugins" not in log_path.read_text():
@@ -120,5 +122,3 @@ def test_a_sighup_while_starting_reloads_the_broker_once_started(
         assert log.index("ready: accepting MQTT connections") < log.index("reloading plugins")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=EXIT_WITHIN_SECONDS + 5) == 0, log_path.read_text()
-    finally:
-        process.kill()  # a no-op once it has exited
