@@ -7,13 +7,14 @@ and the rate is the messages over the time from starting the publishers to the l
 arrival. The publishers are the connections of one `mqttbench fanin` (../shared/bench's
 generator, built into `--build-dir` on first use), each keeping up to `--window` messages
 un-PUBACKed (1, the default: each waits for its PUBACK before the next publish). The
-generator is in C and sleeps in epoll while it waits, so the publishers are not the
-limit and leave the cores to the brokers. The local broker is ours
-(`--workers 1` and the default pool) or, as the anchor, a second Mosquitto with its own
+generator is in C and sleeps in epoll while it waits, so the publishers are not the limit
+and leave the cores to the brokers. The local broker is ours (`--workers 1` and the default
+pool; each also with `--store memory`, which takes the store's write-ahead out of the path,
+as Mosquitto's `persistence false` does) or, as the anchor, a second Mosquitto with its own
 `connection` bridge of the same topic line. Runs are interleaved, the order rotated each
 repetition; each runs on fresh brokers. Prints one Markdown table (medians over the
-repetitions, and each broker's median ratio to Mosquitto's bridge in the same
-repetition) and appends one JSON line per run to `--out`.
+repetitions, and each broker's median ratio to Mosquitto's bridge in the same repetition)
+and appends one JSON line per run to `--out`.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def mosquitto_bridge(workdir: Path, port: int, remote: int) -> subprocess.Popen[
     )
 
 
-def ours(workers: str) -> Callable[[Path, int, int], subprocess.Popen[bytes]]:
+def ours(
+    workers: str, store: str = "sqlite"
+) -> Callable[[Path, int, int], subprocess.Popen[bytes]]:
     def start(workdir: Path, port: int, remote: int) -> subprocess.Popen[bytes]:
         config = workdir / f"broker-{port}.toml"
         config.write_text(
@@ -89,7 +92,7 @@ def ours(workers: str) -> Callable[[Path, int, int], subprocess.Popen[bytes]]:
         argv = [sys.executable, "-m", "actors.main", "--config", str(config)]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "info"]
         argv += ["--data-dir", str(workdir / f"data-{port}"), "--http-port", "0"]
-        argv += ["--workers", workers]
+        argv += ["--workers", workers, "--store", store]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(argv, stdout=log, stderr=log, env=env, cwd=workdir)
         wait_for_port(port, process, "the broker")
@@ -107,6 +110,9 @@ BROKERS: dict[str, Callable[[Path, int, int], subprocess.Popen[bytes]]] = {
     "mosquitto-bridge": mosquitto_bridge,
     "ours-w1": ours("1"),
     "ours-pool": ours("auto"),  # the default: a worker per core
+    # Nothing acknowledged survives a crash, as with the anchor's `persistence false`
+    "ours-w1-memory": ours("1", "memory"),
+    "ours-pool-memory": ours("auto", "memory"),
 }
 
 
