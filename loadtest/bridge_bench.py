@@ -9,12 +9,14 @@ generator, built into `--build-dir` on first use), each keeping up to `--window`
 un-PUBACKed (1, the default: each waits for its PUBACK before the next publish). The
 generator is in C and sleeps in epoll while it waits, so the publishers are not the limit
 and leave the cores to the brokers. The local broker is ours (`--workers 1` and the default
-pool; each also with `--store memory`, which takes the store's write-ahead out of the path,
+pool; and `--workers 1 --store memory`, which takes the store's write-ahead out of the path,
 as Mosquitto's `persistence false` does) or, as the anchor, a second Mosquitto with its own
 `connection` bridge of the same topic line. Runs are interleaved, the order rotated each
-repetition; each runs on fresh brokers. Prints one Markdown table (medians over the
-repetitions, and each broker's median ratio to Mosquitto's bridge in the same repetition)
-and appends one JSON line per run to `--out`.
+repetition; each runs on fresh brokers. Each run also takes the CPU (user + system, from
+/proc) that the local broker's processes (its store process and pool workers included)
+and the remote Mosquitto spent from the publishers' start to the last arrival, per message.
+Prints one Markdown table (medians over the repetitions, and each broker's median ratio to
+Mosquitto's bridge in the same repetition) and appends one JSON line per run to `--out`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import orjson
 
 from loadtest.bench import ROOT, free_port
+from loadtest.tree_cpu import cpu_seconds, descendants, role
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 READY_TIMEOUT = 30.0
@@ -110,9 +114,10 @@ BROKERS: dict[str, Callable[[Path, int, int], subprocess.Popen[bytes]]] = {
     "mosquitto-bridge": mosquitto_bridge,
     "ours-w1": ours("1"),
     "ours-pool": ours("auto"),  # the default: a worker per core
-    # Nothing acknowledged survives a crash, as with the anchor's `persistence false`
+    # No write-ahead: nothing acknowledged survives a crash, as with the anchor's
+    # `persistence false`. Not for the pool, whose memory store is its store process on a
+    # temporary file (docs/pool.md): the same path as with SQLite.
     "ours-w1-memory": ours("1", "memory"),
-    "ours-pool-memory": ours("auto", "memory"),
 }
 
 
@@ -164,23 +169,42 @@ def one_run(
                 stdout=subprocess.DEVNULL,
             )
             time.sleep(0.5)  # subscribed
+            before = cpu_by_role(local.pid, remote.pid)
             started = time.monotonic()
             start_publishers(local_port, publishers, messages, window, generator).wait(timeout)
             code = sub.wait(timeout + 5)
             elapsed = time.monotonic() - started
+            after = cpu_by_role(local.pid, remote.pid)
         finally:
             for process in (local, remote):
                 process.terminate()
                 process.wait(10)
         ok = code == 0
+        total = messages * publishers
         return {
             "broker": name,
             "window": window,
-            "messages": messages * publishers,
+            "messages": total,
             "ok": ok,
             "seconds": round(elapsed, 3),
-            "rate": round(messages * publishers / elapsed) if ok else None,
+            "rate": round(total / elapsed) if ok else None,
+            "cpu_us_per_message": {
+                what: round((after[what] - before.get(what, 0.0)) / total * 1e6, 1)
+                for what in after
+            },
         }
+
+
+def cpu_by_role(local: int, remote: int) -> dict[str, float]:
+    """CPU seconds so far: "local" (every process of the local broker), "local store" (its
+    store processes, a part of "local") and "remote" (the remote Mosquitto)."""
+    used = {"local": 0.0, "local store": 0.0, "remote": cpu_seconds(remote) or 0.0}
+    for pid in [local, *descendants(local)]:
+        seconds = cpu_seconds(pid) or 0.0
+        used["local"] += seconds
+        if role(pid) == "store":
+            used["local store"] += seconds
+    return used
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,11 +247,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(runs: list[dict[str, object]], names: list[str]) -> str:
-    """Median rate per broker and its median ratio to Mosquitto's bridge in the same rep."""
+    """Per broker: the median rate, its median ratio to Mosquitto's bridge in the same rep,
+    and the median CPU per message."""
     rates: dict[tuple[int, str], float] = {
         (int(str(r["rep"])), str(r["broker"])): float(str(r["rate"])) for r in runs if r["ok"]
     }
-    lines = ["| bridge | QoS 1 msg/s, median | / Mosquitto's bridge | runs |", "|---|---|---|---|"]
+    lines = [
+        "| bridge | QoS 1 msg/s, median | / Mosquitto's bridge | runs "
+        "| CPU µs/msg: local broker (its store) | remote |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in names:
         mine = [rate for (_rep, broker), rate in rates.items() if broker == name]
         ratios = [
@@ -237,7 +266,18 @@ def table(runs: list[dict[str, object]], names: list[str]) -> str:
         ]
         median = f"{statistics.median(mine):,.0f}" if mine else "-"
         ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
-        lines.append(f"| {name} | {median} | {ratio} | {len(mine)} |")
+        cpu: list[dict[str, float]] = [
+            cast("dict[str, float]", r["cpu_us_per_message"])
+            for r in runs
+            if r["broker"] == name and r["ok"]
+        ]
+        local, store, remote = (
+            f"{statistics.median(c[what] for c in cpu):.1f}" if cpu else "-"
+            for what in ("local", "local store", "remote")
+        )
+        lines.append(
+            f"| {name} | {median} | {ratio} | {len(mine)} | {local} ({store}) | {remote} |"
+        )
     return "\n".join(lines)
 
 
