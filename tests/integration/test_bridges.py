@@ -299,6 +299,7 @@ def test_the_remote_hears_the_bridges_state_as_from_a_mosquitto_bridge(
     far.subscribe("$SYS/broker/connection/+/state", 1)
     extra = 'client_id = "edge-3.m"\n' + ("notifications_local_only = true\n" if local_only else "")
     broker = start_broker(tmp_path, bridge_config(remote.port, PREFIXED, extra))
+    near: PahoCollector | None = None
     try:
         wait_for_log(broker, CONNECTED, timeout=15)
         near = PahoCollector(broker, unique("near"))
@@ -321,6 +322,8 @@ def test_the_remote_hears_the_bridges_state_as_from_a_mosquitto_bridge(
         assert (kept.payload, kept.retain) == (b"0", True)
         late.close()
     finally:
+        if near is not None:  # its network thread would retry the stopped broker for good
+            near.close()
         if broker.process.poll() is None:
             assert broker.stop() == 0, broker.log()
         far.close()
