@@ -58,7 +58,10 @@ logger = logging.getLogger(__name__)
 
 LINK_WAIT = 3.0  # seconds a starting worker waits to hear every other worker's ownerships
 STORE_SOCKET = "store.sock"
-STOP_MARGIN = 0.5  # seconds kept between the last commits' wait and the supervisor's kill
+# Seconds kept between the last commits' wait and the supervisor's kill: for the worker's
+# own exit, and the supervisor's noticing it, on a loaded machine (0.5 s was not always).
+STOP_MARGIN = 1.5
+LAST_COMMITS_MIN = 0.5  # seconds the last commits get however late the stop came to them
 ROUTES_TIMEOUT = 5.0  # seconds a resumed session waits for its routes to be known pool-wide
 
 
@@ -212,7 +215,7 @@ class PoolBroker(Broker):
         commits get what is left of that, less a margin, so that a worker whose commits
         keep failing (a full disk) says so and exits 1 instead of being killed."""
         left = STOP_TIMEOUT - STOP_MARGIN - (time.monotonic() - stop_started)
-        return max(left, STOP_MARGIN)
+        return max(left, LAST_COMMITS_MIN)
 
     def _start_bridges(self, bridges: Bridges) -> None:
         """Run the bridges this worker is the runner of, now and whenever a peer is linked
