@@ -17,6 +17,9 @@ repetition; each runs on fresh brokers. Each run also takes the CPU (user + syst
 and the remote Mosquitto spent from the publishers' start to the last arrival, per message.
 Prints one Markdown table (medians over the repetitions, and each broker's median ratio to
 Mosquitto's bridge in the same repetition) and appends one JSON line per run to `--out`.
+Our broker runs on the interpreter that runs the bench; each line names it (`python`: its
+version and `sys.base_prefix`), so one series can compare interpreters by alternating
+`<venv>/bin/python -m loadtest.bridge_bench` of two virtual environments.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import platform
 import shutil
 import socket
 import statistics
@@ -42,6 +46,7 @@ from loadtest.tree_cpu import cpu_seconds, descendants, role
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 READY_TIMEOUT = 30.0
+PYTHON = f"{platform.python_version()} {sys.base_prefix}"  # what runs our broker
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
@@ -183,6 +188,7 @@ def one_run(
         total = messages * publishers
         return {
             "broker": name,
+            "python": PYTHON,
             "window": window,
             "messages": total,
             "ok": ok,
