@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import platform
 import shlex
 import shutil
 import socket
@@ -28,6 +29,8 @@ from types import ModuleType
 logger = logging.getLogger("loadtest.bench")
 
 ROOT = Path(__file__).resolve().parents[1]
+# The interpreter the benches run this broker on (their own): its version and install
+PYTHON = f"{platform.python_version()} {sys.base_prefix}"
 RESULTS_DIR = ROOT / "loadtest" / "results"
 BUILD_DIR = RESULTS_DIR / "tmp" / "mqttbench-build"  # git-ignored
 DEFAULT_HARNESS = ROOT.parent / "shared" / "bench" / "bench.py"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -41,12 +40,11 @@ from typing import cast
 
 import orjson
 
-from loadtest.bench import ROOT, free_port
+from loadtest.bench import PYTHON, ROOT, free_port
 from loadtest.tree_cpu import cpu_seconds, descendants, role
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 READY_TIMEOUT = 30.0
-PYTHON = f"{platform.python_version()} {sys.base_prefix}"  # what runs our broker
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:

@@ -29,7 +29,8 @@ repetition; the cluster and the plain broker are started fresh per repetition an
 brokers are quiet before each run. The nodes run at `--log-level info`: the line
 "cluster: linked to <node>.<worker>" that says a node is ready is logged at info (nothing is
 logged per message). Prints one Markdown table (medians over the repetitions, paired
-per-repetition ratios) and appends one JSON line per run to `--out`. Loopback only.
+per-repetition ratios) and appends one JSON line per run to `--out`, which names the
+interpreter the brokers ran on (the bench's own). Loopback only.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any
 from loadtest.bench import (
     BUILD_DIR,
     DEFAULT_HARNESS,
+    PYTHON,
     RESULTS_DIR,
     ROOT,
     free_port,
@@ -493,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                     run = {"scenario": scenario, "workers": args.workers, "rep": rep}
                     run |= measure(generator, own[scenario][0], setup, placement)
                     run["revision"] = revision
+                    run["python"] = PYTHON  # the nodes' and the plain broker's
                     print(json.dumps(run), file=sys.stderr)
                     runs.append(run)
                     with args.out.open("a", encoding="utf-8") as out:
