@@ -240,7 +240,7 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
             if end > body_size:
                 raise FrameError(_RUNS_PAST)
             wire = body[pos:end]
-            if head < _MIN_PUBLISH_HEAD or wire[0] != _PLAIN_QOS0_PUBLISH:
+            if head < _MIN_PUBLISH_HEAD or wire[0] != _PLAIN_QOS0_PUBLISH or flags:
                 raise FrameError("a message's encoded PUBLISH is not a plain QoS 0 PUBLISH")
             payload = body[pos + head : end]
         else:

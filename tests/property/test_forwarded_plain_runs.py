@@ -1,0 +1,119 @@
+"""Forwarded 3.x QoS 0 messages fanned out a run of one topic at a time
+(`Dispatcher._fan_out_plain`), in-process under hypothesis: over random subscriptions (No
+Local, Retain As Published, identifiers, overlapping filters) and random frames (topics and
+publishers mixed, a subscriber among the publishers), every session gets exactly what the
+per-message path gives it, in the frame's order, in one `Deliver`; and the frame codec
+refuses a message whose encoded PUBLISH disagrees with its QoS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.messages import Deliver
+from core.message import Message, new_message
+from core.session_state import Delivery, SubscriptionOptions
+from mqtt.encoder import encode_publish
+from pool.frames.codec import FrameDecoder, encode_frame
+from pool.frames.forwarding import Forward
+from pool.frames.validation import FrameError
+from tests.unit.test_dispatch import Broker, Recorder
+
+CLIENTS = ("c0", "c1", "c2", "c3")
+PUBLISHERS = ("c0", "p1", "p2", None)  # c0 also subscribes: No Local applies to it
+TOPICS = ("a/b", "a/c", "x/y")
+FILTERS = ("a/b", "a/+", "a/#", "#", "x/y")
+
+subscriptions = st.lists(
+    st.tuples(
+        st.sampled_from(CLIENTS),
+        st.sampled_from(FILTERS),
+        st.integers(0, 2),
+        st.booleans(),  # no_local
+        st.booleans(),  # retain_as_published
+        st.sampled_from((0, 1, 2)),  # subscription identifier (0: none)
+    ),
+    max_size=12,
+)
+frames = st.lists(st.tuples(st.sampled_from(TOPICS), st.sampled_from(PUBLISHERS)), max_size=40)
+
+
+def plain(topic: str, publisher: str | None) -> Message:
+    """A message as a 3.x client's QoS 0 PUBLISH makes it: with the PUBLISH it came in."""
+    payload = f"{topic} from {publisher}".encode()
+    wire = encode_publish(topic, payload, 0, False, False, None, None, 4)
+    return new_message(topic, payload, 0, False, publisher, None, {}, wire)
+
+
+def broker_with(subscribed: list[tuple[str, str, int, bool, bool, int]]) -> Broker:
+    broker = Broker()
+    for client_id, topic_filter, qos, no_local, as_published, identifier in subscribed:
+        options = SubscriptionOptions(qos, no_local, as_published, 0, identifier or None)
+        broker.subscribe(client_id, topic_filter, options)
+    return broker
+
+
+def received(session: Recorder) -> list[tuple[object, ...]]:
+    """What a session was told, one row per delivery, the message named by its id."""
+    assert all(type(told) is Deliver for told in session.told)
+    return [(d.message.message_id, *d[1:]) for d in session.deliveries()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(subscriptions, frames)
+def test_a_frame_of_plain_messages_reaches_each_session_as_the_per_message_path_sends_it(
+    subscribed: list[tuple[str, str, int, bool, bool, int]],
+    published: list[tuple[str, str | None]],
+) -> None:
+    messages = tuple(plain(topic, publisher) for topic, publisher in published)
+    runs = broker_with(subscribed)
+    runs.dispatcher.publish_forwarded(messages)
+    # The same messages without their encoding take the per-message path (`_fan_out`),
+    # which encodes the same 3.x PUBLISH for them.
+    reference = broker_with(subscribed)
+    reference.dispatcher.publish_forwarded(tuple(dataclasses.replace(m) for m in messages))
+    assert runs.sessions.keys() == reference.sessions.keys()
+    for client_id, session in runs.sessions.items():
+        assert len(session.told) <= 1  # one Deliver per session for the frame
+        assert received(session) == received(reference.sessions[client_id]), client_id
+
+
+def test_a_fan_out_of_forwarded_runs_shares_each_delivery_and_keeps_the_frame_order() -> None:
+    broker = Broker()
+    sessions = [
+        broker.subscribe(f"s{index}", topic_filter, SubscriptionOptions(1))
+        for index in range(50)
+        for topic_filter in ("a/b", "x/y")
+    ]
+    frame = tuple(plain(topic, "p") for topic in ("a/b", "a/b", "x/y", "a/b", "x/y"))
+    broker.dispatcher.publish_forwarded(frame)
+    lists = [session.deliveries() for session in dict.fromkeys(sessions)]
+    assert all([d.message for d in got] == list(frame) for got in lists)  # the frame's order
+    assert all(d.qos == 0 and not d.retain and d.wire == d.message.wire for d in lists[0])
+    shared = {id(delivery) for got in lists for delivery in got}
+    assert len(shared) == len(frame)  # one Delivery per message, shared by the 50 sessions
+
+
+def test_a_subscriber_that_published_in_the_frame_gets_only_what_no_local_allows() -> None:
+    broker = Broker()
+    own = broker.subscribe("c0", "a/#", SubscriptionOptions(0, no_local=True))
+    other = broker.subscribe("c1", "a/#", SubscriptionOptions(0))
+    frame = (plain("a/b", "c0"), plain("a/b", "p1"), plain("a/b", "c0"))
+    broker.dispatcher.publish_forwarded(frame)
+    assert [d.message for d in own.deliveries()] == [frame[1]]  # [MQTT-3.8.3-3]
+    assert [d.message for d in other.deliveries()] == list(frame)
+    assert all(type(d) is Delivery for d in other.deliveries())
+
+
+@pytest.mark.parametrize("flags", [1, 2, 4])
+def test_a_frame_whose_encoded_publish_disagrees_with_its_flags_is_refused(flags: int) -> None:
+    data = bytearray(encode_frame(Forward((plain("a/b", "p"),), 0, 0)))
+    table = orjson.dumps([None, "a/b", "p"])  # the frame's strings; its one record follows
+    data[data.index(table) + len(table)] = flags  # the record's first byte: its flags
+    with pytest.raises(FrameError, match="plain QoS 0 PUBLISH"):
+        FrameDecoder().feed(bytes(data))
