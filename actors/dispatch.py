@@ -28,7 +28,8 @@ For one batch it:
 - in a pool (`remote` set, docs/pool.md), hands each message to the forwarder, which sends
   the batch once to each other worker with a matching subscriber; what a worker receives
   that way goes through `publish_forwarded`, to its local subscribers only (a frame of 3.x
-  QoS 0 messages a run of one topic at a time, `_fan_out_plain`). Share groups
+  QoS 0 messages as their PUBLISH packets, a run of one topic at a time,
+  `_fan_out_wires`). Share groups
   are pool-wide: the strategy picks among this worker's members and stand-ins for the
   other workers' members (`router.share_replica`); a stand-in picked hands the message to
   the forwarder for that worker, marked with the group, and that worker gives it to one of
@@ -50,14 +51,11 @@ another node's worker did not confirm before it was taken for gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from functools import partial
-from itertools import groupby, repeat
-from operator import attrgetter
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from actors.losses import report_loss
-from actors.messages import Deliver, OrphansIn, StoreRetained
+from actors.messages import Deliver, DeliverWires, OrphansIn, StoreRetained
 from actors.overload import FlowControl
 from actors.persistence import Persistence, stored_delivery
 from actors.runtime import tell_if_alive
@@ -68,6 +66,7 @@ from core.reasons import DropReason
 from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
 from core.stats import BrokerStats
+from core.wire_messages import ForwardedMessages, WireMessages
 from hooks.events import MessageDropped
 from hooks.hookpoints import HookPoint
 from hooks.read_checks import ReadChecks
@@ -87,11 +86,6 @@ logger = logging.getLogger(__name__)
 # about 3 % of a QoS 0 fan-in's CPU.
 _new_delivery = tuple.__new__
 _DeliveryFields = tuple[Message, int, bool, tuple[int, ...], bytes | None, int, None]
-# A Delivery from the tuple of its seven fields, called in C by `map` (`_fan_out_plain`).
-_delivery_of: Callable[[_DeliveryFields], Delivery] = partial(_new_delivery, Delivery)
-_WIRE = attrgetter("wire")
-_TOPIC = attrgetter("topic")
-_PUBLISHER = attrgetter("publisher")
 
 _MESSAGE_PUBLISH = HookPoint.MESSAGE_PUBLISH  # module constants: Enum lookups cost ~0.2 µs
 _MESSAGE_DROPPED = HookPoint.MESSAGE_DROPPED
@@ -265,18 +259,24 @@ class Dispatcher:
             for message in messages
         )
 
-    def _deliver(self, per_session: dict[Any, list[Delivery]], publisher: Gate | None) -> None:
-        """Tell each session its deliveries. With a `publisher` (flow control on: a local
-        connection's intake, or another worker's publisher as a `RemoteGate`), hold it on
-        the sessions over their high-water mark, and on the memory alarm while it is raised
-        (`core.flow`)."""
+    def _deliver(
+        self,
+        per_session: Mapping[Any, list[Delivery] | DeliverWires],
+        publisher: Gate | None,
+    ) -> None:
+        """Tell each session its deliveries (in a `Deliver`, or the `DeliverWires` that holds
+        them). With a `publisher` (flow control on: a local connection's intake, or another
+        worker's publisher as a `RemoteGate`), hold it on the sessions over their high-water
+        mark, and on the memory alarm while it is raised (`core.flow`)."""
         if publisher is None:
             for session, deliveries in per_session.items():
-                tell_if_alive(session, Deliver(deliveries))
+                told = deliveries if isinstance(deliveries, DeliverWires) else Deliver(deliveries)
+                tell_if_alive(session, told)
             return
         loads = self._loads
         for session, deliveries in per_session.items():
-            tell_if_alive(session, Deliver(deliveries))
+            told = deliveries if isinstance(deliveries, DeliverWires) else Deliver(deliveries)
+            tell_if_alive(session, told)
             load = loads.get(session)
             if load is not None and load.over:
                 load.hold(publisher)
@@ -351,7 +351,7 @@ class Dispatcher:
 
     def publish_forwarded(
         self,
-        messages: tuple[Message, ...],
+        messages: ForwardedMessages,
         marks: tuple[ShareMark, ...] | None = None,
         publisher: Gate | None = None,
     ) -> None:
@@ -360,17 +360,18 @@ class Dispatcher:
         `marks`, to one member here of each share group that worker picked this one for
         (a message marked for share groups only does not go to the ordinary subscribers).
         `publisher` stands for the publishing connection there, for flow control."""
+        plans = self._readable_plans if self.read_checks.active else None
+        if type(messages) is WireMessages:  # a plain `Forward` of 3.x QoS 0 messages
+            told = self._fan_out_wires(messages, plans)
+            if told is not None:
+                self._deliver(told, publisher)
+                return
         per_session: dict[Any, list[Delivery]] = {}
         ops: list[Op] = []
-        plans = self._readable_plans if self.read_checks.active else None
         fan_out = self._fan_out
-        if marks is None:  # a plain `Forward`: every message a worker receives that way
-            wires = list(map(_WIRE, messages))
-            if None in wires:
-                for message in messages:
-                    fan_out(message, per_session, ops, plans)
-            else:
-                self._fan_out_plain(messages, wires, per_session, plans)
+        if marks is None:  # a plain `Forward`
+            for message in messages:
+                fan_out(message, per_session, ops, plans)
         else:
             for message, mark in zip(messages, marks, strict=True):
                 if mark.ordinary:
@@ -383,62 +384,45 @@ class Dispatcher:
         if marks is not None and self.remote is not None:
             self.remote.flush([], None)  # what had to go on to a third worker
 
-    def _fan_out_plain(
-        self,
-        messages: tuple[Message, ...],
-        wires: list[bytes],
-        per_session: dict[Any, list[Delivery]],
-        plans: Plans | None,
-    ) -> None:
-        """`_fan_out` of forwarded messages that all carry the 3.x QoS 0 PUBLISH they came in
-        (`Message.wire`: QoS 0, no RETAIN, no properties), one run of a topic at a time.
+    def _fan_out_wires(
+        self, messages: WireMessages, plans: Plans | None
+    ) -> dict[Any, DeliverWires] | None:
+        """`_fan_out` of forwarded messages held as their 3.x QoS 0 PUBLISH packets
+        (`core.wire_messages`), one run of a topic at a time, without building them: what
+        each session is told, or None if a run's plan holds one of the frame's publishers.
 
         For such a message `_fan_out` decides the same for every subscriber of its topic's
-        plan: QoS 0 (capped by the message's), RETAIN 0, never stored, the shared encoding,
-        the subscriber's identifiers. Only No Local tells two messages of a run apart, so a
-        run whose plan holds one of the frame's publishers goes through `_fan_out`. The others
-        get, per run, one list of deliveries made in C for each set of identifiers, which
-        every subscriber with that set shares (extending its own list keeps each session's
-        deliveries in the frame's order). A worker receives every message another worker
-        forwards it through here; deciding per message and subscriber in Python was about
-        a third of a receiving worker's CPU in a QoS 0 fan-in across workers or nodes.
+        plan: QoS 0 (capped by the message's), RETAIN 0, never stored, the packet as it
+        came, the subscriber's identifiers. Only No Local [MQTT-3.8.3-3] tells two messages
+        of a run apart: a frame with a run whose plan holds one of its publishers goes
+        message by message. Otherwise every subscriber of a run gets the run's packets (one
+        list, extended in the frame's order per session) and its identifiers beside them.
+        A worker receives every QoS 0 message another worker or node forwards it through
+        here; building and routing each one was about half of a receiving worker's CPU in a
+        QoS 0 fan-in across nodes.
         """
         plan_of = (plans or self._fan_out_plans).plan
-        publishers = set(map(_PUBLISHER, messages))
-        start = 0
-        for topic, run in groupby(map(_TOPIC, messages)):
-            end = start + len(list(run))
+        publishers = messages.publishers
+        wires = messages.wires
+        told: dict[Any, DeliverWires] = {}
+        for topic, start, end in messages.runs:
             plan = plan_of(topic)
-            if any(target.client_id in publishers for target in plan):  # [MQTT-3.8.3-3]
-                for message in messages[start:end]:
-                    self._fan_out(message, per_session, [], plans)  # QoS 0: no store ops
-                start = end
+            if not plan:
                 continue
-            made: dict[tuple[int, ...], list[Delivery]] = {}
+            if any(target.client_id in publishers for target in plan):
+                return None
+            run = wires[start:end]
             for target in plan:
-                ids = target.subscription_ids
-                deliveries = made.get(ids)
-                if deliveries is None:
-                    deliveries = made[ids] = list(
-                        map(
-                            _delivery_of,
-                            zip(
-                                messages[start:end],
-                                repeat(0),
-                                repeat(False),
-                                repeat(ids),
-                                wires[start:end],
-                                repeat(0),
-                                repeat(None),
-                            ),
-                        )
+                session = target.session
+                deliver = told.get(session)
+                if deliver is None:
+                    told[session] = DeliverWires(
+                        messages, run.copy(), [(start, end, target.subscription_ids)]
                     )
-                listed = per_session.get(target.session)
-                if listed is None:
-                    per_session[target.session] = deliveries.copy()
                 else:
-                    listed += deliveries
-            start = end
+                    deliver.wires += run
+                    deliver.runs.append((start, end, target.subscription_ids))
+        return told
 
     def deliver_orphans(self, messages: tuple[Message, ...], plans: FanOut) -> None:
         """Pool: messages another worker kept for the persistent sessions of a dead worker

@@ -19,6 +19,7 @@ from core.client import ClientInfo
 from core.message import Message
 from core.reasons import DisconnectReason
 from core.session_state import Delivery, SubscriptionOptions
+from core.wire_messages import WireMessages
 from mqtt.errors import MqttError
 from mqtt.packets import Packet
 from net.transport import Transport
@@ -226,6 +227,27 @@ class Reauthorize:
 @dataclass(slots=True)
 class Deliver:
     deliveries: list[Delivery]
+
+
+@dataclass(slots=True)
+class DeliverWires:
+    """QoS 0 deliveries to one session of forwarded 3.x messages held as their PUBLISH
+    packets (`core.wire_messages`): `wires`, the packets to write, in order, and `runs`, the
+    ranges of `messages` they are with each range's subscription identifiers, for a session
+    that needs them as deliveries."""
+
+    messages: WireMessages
+    wires: list[bytes]
+    runs: list[tuple[int, int, tuple[int, ...]]]
+
+    def deliveries(self) -> list[Delivery]:
+        """As `Deliver` would carry them: QoS 0, RETAIN 0, the encoding shared."""
+        messages = self.messages.messages
+        return [
+            Delivery(message, 0, False, identifiers, message.wire)
+            for start, end, identifiers in self.runs
+            for message in messages[start:end]
+        ]
 
 
 @dataclass(slots=True)

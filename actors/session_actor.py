@@ -60,6 +60,7 @@ from actors.messages import (
     CloseConnection,
     Deliver,
     DeliverRetained,
+    DeliverWires,
     Detach,
     EndForwarding,
     ForwardingEnded,
@@ -148,6 +149,7 @@ logger = logging.getLogger(__name__)
 Takeover = Attach | HandOff | Terminate
 _KIND: dict[type, Kind] = {Attach: Kind.ATTACH, HandOff: Kind.HAND_OFF, Terminate: Kind.CLEAN_START}
 
+_QOS = itemgetter(1)  # Delivery.qos, read in C
 _WIRE = itemgetter(4)  # Delivery.wire, read in C
 _MESSAGE_DELIVERED = HookPoint.MESSAGE_DELIVERED
 
@@ -683,7 +685,40 @@ class SessionActor(GeventActor):
             return deliveries
         return [d for d in deliveries if reads.may_read(client, d.message.topic)]
 
+    def _deliver_wires(self, deliver: DeliverWires) -> None:
+        """QoS 0 deliveries held as their 3.x PUBLISH packets (`core.wire_messages`): written
+        as they are if QoS 0 deliveries to this session would be written now, as those
+        packets; else taken as the deliveries they are."""
+        if self.move_in is None and self._writes_packets_as_is():
+            wires = deliver.wires
+            self.protocol.out += wires
+            self._context.stats.messages_sent += len(wires)
+        else:
+            self._deliver(Deliver(deliver.deliveries()))
+
+    def _writes_packets_as_is(self) -> bool:
+        """Whether a QoS 0 delivery with a 3.x encoding is written now, as that encoding:
+        the client is connected, not slow, with nothing queued before it (see
+        `SessionState.deliver`), and speaks 3.x with no `message.delivered` hook."""
+        transport = self._transport
+        return (
+            transport is not None
+            and transport.backlog_bytes <= self._context.limits.max_write_buffer
+            and not self._load.stalled
+            and not self.state.queue
+            and self.protocol.version < 5
+            and not self._hooks.has(_MESSAGE_DELIVERED)
+        )
+
     def _deliver_now(self, deliveries: list[Delivery]) -> None:
+        protocol = self.protocol
+        # Hot path: QoS 0 deliveries to a 3.x client are written as their shared encoding.
+        if self._writes_packets_as_is() and not any(map(_QOS, deliveries)):
+            wires = list(map(_WIRE, deliveries))
+            if None not in wires:
+                protocol.out += wires
+                self._context.stats.messages_sent += len(wires)
+                return
         transport = self._transport
         connected = transport is not None
         slow = (
@@ -693,15 +728,6 @@ class SessionActor(GeventActor):
         if not connected:
             deliveries = self._give_back_shared(deliveries)
         actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
-        protocol = self.protocol
-        # Hot path: a QoS 0 delivery to a 3.x client is written as its shared encoding.
-        plain = protocol.version < 5 and not self._hooks.has(_MESSAGE_DELIVERED)
-        if plain and actions is deliveries:  # all QoS 0, sent now (see SessionState.deliver)
-            wires = list(map(_WIRE, deliveries))
-            if None not in wires:
-                protocol.out += wires
-                self._context.stats.messages_sent += len(wires)
-                return
         # Every delivery is held until an action lets it go (sent as QoS 0, completed, dropped).
         protocol.held_bytes += sum([len(delivery.message.payload) for delivery in deliveries])
         self._carry_out(actions)
@@ -966,6 +992,7 @@ class SessionActor(GeventActor):
 # holds no per-instance table of bound methods.
 _MESSAGE_HANDLERS: dict[type, Callable[[SessionActor, Any], Any]] = {
     Deliver: SessionActor._deliver,
+    DeliverWires: SessionActor._deliver_wires,
     DeliverRetained: SessionActor._deliver_retained,
     Acknowledged: SessionActor._acknowledged,
     InboundQos2: SessionActor._inbound_qos2,

@@ -61,6 +61,7 @@ from core.message import Message
 from core.reasons import DisconnectReason
 from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
+from core.wire_messages import ForwardedMessages
 from pool.flow_control import Publishers, RemoteGates
 from pool.frames.codec import Frame
 from pool.frames.flow import FlowHold, FlowRelease
@@ -529,7 +530,7 @@ class ClusterMember:
     def _forwarded_here(
         self,
         worker: int,
-        messages: tuple[Message, ...],
+        messages: ForwardedMessages,
         marks: tuple[ShareMark, ...] | None,
         publisher: int,
     ) -> None:
@@ -680,7 +681,7 @@ def reads_local_only(topic_filter: str) -> bool:
 def split_frame(frame: KeptFrame, batch: int) -> list[KeptFrame]:
     """`frame` in frames of at most FORWARD_BYTES of payload (at least one message each),
     each a part of the numbered batch `batch` (0: of none)."""
-    parts = split_payloads(frame.messages)
+    parts = split_payloads(tuple(frame.messages))  # a tuple as is: frames this worker made
     if len(parts) == 1:
         return [frame if frame.batch == batch else replace(frame, batch=batch)]
     if type(frame) is Forward:

@@ -53,6 +53,7 @@ from cluster.fabric import NatsFabric
 from cluster.kept_for_down import KeptForDown
 from core.message import Message
 from core.share_origin import ShareMark, ShareOrigin
+from core.wire_messages import ForwardedMessages
 from pool.ack_waits import AckWaits
 from pool.frames.forwarding import (
     CommitSync,
@@ -81,7 +82,7 @@ Split = Callable[[KeptFrame, int], list[KeptFrame]]
 # Delivers messages another node's worker forwarded to this worker's subscribers (and share
 # groups' members: `marks`, as the sender marked them, or None):
 # deliver(sender, messages, marks, publisher), `publisher` the sender's flow-control id.
-Deliver = Callable[[int, tuple[Message, ...], tuple[ShareMark, ...] | None, int], None]
+Deliver = Callable[[int, ForwardedMessages, tuple[ShareMark, ...] | None, int], None]
 # Gives the sessions restored here what a peer's `Unconfirmed` carries:
 # restored(sender, frame).
 Restored = Callable[[int, Unconfirmed], None]

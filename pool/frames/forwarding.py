@@ -11,15 +11,17 @@ from dataclasses import dataclass
 
 from core.message import Message
 from core.share_origin import ShareMark
+from core.wire_messages import ForwardedMessages
 
 
 @dataclass(frozen=True, slots=True)
 class Forward:
     """Messages of one publish batch for the receiver's local subscribers, in order.
     `publisher`: the sender's flow-control id of the connection that published them (0:
-    none), which the receiver names in `FlowHold`/`FlowRelease`."""
+    none), which the receiver names in `FlowHold`/`FlowRelease`. Decoded, a frame of 3.x
+    QoS 0 messages holds them as their PUBLISH packets (`core.wire_messages`)."""
 
-    messages: tuple[Message, ...]
+    messages: ForwardedMessages
     publisher: int = 0
     # Cluster: the number of the numbered batch (`Numbered.seq`) this frame is a part of;
     # 0: none. Each part names its batch, so a part whose batch's head was lost with a

@@ -11,7 +11,8 @@ the PUBLISH a 3.x client sent for a QoS 0 message (`Message.wire`, which ends wi
 payload), so the receiving worker writes it to QoS 0 subscribers as it is instead of
 encoding it again. The records decode in one `struct` pass and the strings once per frame,
 not once per message: decoding is what a worker pays for every message another worker
-forwards it.
+forwards it. A `Forward` whose every message is such a PUBLISH decodes to those packets
+(`core.wire_messages.WireMessages`), its messages built only if something asks for them.
 
 Before the message part: a `Forward`'s 4-byte publisher id and 8-byte batch number; a
 `ForwardShared`'s publisher id and batch number, then a 4-byte length and an orjson list of
@@ -25,8 +26,10 @@ messages.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
+from functools import partial
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -34,6 +37,7 @@ import orjson
 from core.message import Message, stored_message
 from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
+from core.wire_messages import WireMessages
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
 from pool.frames.forwarding import (
@@ -70,6 +74,7 @@ _INFINITY = float("inf")
 _RUNS_PAST = "a message's payload runs past the end of the frame"
 _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
+_PUBLISHER_AT = itemgetter(4)  # a record's publisher index
 
 MessageFrame = (
     Forward
@@ -111,7 +116,7 @@ def _encode_retained(frame: Retained | RetainedSnapshot) -> bytes:
     return _encode_messages(frame.messages)
 
 
-def _encode_messages(messages: tuple[Message, ...]) -> bytes:
+def _encode_messages(messages: Sequence[Message]) -> bytes:
     strings: dict[str | None, int] = {None: 0}  # the frame's string table, in index order
     index = strings.setdefault
     size = _MESSAGE_RECORD.size
@@ -211,21 +216,34 @@ def _decode_moved_deliveries(body: bytes) -> MovedDeliveries:
 
 
 def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
-    """The messages of a body whose message part begins at `start`. The hot loop of a
-    receiving worker: one pass, and each message's parts are checked against the frame's
-    end once, after the last (a part cut short is a frame that ends too soon)."""
+    """The messages of a body whose message part begins at `start`."""
+    rows, strings, pos = _message_records(body, start)
+    return _messages_of(body, pos, rows, strings)
+
+
+def _message_records(
+    body: bytes, start: int
+) -> tuple[list[tuple[Any, ...]], list[str | None], int]:
+    """A message part's records, its string table and where the records' parts begin."""
     count, table_size = _U32x2.unpack_from(body, start)
     pos = start + _U32x2.size + table_size
     strings = checked_string_table(orjson.loads(body[start + _U32x2.size : pos]))
     records_end = pos + count * _MESSAGE_RECORD.size
-    body_size = len(body)
-    if records_end > body_size:
+    if records_end > len(body):
         raise FrameError(f"a message frame's {count} records run past its end")
-    records = _MESSAGE_RECORD.iter_unpack(body[pos:records_end])
-    pos = records_end
+    return list(_MESSAGE_RECORD.iter_unpack(body[pos:records_end])), strings, records_end
+
+
+def _messages_of(
+    body: bytes, pos: int, rows: list[tuple[Any, ...]], strings: list[str | None]
+) -> tuple[Message, ...]:
+    """The messages of `rows`, whose parts begin at `pos`. The hot loop of a receiving
+    worker: one pass, and each message's parts are checked against the frame's end once,
+    after the last (a part cut short is a frame that ends too soon)."""
+    body_size = len(body)
     messages: list[Message] = []
     append = messages.append
-    for flags, timestamp, message_id, topic, publisher, username, props_size, size, head in records:
+    for flags, timestamp, message_id, topic, publisher, username, props_size, size, head in rows:
         if flags not in _VALID_FLAGS or not topic:
             raise FrameError(f"a message's record has flags {flags} and topic {topic}")
         if not -_INFINITY < timestamp < _INFINITY:
@@ -268,6 +286,59 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
     return tuple(messages)
 
 
+def _wire_messages(body: bytes, start: int) -> WireMessages | tuple[Message, ...]:
+    """The messages of a `Forward`: if every one carries its 3.x QoS 0 PUBLISH (the frames
+    of a QoS 0 fan-in across workers or nodes), as those packets (`core.wire_messages`),
+    checked as `_messages_of` checks them, which builds the messages when first read;
+    else the messages."""
+    rows, strings, pos = _message_records(body, start)
+    records_end = pos
+    known = len(strings)
+    body_size = len(body)
+    wires: list[bytes] = []
+    append = wires.append
+    runs: list[tuple[str, int, int]] = []
+    run_topic = run_start = 0
+    for index, (
+        flags,
+        timestamp,
+        _id,
+        topic,
+        publisher,
+        username,
+        props_size,
+        size,
+        head,
+    ) in enumerate(rows):
+        if flags or props_size or not head:  # not such a message: all of them built now
+            return _messages_of(body, records_end, rows, strings)
+        end = pos + head + size
+        if not (
+            0 < topic < known
+            and publisher < known
+            and username < known
+            and -_INFINITY < timestamp < _INFINITY
+            and head >= _MIN_PUBLISH_HEAD
+            and end <= body_size
+            and body[pos] == _PLAIN_QOS0_PUBLISH
+        ):  # a frame the checks of `_messages_of` refuse: refused with its reason
+            return _messages_of(body, records_end, rows, strings)
+        if topic != run_topic:
+            if index:
+                runs.append((strings[run_topic], run_start, index))  # type: ignore[arg-type]
+            run_topic, run_start = topic, index
+        append(body[pos:end])
+        pos = end
+    if pos != body_size:
+        return _messages_of(body, records_end, rows, strings)
+    if rows:
+        runs.append((strings[run_topic], run_start, len(rows)))  # type: ignore[arg-type]
+    publishers = set(map(strings.__getitem__, map(_PUBLISHER_AT, rows)))
+    return WireMessages(
+        wires, runs, publishers, partial(_messages_of, body, records_end, rows, strings)
+    )
+
+
 def _property_block(body: bytes, start: int, stop: int) -> dict[int, Any]:
     """A message's MQTT 5 properties, which fill `body[start:stop]`; else FrameError."""
     if stop > len(body):
@@ -303,7 +374,7 @@ def _decode_forward_shared(body: bytes) -> ForwardShared:
 
 def _decode_forward(body: bytes) -> Forward:
     publisher, batch = _FORWARD_HEAD.unpack_from(body, 0)
-    return Forward(_decode_messages(body, _FORWARD_HEAD.size), publisher, batch)
+    return Forward(_wire_messages(body, _FORWARD_HEAD.size), publisher, batch)
 
 
 def _decode_orphans(body: bytes) -> Orphans:

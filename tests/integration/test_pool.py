@@ -22,7 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from mqtt.packets import Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, Will
+from mqtt.packets import (
+    Connect,
+    Disconnect,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
+    Will,
+)
+from mqtt.properties import PropertyId
 from pool.cpu_affinity import usable_cpus
 from tests.support.broker_config import wait_for_log
 from tests.support.broker_process import BrokerProcess, start_broker
@@ -126,6 +139,38 @@ def test_publish_and_subscribe_across_workers_qos_0_1_2(pool: BrokerProcess) -> 
         assert isinstance(client, PahoCollector)
         client.client.disconnect()
         client.client.loop_stop()
+
+
+def test_a_3x_qos_0_stream_from_another_worker_reaches_3x_and_5_subscribers_alike(
+    pool: BrokerProcess,
+) -> None:
+    """A worker takes another worker's 3.x QoS 0 messages as their PUBLISH packets
+    (`core.wire_messages`): a 3.1.1 subscriber gets those packets, a 5.0 subscriber beside it
+    gets them encoded for it, with its subscription identifier; both every message once, in
+    the publisher's order across its topics [MQTT-4.6.0-6]."""
+    topic = unique("wires")
+    v3_id, v5_id = unique("w3sub"), unique("w5sub")
+    v3 = connect_raw(pool, v3_id)
+    here = worker_of(pool, v3_id)
+    v5 = connect_on_other_worker(pool, v5_id, 1 - here, version=5)
+    subscribe_raw(v3, 1, (f"{topic}/#", 0))
+    v5.send(
+        Subscribe(1, [Subscription(f"{topic}/#", 1)], {PropertyId.SUBSCRIPTION_IDENTIFIER: [9]})
+    )
+    assert isinstance(v5.expect(), SubAck)
+    publisher_id = unique("w3pub")
+    publisher = connect_on_other_worker(pool, publisher_id, here)
+    sent = [(f"{topic}/{'ab'[seq // 5 % 2]}", f"m{seq}".encode()) for seq in range(60)]
+    for name, payload in sent:
+        publisher.send(Publish(name, payload))
+    for client, version in ((v3, 4), (v5, 5)):
+        got = [expect_publish(client) for _ in sent]
+        assert [(p.topic, p.payload) for p in got] == sent, version
+        assert all(p.qos == 0 and not p.retain for p in got)
+        if version == 5:
+            assert all(p.properties == {PropertyId.SUBSCRIPTION_IDENTIFIER: [9]} for p in got)
+    for client in (v3, v5, publisher):
+        client.close()
 
 
 def test_retained_messages_are_seen_from_both_workers(pool: BrokerProcess) -> None:

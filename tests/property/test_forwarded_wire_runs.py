@@ -1,23 +1,27 @@
-"""Forwarded 3.x QoS 0 messages fanned out a run of one topic at a time
-(`Dispatcher._fan_out_plain`), in-process under hypothesis: over random subscriptions (No
-Local, Retain As Published, identifiers, overlapping filters) and random frames (topics and
-publishers mixed, a subscriber among the publishers), every session gets exactly what the
-per-message path gives it, in the frame's order, in one `Deliver`; and the frame codec
-refuses a message whose encoded PUBLISH disagrees with its QoS.
+"""Forwarded 3.x QoS 0 messages held as their PUBLISH packets (`core.wire_messages`) and
+fanned out a run of one topic at a time (`Dispatcher._fan_out_wires`), in-process under
+hypothesis: a frame of them, through the frame codec, decodes to the packets; over random
+subscriptions (No Local, Retain As Published, identifiers, overlapping filters) and random
+frames (topics and publishers mixed, a subscriber among the publishers), every session gets
+exactly what the per-message path gives it, in the frame's order, in one message; the
+messages are built only when something asks for them; and the frame codec refuses a message
+whose encoded PUBLISH disagrees with its QoS.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.messages import Deliver
+from actors.messages import DeliverWires
 from core.message import Message, new_message
 from core.session_state import Delivery, SubscriptionOptions
+from core.wire_messages import WireMessages
 from mqtt.encoder import encode_publish
 from pool.frames.codec import FrameDecoder, encode_frame
 from pool.frames.forwarding import Forward
@@ -58,45 +62,64 @@ def broker_with(subscribed: list[tuple[str, str, int, bool, bool, int]]) -> Brok
     return broker
 
 
+def through_codec(messages: tuple[Message, ...]) -> Sequence[Message]:
+    """`messages` as another worker's `Forward` frame brings them."""
+    [frame] = FrameDecoder().feed(encode_frame(Forward(messages, 0, 0)))
+    assert isinstance(frame, Forward)
+    return frame.messages
+
+
 def received(session: Recorder) -> list[tuple[object, ...]]:
     """What a session was told, one row per delivery, the message named by its id."""
-    assert all(type(told) is Deliver for told in session.told)
-    return [(d.message.message_id, *d[1:]) for d in session.deliveries()]
+    rows: list[tuple[object, ...]] = []
+    for told in session.told:
+        deliveries = told.deliveries() if type(told) is DeliverWires else told.deliveries
+        if type(told) is DeliverWires:  # the packets are the deliveries' own encodings
+            assert told.wires == [delivery.wire for delivery in deliveries]
+        rows += [(d.message.message_id, *d[1:]) for d in deliveries]
+    return rows
 
 
 @settings(max_examples=300, deadline=None)
 @given(subscriptions, frames)
-def test_a_frame_of_plain_messages_reaches_each_session_as_the_per_message_path_sends_it(
+def test_a_frame_of_packets_reaches_each_session_as_the_per_message_path_sends_it(
     subscribed: list[tuple[str, str, int, bool, bool, int]],
     published: list[tuple[str, str | None]],
 ) -> None:
     messages = tuple(plain(topic, publisher) for topic, publisher in published)
+    decoded = through_codec(messages)
+    assert type(decoded) is WireMessages or not messages
     runs = broker_with(subscribed)
-    runs.dispatcher.publish_forwarded(messages)
+    runs.dispatcher.publish_forwarded(decoded)
     # The same messages without their encoding take the per-message path (`_fan_out`),
     # which encodes the same 3.x PUBLISH for them.
     reference = broker_with(subscribed)
     reference.dispatcher.publish_forwarded(tuple(dataclasses.replace(m) for m in messages))
     assert runs.sessions.keys() == reference.sessions.keys()
     for client_id, session in runs.sessions.items():
-        assert len(session.told) <= 1  # one Deliver per session for the frame
+        assert len(session.told) <= 1  # one message per session for the frame
         assert received(session) == received(reference.sessions[client_id]), client_id
 
 
-def test_a_fan_out_of_forwarded_runs_shares_each_delivery_and_keeps_the_frame_order() -> None:
+def test_a_fan_out_of_forwarded_packets_builds_no_message_and_keeps_the_frame_order() -> None:
     broker = Broker()
     sessions = [
-        broker.subscribe(f"s{index}", topic_filter, SubscriptionOptions(1))
+        broker.subscribe(f"s{index}", topic_filter, SubscriptionOptions(1, subscription_id=7))
         for index in range(50)
         for topic_filter in ("a/b", "x/y")
     ]
     frame = tuple(plain(topic, "p") for topic in ("a/b", "a/b", "x/y", "a/b", "x/y"))
-    broker.dispatcher.publish_forwarded(frame)
-    lists = [session.deliveries() for session in dict.fromkeys(sessions)]
-    assert all([d.message for d in got] == list(frame) for got in lists)  # the frame's order
-    assert all(d.qos == 0 and not d.retain and d.wire == d.message.wire for d in lists[0])
-    shared = {id(delivery) for got in lists for delivery in got}
-    assert len(shared) == len(frame)  # one Delivery per message, shared by the 50 sessions
+    decoded = through_codec(frame)
+    assert isinstance(decoded, WireMessages)
+    assert decoded.runs == [("a/b", 0, 2), ("x/y", 2, 3), ("a/b", 3, 4), ("x/y", 4, 5)]
+    broker.dispatcher.publish_forwarded(decoded)
+    told = [session.told for session in dict.fromkeys(sessions)]
+    assert all(len(got) == 1 and type(got[0]) is DeliverWires for got in told)
+    assert all(got[0].wires == [m.wire for m in frame] for got in told)  # the frame's order
+    assert decoded._messages is None  # nothing built them
+    deliveries = told[0][0].deliveries()
+    assert [d.message for d in deliveries] == list(frame)
+    assert all(d.qos == 0 and not d.retain and d.subscription_ids == (7,) for d in deliveries)
 
 
 def test_a_subscriber_that_published_in_the_frame_gets_only_what_no_local_allows() -> None:
@@ -104,10 +127,18 @@ def test_a_subscriber_that_published_in_the_frame_gets_only_what_no_local_allows
     own = broker.subscribe("c0", "a/#", SubscriptionOptions(0, no_local=True))
     other = broker.subscribe("c1", "a/#", SubscriptionOptions(0))
     frame = (plain("a/b", "c0"), plain("a/b", "p1"), plain("a/b", "c0"))
-    broker.dispatcher.publish_forwarded(frame)
+    broker.dispatcher.publish_forwarded(through_codec(frame))
     assert [d.message for d in own.deliveries()] == [frame[1]]  # [MQTT-3.8.3-3]
     assert [d.message for d in other.deliveries()] == list(frame)
     assert all(type(d) is Delivery for d in other.deliveries())
+
+
+def test_a_frame_with_another_kind_of_message_decodes_to_messages() -> None:
+    qos1 = new_message("a/b", b"q", 1, False, "p", None, {})
+    frame = (plain("a/b", "p"), qos1, plain("x/y", "p"))
+    decoded = through_codec(frame)
+    assert type(decoded) is tuple
+    assert decoded == frame
 
 
 @pytest.mark.parametrize("flags", [1, 2, 4])
@@ -115,5 +146,12 @@ def test_a_frame_whose_encoded_publish_disagrees_with_its_flags_is_refused(flags
     data = bytearray(encode_frame(Forward((plain("a/b", "p"),), 0, 0)))
     table = orjson.dumps([None, "a/b", "p"])  # the frame's strings; its one record follows
     data[data.index(table) + len(table)] = flags  # the record's first byte: its flags
+    with pytest.raises(FrameError, match="plain QoS 0 PUBLISH"):
+        FrameDecoder().feed(bytes(data))
+
+
+def test_a_frame_whose_packet_is_not_a_plain_publish_is_refused() -> None:
+    data = bytearray(encode_frame(Forward((plain("a/b", "p"),), 0, 0)))
+    data[data.index(plain("a/b", "p").wire or b"")] = 0x32  # QoS 1 in the packet's first byte
     with pytest.raises(FrameError, match="plain QoS 0 PUBLISH"):
         FrameDecoder().feed(bytes(data))
