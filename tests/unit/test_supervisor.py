@@ -239,26 +239,36 @@ def companions(out: Path) -> list[int]:
 def start_with_companion(
     tmp_path: Path, mode: str = "serve", ignore_term: str = "0"
 ) -> subprocess.Popen[bytes]:
+    """The driver's supervisor, its log in `tmp_path / "supervisor.log"` (read while it
+    runs by `logged`)."""
     (tmp_path / "worker.py").write_text(WORKER)
     (tmp_path / "companion.py").write_text(COMPANION)
     (tmp_path / "out").mkdir()
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            COMPANION_DRIVER,
-            str(tmp_path / "worker.py"),
-            str(tmp_path / "companion.py"),
-            str(tmp_path / "out"),
-            mode,
-            ignore_term,
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        stderr=subprocess.PIPE,
-    )
+    with (tmp_path / "supervisor.log").open("wb") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                COMPANION_DRIVER,
+                str(tmp_path / "worker.py"),
+                str(tmp_path / "companion.py"),
+                str(tmp_path / "out"),
+                mode,
+                ignore_term,
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            stderr=log,
+        )
 
 
-def stopped(supervisor: subprocess.Popen[bytes], *, term: bool = True) -> tuple[int, str]:
+def logged(tmp_path: Path) -> str:
+    """What the supervisor of `start_with_companion(tmp_path)` has logged so far."""
+    return (tmp_path / "supervisor.log").read_text()
+
+
+def stopped(
+    supervisor: subprocess.Popen[bytes], tmp_path: Path, *, term: bool = True
+) -> tuple[int, str]:
     """SIGTERM `supervisor` (unless `term` is False: it ends by itself); its exit status
     and its log."""
     if term and supervisor.poll() is None:
@@ -268,9 +278,7 @@ def stopped(supervisor: subprocess.Popen[bytes], *, term: bool = True) -> tuple[
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
-    assert supervisor.stderr is not None
-    with supervisor.stderr:
-        return status, supervisor.stderr.read().decode()
+    return status, logged(tmp_path)
 
 
 def test_the_companion_is_ready_before_the_workers_start_and_restarted_when_killed(
@@ -286,10 +294,11 @@ def test_the_companion_is_ready_before_the_workers_start_and_restarted_when_kill
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: len(companions(out)) == 2, timeout=5)
         second = next(pid for pid in companions(out) if pid != first)
-        wait_for((out / f"companion.{second}.ready").exists, timeout=5)
+        # Ready once the supervisor saw it so (it polls), not when the file appears.
+        wait_for(lambda: f"the companion (pid {second}) is ready" in logged(tmp_path), timeout=5)
         assert started(out, 0) == [worker] and alive(worker)
     finally:
-        status, log = stopped(supervisor)
+        status, log = stopped(supervisor, tmp_path)
     assert status == 0, log
     assert f"the companion (pid {first}) is ready" in log
     assert f"the companion (pid {first}) was killed by SIGKILL; restarting it" in log
@@ -306,7 +315,7 @@ def test_the_companion_is_restarted_while_the_workers_stop(tmp_path: Path) -> No
     supervisor.send_signal(signal.SIGTERM)
     wait_for(lambda: events(out, started(out, 0)[0]) == ["TERM"])
     os.kill(first, signal.SIGKILL)
-    status, log = stopped(supervisor)
+    status, log = stopped(supervisor, tmp_path)
     assert status == 1  # the worker was killed
     assert len(companions(out)) == 2, log
     assert "restarting it" in log
@@ -316,7 +325,7 @@ def test_a_companion_that_cannot_start_stops_the_pool_before_any_worker(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
-    status, log = stopped(start_with_companion(tmp_path, mode="fail"), term=False)
+    status, log = stopped(start_with_companion(tmp_path, mode="fail"), tmp_path, term=False)
     assert status == 1, log
     assert "the companion did not start; its log lines above say why" in log
     assert not started(out, 0)
