@@ -696,38 +696,38 @@ class SessionActor(GeventActor):
         else:
             self._deliver(Deliver(deliver.deliveries()))
 
-    def _writes_packets_as_is(self) -> bool:
-        """Whether a QoS 0 delivery with a 3.x encoding is written now, as that encoding:
-        the client is connected, not slow, with nothing queued before it (see
-        `SessionState.deliver`), and speaks 3.x with no `message.delivered` hook."""
+    def _drops_qos0(self) -> bool:
+        """The owner's slow-consumer verdict: QoS 0 deliveries are dropped, not written, while
+        the socket's backlog is over `max_write_buffer` or the session is stalled."""
         transport = self._transport
         return (
             transport is not None
-            and transport.backlog_bytes <= self._context.limits.max_write_buffer
-            and not self._load.stalled
-            and not self.state.queue
-            and self.protocol.version < 5
+            and transport.backlog_bytes > self._context.limits.max_write_buffer
+        ) or self._load.stalled
+
+    def _writes_packets_as_is(self) -> bool:
+        """Whether a QoS 0 delivery with a 3.x encoding is written now, as that encoding:
+        `SessionState.deliver` would send it at once, and the client speaks 3.x with no
+        `message.delivered` hook."""
+        return (
+            self.protocol.version < 5
             and not self._hooks.has(_MESSAGE_DELIVERED)
+            and self.state.sends_qos0_now(self._transport is not None, self._drops_qos0())
         )
 
     def _deliver_now(self, deliveries: list[Delivery]) -> None:
         protocol = self.protocol
         # Hot path: QoS 0 deliveries to a 3.x client are written as their shared encoding.
-        if self._writes_packets_as_is() and not any(map(_QOS, deliveries)):
+        if not any(map(_QOS, deliveries)) and self._writes_packets_as_is():
             wires = list(map(_WIRE, deliveries))
             if None not in wires:
                 protocol.out += wires
                 self._context.stats.messages_sent += len(wires)
                 return
-        transport = self._transport
-        connected = transport is not None
-        slow = (
-            transport is not None
-            and transport.backlog_bytes > self._context.limits.max_write_buffer
-        )
+        connected = self._transport is not None
         if not connected:
             deliveries = self._give_back_shared(deliveries)
-        actions = self.state.deliver(deliveries, connected, drop_qos0=slow or self._load.stalled)
+        actions = self.state.deliver(deliveries, connected, drop_qos0=self._drops_qos0())
         # Every delivery is held until an action lets it go (sent as QoS 0, completed, dropped).
         protocol.held_bytes += sum([len(delivery.message.payload) for delivery in deliveries])
         self._carry_out(actions)

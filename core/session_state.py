@@ -227,6 +227,11 @@ class SessionState:
 
     # ----- outgoing: broker -> client -------------------------------------------------
 
+    def sends_qos0_now(self, connected: bool, drop_qos0: bool) -> bool:
+        """Whether `deliver` sends a QoS 0 delivery taken now at once (its action is the
+        delivery itself): connected, not dropping QoS 0, nothing queued before it."""
+        return connected and not drop_qos0 and not self.queue
+
     def deliver(
         self, deliveries: list[Delivery], connected: bool, drop_qos0: bool = False
     ) -> Sequence[Action]:
@@ -237,8 +242,7 @@ class SessionState:
         else dropped while offline). `drop_qos0` is the owner's slow-consumer verdict: QoS 0
         deliveries are then dropped instead of written.
         """
-        send_qos0 = connected and not drop_qos0
-        if send_qos0 and not self.queue and not any(map(_QOS, deliveries)):
+        if self.sends_qos0_now(connected, drop_qos0) and not any(map(_QOS, deliveries)):
             # All QoS 0 and nothing waits before them: the common fan-out case, checked at
             # C speed; the answer is the list itself, every delivery being its own action.
             return deliveries
@@ -246,7 +250,7 @@ class SessionState:
         append = actions.append
         for delivery in deliveries:
             if delivery.qos == 0:
-                if send_qos0 and not self.queue:
+                if self.sends_qos0_now(connected, drop_qos0):
                     append(delivery)  # the action "send as QoS 0"
                     continue
                 if drop_qos0:

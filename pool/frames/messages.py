@@ -26,7 +26,7 @@ messages.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from functools import partial
 from operator import itemgetter
@@ -223,7 +223,7 @@ def _decode_messages(body: bytes, start: int = 0) -> tuple[Message, ...]:
 
 def _message_records(
     body: bytes, start: int
-) -> tuple[list[tuple[Any, ...]], list[str | None], int]:
+) -> tuple[Iterator[tuple[Any, ...]], list[str | None], int]:
     """A message part's records, its string table and where the records' parts begin."""
     count, table_size = _U32x2.unpack_from(body, start)
     pos = start + _U32x2.size + table_size
@@ -231,11 +231,11 @@ def _message_records(
     records_end = pos + count * _MESSAGE_RECORD.size
     if records_end > len(body):
         raise FrameError(f"a message frame's {count} records run past its end")
-    return list(_MESSAGE_RECORD.iter_unpack(body[pos:records_end])), strings, records_end
+    return _MESSAGE_RECORD.iter_unpack(body[pos:records_end]), strings, records_end
 
 
 def _messages_of(
-    body: bytes, pos: int, rows: list[tuple[Any, ...]], strings: list[str | None]
+    body: bytes, pos: int, rows: Iterable[tuple[Any, ...]], strings: list[str | None]
 ) -> tuple[Message, ...]:
     """The messages of `rows`, whose parts begin at `pos`. The hot loop of a receiving
     worker: one pass, and each message's parts are checked against the frame's end once,
@@ -291,7 +291,8 @@ def _wire_messages(body: bytes, start: int) -> WireMessages | tuple[Message, ...
     of a QoS 0 fan-in across workers or nodes), as those packets (`core.wire_messages`),
     checked as `_messages_of` checks them, which builds the messages when first read;
     else the messages."""
-    rows, strings, pos = _message_records(body, start)
+    records, strings, pos = _message_records(body, start)
+    rows = list(records)  # read again if the messages are built
     records_end = pos
     known = len(strings)
     body_size = len(body)
