@@ -11,10 +11,11 @@ the PUBLISH a 3.x client sent for a QoS 0 message (`Message.wire`, which ends wi
 payload), so the receiving worker writes it to QoS 0 subscribers as it is instead of
 encoding it again. The records decode in one `struct` pass and the strings once per frame,
 not once per message: decoding is what a worker pays for every message another worker
-forwards it. A `Forward` whose every message is such a PUBLISH decodes to those packets
-(`core.wire_messages.WireMessages`), its messages built only if something asks for them.
+forwards it.
 
-Before the message part: a `Forward`'s 4-byte publisher id and 8-byte batch number; a
+Before the message part: a `Forward`'s 4-byte publisher id, 8-byte batch number and 1-byte
+layout, records (0: this message part) or packets (1: a batch of 3.x QoS 0 messages as the
+PUBLISH packets they came in, pool.frames.packets); a
 `ForwardShared`'s publisher id and batch number, then a 4-byte length and an orjson list of
 one `ShareMark` per message; an `Orphans`'s dead worker and round (4 bytes each); an
 `Unconfirmed`'s epoch and batch number (8 bytes each). A frame that carries
@@ -28,8 +29,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields
-from functools import partial
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -37,7 +36,6 @@ import orjson
 from core.message import Message, stored_message
 from core.session_state import Delivery
 from core.share_origin import ShareMark, ShareOrigin
-from core.wire_messages import WireMessages
 from mqtt.packets import PacketType
 from mqtt.properties import encode_properties, read_properties
 from pool.frames.forwarding import (
@@ -48,6 +46,7 @@ from pool.frames.forwarding import (
     Unconfirmed,
 )
 from pool.frames.moves import MovedDeliveries, MovingOut, Orphans
+from pool.frames.packets import decode_packets, encode_packets
 from pool.frames.validation import (
     FrameError,
     checked_delivery_row,
@@ -60,7 +59,8 @@ from pool.frames.validation import (
 _U32 = struct.Struct("<I")
 _U32x2 = struct.Struct("<II")
 _U64x2 = struct.Struct("<QQ")
-_FORWARD_HEAD = struct.Struct("<IQ")  # publisher, batch
+_FORWARD_HEAD = struct.Struct("<IQB")  # publisher, batch, layout of its messages
+_RECORDS, _PACKETS = 0, 1  # a Forward's layouts: records (below) or packets (.packets)
 _SHARED_HEAD = struct.Struct("<IQI")  # publisher, batch, size of the share marks
 # A message's fixed-size record: flags (QoS in bits 0-1, RETAIN in bit 2), timestamp, message
 # id, the indexes of its topic, publisher and username in the frame's string table, and the
@@ -74,7 +74,6 @@ _INFINITY = float("inf")
 _RUNS_PAST = "a message's payload runs past the end of the frame"
 _PLAIN_QOS0_PUBLISH = 0x30  # the first byte of a 3.x QoS 0 PUBLISH without DUP or RETAIN
 _MIN_PUBLISH_HEAD = 5  # that byte, a 1-byte length, a topic of at least 1 byte [MQTT-4.7.3-1]
-_PUBLISHER_AT = itemgetter(4)  # a record's publisher index
 
 MessageFrame = (
     Forward
@@ -101,7 +100,12 @@ def _encode_forward_shared(frame: ForwardShared) -> bytes:
 
 
 def _encode_forward(frame: Forward) -> bytes:
-    return _FORWARD_HEAD.pack(frame.publisher, frame.batch) + _encode_messages(frame.messages)
+    messages = tuple(frame.messages)  # a tuple as is: frames this worker made
+    packets = encode_packets(messages)
+    if packets is not None:
+        return _FORWARD_HEAD.pack(frame.publisher, frame.batch, _PACKETS) + packets
+    head = _FORWARD_HEAD.pack(frame.publisher, frame.batch, _RECORDS)
+    return head + _encode_messages(messages)
 
 
 def _encode_orphans(frame: Orphans) -> bytes:
@@ -286,60 +290,6 @@ def _messages_of(
     return tuple(messages)
 
 
-def _wire_messages(body: bytes, start: int) -> WireMessages | tuple[Message, ...]:
-    """The messages of a `Forward`: if every one carries its 3.x QoS 0 PUBLISH (the frames
-    of a QoS 0 fan-in across workers or nodes), as those packets (`core.wire_messages`),
-    checked as `_messages_of` checks them, which builds the messages when first read;
-    else the messages."""
-    records, strings, pos = _message_records(body, start)
-    rows = list(records)  # read again if the messages are built
-    records_end = pos
-    known = len(strings)
-    body_size = len(body)
-    wires: list[bytes] = []
-    append = wires.append
-    runs: list[tuple[str, int, int]] = []
-    run_topic = run_start = 0
-    for index, (
-        flags,
-        timestamp,
-        _id,
-        topic,
-        publisher,
-        username,
-        props_size,
-        size,
-        head,
-    ) in enumerate(rows):
-        if flags or props_size or not head:  # not such a message: all of them built now
-            return _messages_of(body, records_end, rows, strings)
-        end = pos + head + size
-        if not (
-            0 < topic < known
-            and publisher < known
-            and username < known
-            and -_INFINITY < timestamp < _INFINITY
-            and head >= _MIN_PUBLISH_HEAD
-            and end <= body_size
-            and body[pos] == _PLAIN_QOS0_PUBLISH
-        ):  # a frame the checks of `_messages_of` refuse: refused with its reason
-            return _messages_of(body, records_end, rows, strings)
-        if topic != run_topic:
-            if index:
-                runs.append((strings[run_topic], run_start, index))  # type: ignore[arg-type]
-            run_topic, run_start = topic, index
-        append(body[pos:end])
-        pos = end
-    if pos != body_size:
-        return _messages_of(body, records_end, rows, strings)
-    if rows:
-        runs.append((strings[run_topic], run_start, len(rows)))  # type: ignore[arg-type]
-    publishers = set(map(strings.__getitem__, map(_PUBLISHER_AT, rows)))
-    return WireMessages(
-        wires, runs, publishers, partial(_messages_of, body, records_end, rows, strings)
-    )
-
-
 def _property_block(body: bytes, start: int, stop: int) -> dict[int, Any]:
     """A message's MQTT 5 properties, which fill `body[start:stop]`; else FrameError."""
     if stop > len(body):
@@ -374,8 +324,12 @@ def _decode_forward_shared(body: bytes) -> ForwardShared:
 
 
 def _decode_forward(body: bytes) -> Forward:
-    publisher, batch = _FORWARD_HEAD.unpack_from(body, 0)
-    return Forward(_wire_messages(body, _FORWARD_HEAD.size), publisher, batch)
+    publisher, batch, layout = _FORWARD_HEAD.unpack_from(body, 0)
+    if layout == _PACKETS:
+        return Forward(decode_packets(body, _FORWARD_HEAD.size), publisher, batch)
+    if layout != _RECORDS:
+        raise FrameError(f"a Forward's messages have the unknown layout {layout}")
+    return Forward(_decode_messages(body, _FORWARD_HEAD.size), publisher, batch)
 
 
 def _decode_orphans(body: bytes) -> Orphans:
