@@ -1,9 +1,9 @@
 """Forwarded messages held as the 3.x QoS 0 PUBLISH packets they came in.
 
-A frame of messages that another worker or node forwards (`pool.frames.messages`), whose
-every message carries the 3.x QoS 0 PUBLISH without RETAIN it was published with
-(`Message.wire`), decodes to a `WireMessages`: those PUBLISH packets, the frame's runs of one
-topic and its publishers, with the `Message` objects built only when something asks for
+A `Forward` frame that another worker or node sends in the packet layout (one connection's
+batch of messages that each carry the 3.x QoS 0 PUBLISH without RETAIN it was published
+with, `Message.wire`: `pool.frames.packets`) decodes to a `WireMessages`: those PUBLISH
+packets, the frame's runs of one topic and its publishers, with the `Message` objects built only when something asks for
 them. The receiving dispatcher fans such a frame out a run at a time (`actors.dispatch`),
 and a 3.x subscriber's session that writes QoS 0 messages at once writes the packets as
 they are (`actors.messages.DeliverWires`); anything else (a 5.0 subscriber, a
