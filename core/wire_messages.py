@@ -3,12 +3,12 @@
 A `Forward` frame that another worker or node sends in the packet layout (one connection's
 batch of messages that each carry the 3.x QoS 0 PUBLISH without RETAIN it was published
 with, `Message.wire`: `pool.frames.packets`) decodes to a `WireMessages`: those PUBLISH
-packets, the frame's runs of one topic and its publishers, with the `Message` objects built only when something asks for
-them. The receiving dispatcher fans such a frame out a run at a time (`actors.dispatch`),
-and a 3.x subscriber's session that writes QoS 0 messages at once writes the packets as
-they are (`actors.messages.DeliverWires`); anything else (a 5.0 subscriber, a
-`message.delivered` hook, a session offline, slow or moving) has the messages built.
-Building them was about half of what a receiving worker spent per message of a QoS 0
+packets, the frame's runs of one topic and its publishers, with the `Message` objects built
+only when something asks for them. The receiving dispatcher fans such a frame out a run at
+a time (`actors.dispatch`), and a 3.x subscriber's session that writes QoS 0 messages at
+once writes the packets as they are (`actors.messages.DeliverWires`); anything else (a 5.0
+subscriber, a `message.delivered` hook, a session offline, slow or moving) has the messages
+built. Building them was about half of what a receiving worker spent per message of a QoS 0
 fan-in across workers or nodes.
 """
 
