@@ -81,6 +81,7 @@ class NatsFabric:
         self._broadcast_subject = f"{prefix}.all.{self.name}"
         self._own_node = f"{config.node}."
         self._id_clashes: set[str] = set()  # nodes said to count message ids as this one
+        self._dropped: dict[str, int] = {}  # sender -> its messages dropped since one parsed
         self._peers: dict[str, _Peer] = {}  # by name
         self._names: dict[int, str] = {}  # number -> name
         self._queue: list[tuple[int | None, Frame]] = []
@@ -232,15 +233,30 @@ class NatsFabric:
             try:
                 frames = FrameDecoder().feed(body)
             except FrameError as error:
-                logger.error(
-                    "cluster: a message from %s does not parse (%s): dropped; do all nodes "
-                    "of cluster %r run the same broker version?",
-                    sender,
-                    error,
-                    self._config.name,
-                )
+                self._unparsed(sender, error)
                 continue
+            if sender in self._dropped:
+                logger.warning(
+                    "cluster: messages from %s parse again; %d were dropped",
+                    sender,
+                    self._dropped.pop(sender),
+                )
             self._received(sender, direct, frames, now)
+
+    def _unparsed(self, sender: str, error: FrameError) -> None:
+        """Drop a message from `sender` that does not parse: logged for the first of a
+        series, counted for the others (a node of another version sends many)."""
+        dropped = self._dropped.get(sender)
+        self._dropped[sender] = 1 if dropped is None else dropped + 1
+        if dropped is None:
+            logger.error(
+                "cluster: a message from %s does not parse (%s): dropped, as are the next "
+                "ones from it until one parses; do all nodes of cluster %r run the same "
+                "broker version?",
+                sender,
+                error,
+                self._config.name,
+            )
 
     def _received(self, sender: str, direct: bool, frames: list[Frame], now: float) -> None:
         peer = self._peers.get(sender)
