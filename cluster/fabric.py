@@ -10,7 +10,9 @@ pool's own (pool.frames), several per NATS message:
 
 A peer is up from the first message heard of it, and down after `peer_timeout` seconds of
 silence, on its `Leaving`, or when its heartbeat carries a new epoch (it restarted: down, then
-up again). The handler's `peer_up` sends the peer this worker's snapshots; the first direct
+up again). A peer whose `Hello` names another `FRAMES_VERSION` (a node of another broker
+version) is not linked, and what it sends is dropped until it greets with this version.
+The handler's `peer_up` sends the peer this worker's snapshots; the first direct
 message to a peer after that begins with a `Hello`, which asks the peer to send its own
 snapshots back (it may have taken this worker for gone and dropped what it knew). Frames
 from one peer keep their order: one NATS connection each way, and NATS keeps a connection's
@@ -35,7 +37,7 @@ from cluster.nats_link import NatsLink
 from core.message import message_id_floor
 from pool.fabric import FabricHandler
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.peers import Hello, Leaving
+from pool.frames.peers import FRAMES_VERSION, Hello, Leaving
 from pool.frames.validation import FrameError
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ class NatsFabric:
         self._own_node = f"{config.node}."
         self._id_clashes: set[str] = set()  # nodes said to count message ids as this one
         self._dropped: dict[str, int] = {}  # sender -> its messages dropped since one parsed
+        self._foreign: dict[str, int] = {}  # sender -> the other frames version its Hello named
         self._peers: dict[str, _Peer] = {}  # by name
         self._names: dict[int, str] = {}  # number -> name
         self._queue: list[tuple[int | None, Frame]] = []
@@ -233,7 +236,10 @@ class NatsFabric:
             try:
                 frames = FrameDecoder().feed(body)
             except FrameError as error:
-                self._unparsed(sender, error)
+                if sender not in self._foreign:  # from a node of another version: expected
+                    self._unparsed(sender, error)
+                continue
+            if not self._speaks_ours(sender, frames):
                 continue
             if sender in self._dropped:
                 logger.warning(
@@ -242,6 +248,33 @@ class NatsFabric:
                     self._dropped.pop(sender),
                 )
             self._received(sender, direct, frames, now)
+
+    def _speaks_ours(self, sender: str, frames: list[Frame]) -> bool:
+        """Whether `frames` are to be taken: not if their sender's last `Hello` named another
+        `FRAMES_VERSION` (logged once per sender and version; a peer it was is taken for
+        gone), until a `Hello` of this version comes from it."""
+        hello = frames[0] if frames and type(frames[0]) is Hello else None
+        if hello is None:
+            return sender not in self._foreign
+        assert isinstance(hello, Hello)
+        if hello.frames == FRAMES_VERSION:
+            if self._foreign.pop(sender, None) is not None:
+                logger.warning("cluster: %s speaks this node's frames again", sender)
+            return True
+        if self._foreign.get(sender) != hello.frames:
+            self._foreign[sender] = hello.frames
+            logger.error(
+                "cluster: %s speaks frame version %d and this node %d: not linked, its "
+                "messages dropped; run one broker version on every node of cluster %r",
+                sender,
+                hello.frames,
+                FRAMES_VERSION,
+                self._config.name,
+            )
+        peer = self._peers.get(sender)
+        if peer is not None and peer.up:
+            self._down(peer)
+        return False
 
     def _unparsed(self, sender: str, error: FrameError) -> None:
         """Drop a message from `sender` that does not parse: logged for the first of a

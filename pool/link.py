@@ -12,7 +12,9 @@ connects to every worker with a lower id, retrying until that worker listens (it
 starting or restarting); so a pair has exactly one link, and a restarted worker is linked
 again by the workers above it, which retry, and by the ones below it, which it connects to.
 The first frame each way is `Hello(worker, epoch)`; a second link from the same worker
-replaces the first (it restarted and its old link has not been noticed dead yet).
+replaces the first (it restarted and its old link has not been noticed dead yet). A Hello
+that names another `FRAMES_VERSION` closes the link (logged once per worker and version):
+a worker restarted on newer code than the pool's others does not speak their frames.
 
 The owner (`FabricHandler`) hears `peer_up` after the hello, the frames of that peer in
 order, and `peer_down` once when the link is lost. A peer that sends a frame that does not
@@ -34,7 +36,7 @@ import gevent
 from net.transport import Transport
 from pool.fabric import FabricHandler
 from pool.frames.codec import Frame, FrameDecoder, encode_frame
-from pool.frames.peers import Hello
+from pool.frames.peers import FRAMES_VERSION, Hello
 from pool.frames.validation import FrameError
 
 if TYPE_CHECKING:  # gevent's loop and watcher types exist in its stubs only
@@ -159,6 +161,7 @@ class UnixFabric:
         self._loop = gevent.get_hub().loop
         self._links: dict[int, PeerLink] = {}  # peers past their Hello
         self._pending: set[PeerLink] = set()  # accepted or connected, Hello not yet in
+        self._foreign: set[tuple[int, int]] = set()  # (worker, frames version) logged
         self._listener: socket.socket | None = None
         self._acceptor: _IoWatcher | None = None
         self._dialers: list[gevent.Greenlet[..., Any]] = []
@@ -259,6 +262,10 @@ class UnixFabric:
                 )
                 return
             self._pending.discard(link)
+            if hello.frames != FRAMES_VERSION:
+                link.close()
+                self._other_version(hello)
+                return
             link.worker = hello.worker
             old = self._links.get(hello.worker)
             if old is not None:  # it restarted before its old link was noticed dead
@@ -272,6 +279,19 @@ class UnixFabric:
                 return
         assert link.worker is not None
         self._handler.frames_received(link.worker, frames)
+
+    def _other_version(self, hello: Hello) -> None:
+        if (hello.worker, hello.frames) in self._foreign:
+            return
+        self._foreign.add((hello.worker, hello.frames))
+        logger.error(
+            "fabric: worker %d speaks frame version %d and this worker %d: link closed; the "
+            "pool's workers run different code (was the broker upgraded while it ran?): "
+            "restart the whole pool",
+            hello.worker,
+            hello.frames,
+            FRAMES_VERSION,
+        )
 
     def _link_lost(self, link: PeerLink, why: str) -> None:
         worker = link.worker

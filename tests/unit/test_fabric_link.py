@@ -15,9 +15,10 @@ import gevent.socket
 import pytest
 
 from core.message import stored_message
-from pool.frames.codec import Frame
+from pool.frames.codec import Frame, encode_frame
 from pool.frames.forwarding import Forward
 from pool.frames.ownership import Claim
+from pool.frames.peers import FRAMES_VERSION, Hello
 from pool.frames.routes import RoutesChanged
 from pool.link import UnixFabric, socket_path
 
@@ -137,3 +138,26 @@ def test_a_peer_that_does_not_speak_the_fabric_is_closed_and_logged(
     assert zero.peers == set() and heard.up == []
     assert "does not parse" in caplog.text or "instead of a Hello" in caplog.text
     stranger.close()
+
+
+def test_a_worker_of_another_frames_version_is_closed_and_logged_once(
+    pool: Callable[..., tuple[UnixFabric, Recorder]],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    zero, heard = pool(0, 2)
+    for _attempt in range(2):  # as worker 1, restarted on other code, dials again
+        other = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        other.connect(str(socket_path(tmp_path, 0)))
+        other.sendall(encode_frame(Hello(1, 5, (), FRAMES_VERSION + 1)))
+        other.settimeout(5)
+        while other.recv(4096):  # this worker's Hello, then end of stream: closed
+            pass
+        other.close()
+    assert zero.peers == set() and heard.up == []
+    lines = [r.getMessage() for r in caplog.records if "speaks frame version" in r.getMessage()]
+    assert lines == [
+        f"fabric: worker 1 speaks frame version {FRAMES_VERSION + 1} and this worker "
+        f"{FRAMES_VERSION}: link closed; the pool's workers run different code (was the broker "
+        "upgraded while it ran?): restart the whole pool"
+    ]
